@@ -1,0 +1,109 @@
+"""The policy's one typed config object, validated at start.
+
+Every knob can be overridden by an environment variable ``FAIRSHARE_<FIELD>`` (upper case), so the
+same switches work in the simulator, in the sglang plugin and in the Serve replicas. Derived values
+(the per-request cap ``F``) are computed here and nowhere else: the source article's rule is that F
+follows the concurrency limit and is never configured twice.
+"""
+
+from __future__ import annotations
+
+from typing import Self
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ENV_PREFIX = "FAIRSHARE_"
+
+
+class PolicyConfig(BaseSettings):
+    """Scheduler policy knobs. Defaults are the project's best settings (the `fairshare` policy)."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, extra="forbid")
+
+    skip_ahead: bool = Field(
+        True,
+        description="Keep scanning the waiting queue past a request rejected for KV capacity. "
+        "Off = strict FCFS, identical to upstream sglang.",
+    )
+    lookahead: int = Field(
+        16, ge=0, description="After the first capacity rejection, examine at most this many more waiting requests."
+    )
+    max_skipped_passes: int = Field(
+        256,
+        ge=1,
+        description="A request skipped for capacity in this many passes reserves the head of the line: "
+        "nothing behind it is admitted for capacity until it is (anti-starvation).",
+    )
+    fair_share: bool = Field(
+        True, description="Cap each request's chunk at min(F, pass budget / requests sharing the pass)."
+    )
+    full_budget_when_alone: bool = Field(
+        True, description="A request that prefills alone, with nobody contending, gets the whole pass budget."
+    )
+    chunk_budget_tokens: int = Field(8192, ge=1, description="Most prefill tokens in one forward pass.")
+    max_running_requests: int = Field(
+        10, ge=1, description="Engine concurrency limit; F is derived from it: N = 2 * this, F = budget / N."
+    )
+    per_request_cap_tokens: int | None = Field(
+        None, ge=1, description="Set F explicitly instead of deriving it from max_running_requests."
+    )
+    adaptive_pass: bool = Field(
+        True,
+        description="Size passes by interactive activity: `interactive_pass_tokens` while short requests are "
+        "arriving or decoding, `quiet_pass_tokens` otherwise. Off = every pass may use the chunk budget.",
+    )
+    short_request_tokens: int = Field(
+        2048, ge=1, description="A request whose uncached prompt is at most this many tokens counts as short."
+    )
+    interactive_pass_tokens: int = Field(
+        512, ge=1, description="Pass budget while short requests are active: bounds their wait and their ITL."
+    )
+    activity_window_passes: int = Field(
+        32, ge=0, description="Passes after the last short admission during which activity counts as recent."
+    )
+    quiet_pass_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="Pass budget with no recent short activity; None = the chunk budget. Smaller passes make "
+        "the first short arrival wait less and cost a lone document throughput (see the simulator's frontier).",
+    )
+    mixed_decode: bool = Field(True, description="Decoding streams ride along in prefill passes.")
+    decode_steps_per_prefill: int = Field(
+        0, ge=0, description="Decode-only passes run after each prefill pass (sglang's prefill-decode interval)."
+    )
+    diagnostics: bool = Field(False, description="Log one line per rejection and a per-pass budget breakdown.")
+
+    @model_validator(mode="after")
+    def _check_budgets(self) -> Self:
+        for name in ("interactive_pass_tokens", "quiet_pass_tokens"):
+            value = getattr(self, name)
+            if value is not None and value > self.chunk_budget_tokens:
+                raise ValueError(f"{name}={value} exceeds chunk_budget_tokens={self.chunk_budget_tokens}")
+        return self
+
+    @property
+    def prefill_concurrency(self) -> int:
+        """N in the seed's rule: twice the concurrency limit."""
+        return self.max_running_requests * 2
+
+    @property
+    def cap_tokens(self) -> int:
+        """F: the most tokens one request gets in a contended pass."""
+        if self.per_request_cap_tokens is not None:
+            return self.per_request_cap_tokens
+        return max(1, self.chunk_budget_tokens // self.prefill_concurrency)
+
+    def describe_cap(self) -> str:
+        """The start-up line, in the seed's wording."""
+        if self.per_request_cap_tokens is not None:
+            return f"Prefill cap set explicitly: long_prefill_token_threshold={self.cap_tokens}"
+        return f"Prefill concurrency N={self.prefill_concurrency}: long_prefill_token_threshold={self.cap_tokens}"
+
+    def with_overrides(self, **changes: object) -> PolicyConfig:
+        """A validated copy with some fields changed (config objects are frozen)."""
+        return type(self)(**{**self.model_dump(), **changes})
+
+
+def env_var_name(field: str) -> str:
+    return f"{ENV_PREFIX}{field.upper()}"

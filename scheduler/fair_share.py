@@ -1,0 +1,63 @@
+"""Fair-share chunking: how many prefill tokens each request gets in a pass.
+
+The seed's rule is ``cap = min(F, budget / (n_prefilling + n_waiting))``. We apply it as a
+max-min (water-filling) share among the requests that can actually run this pass: a short
+request takes only what it needs and the rest goes to the long ones, each capped at F when the
+pass is contended. Alone, a request may take the whole pass budget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from scheduler.config import PolicyConfig
+
+
+def align_down(tokens: int, granule: int) -> int:
+    return tokens // granule * granule
+
+
+def per_request_cap(cfg: PolicyConfig, pass_budget: int, num_sharing: int) -> int:
+    """The most tokens one request may take this pass."""
+    if not cfg.fair_share:
+        return pass_budget
+    if num_sharing <= 1 and cfg.full_budget_when_alone:
+        return pass_budget
+    # The budget / n part of the seed's rule is the water fill's job.
+    return min(cfg.cap_tokens, pass_budget)
+
+
+def water_fill(demands: Sequence[int], budget: int, cap: int, granule: int = 1) -> list[int]:
+    """Max-min fair shares of `budget` for `demands`, none above `cap`; multiples of `granule`
+    except a share that completes its demand."""
+    shares = [0] * len(demands)
+    wants = [min(d, cap) for d in demands]
+    left = budget
+    active = [i for i, w in enumerate(wants) if w > 0]
+    while active and left > 0:
+        level = left // len(active)
+        if level == 0:
+            break
+        # Requests wanting no more than the level are satisfied whole; the rest share again.
+        done = [i for i in active if wants[i] - shares[i] <= level]
+        if not done:
+            for i in active:
+                shares[i] += level
+                left -= level
+            break
+        for i in done:
+            left -= wants[i] - shares[i]
+            shares[i] = wants[i]
+        active = [i for i in active if i not in done]
+    return [s if s == d else align_down(s, granule) for s, d in zip(shares, demands, strict=True)]
+
+
+def sequential_fill(demands: Sequence[int], budget: int, granule: int = 1) -> list[int]:
+    """Upstream's rule: first come takes what it needs until the budget runs out."""
+    shares = []
+    left = budget
+    for d in demands:
+        take = d if d <= left else align_down(left, granule)
+        shares.append(take)
+        left -= take
+    return shares

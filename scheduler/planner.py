@@ -1,0 +1,119 @@
+"""The policy for one pass: who is admitted and how many prefill tokens each gets.
+
+Engines call `PassPlanner.plan` once per scheduling step with a `QueueSnapshot`. The planner owns
+the state that lives across passes (starvation ledger, pass sizer); everything else is in the
+snapshot, so decisions are deterministic — every tensor-parallel rank takes the same ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from scheduler.admission import AdmissionScan, StarvationLedger
+from scheduler.config import PolicyConfig
+from scheduler.diagnostics import log_plan
+from scheduler.fair_share import per_request_cap, sequential_fill, water_fill
+from scheduler.pass_budget import PassSizer
+from scheduler.snapshot import Candidate, Grant, PassPlan, QueueSnapshot, Rejection
+
+
+class PassPlanner:
+    def __init__(self, cfg: PolicyConfig | None = None) -> None:
+        self.cfg = cfg or PolicyConfig()
+        self.ledger = StarvationLedger()
+        self.sizer = PassSizer()
+
+    def reconfigure(self, cfg: PolicyConfig) -> None:
+        """Live knob change; state across passes is kept."""
+        self.cfg = cfg
+
+    def forget(self, rid: str) -> None:
+        """The engine dropped a request (finished or aborted)."""
+        self.ledger.forget(rid)
+
+    def plan(self, snap: QueueSnapshot) -> PassPlan:
+        plan = PassPlan()
+        admitted = self._scan(snap, plan)
+        short_admitted = any(c.extend_tokens <= self.cfg.short_request_tokens for c in admitted)
+        plan.pass_budget_tokens = self.sizer.next_budget(
+            self.cfg, short_admitted, snap.num_decoding, snap.num_short_decoding
+        )
+        sharers = [*snap.continuing, *admitted]
+        plan.grants, plan.cap_tokens = self._allocate(sharers, plan.pass_budget_tokens, snap)
+        plan.num_sharing = len(plan.grants)
+        log_plan(self.cfg, plan)
+        return plan
+
+    def _scan(self, snap: QueueSnapshot, plan: PassPlan) -> list[Candidate]:
+        """Admission: walk the queue in order, collecting requests that fit in KV and slots."""
+        cfg = self.cfg
+        scan = AdmissionScan(cfg, self.ledger)
+        free_kv = snap.free_kv_tokens
+        free_slots = snap.free_running_slots
+        # Requests beyond what the biggest pass could feed get nothing this pass anyway.
+        demand_left = cfg.chunk_budget_tokens - sum(self._want(c) for c in snap.continuing)
+        admitted: list[Candidate] = []
+        for cand in snap.waiting:
+            if free_slots <= 0 or demand_left <= 0 or not scan.may_examine_next():
+                break
+            if cand.need_tokens > free_kv:
+                goes_on = scan.on_capacity_rejection(cand.rid)
+                plan.rejections.append(
+                    Rejection(
+                        rid=cand.rid,
+                        need_tokens=cand.need_tokens,
+                        rem_total_tokens=free_kv,
+                        rem_chunk_tokens=max(0, demand_left),
+                        num_cut=len(snap.continuing),
+                        max_cut=snap.max_cut_requests,
+                        num_can_run=len(admitted),
+                        skipped=goes_on,
+                    )
+                )
+                if not goes_on:
+                    break
+                continue
+            admitted.append(cand)
+            free_kv -= cand.need_tokens
+            free_slots -= 1
+            demand_left -= self._want(cand)
+        for cand in admitted:
+            scan.on_admitted(cand.rid)
+        return admitted
+
+    def _want(self, cand: Candidate) -> int:
+        """What a request can take at most in a contended pass."""
+        return min(cand.extend_tokens, self.cfg.cap_tokens) if self.cfg.fair_share else cand.extend_tokens
+
+    def _allocate(self, sharers: list[Candidate], budget: int, snap: QueueSnapshot) -> tuple[list[Grant], int]:
+        """Split the pass budget; requests that would exceed the cut limit or get nothing sit this pass out."""
+        while True:
+            cap = per_request_cap(self.cfg, budget, len(sharers))
+            shares = self._shares([c.extend_tokens for c in sharers], budget, cap, snap.granule_tokens)
+            grants = [
+                Grant(c.rid, s, cut=s < c.extend_tokens) for c, s in zip(sharers, shares, strict=True) if s > 0
+            ]
+            extra = _first_over_cut_limit(grants, snap.max_cut_requests, snap.continuing)
+            if extra is None and len(grants) == len(sharers):
+                return grants, cap
+            # Re-share without the request that cannot run: its share goes to the others.
+            drop = extra or next(c.rid for c, s in zip(sharers, shares, strict=True) if s == 0)
+            sharers = [c for c in sharers if c.rid != drop]
+
+    def _shares(self, demands: Sequence[int], budget: int, cap: int, granule: int) -> list[int]:
+        if self.cfg.fair_share:
+            return water_fill(demands, budget, cap, granule)
+        return sequential_fill(demands, budget, granule)
+
+
+def _first_over_cut_limit(grants: list[Grant], max_cut: int, continuing: Sequence[Candidate]) -> str | None:
+    """The first newly admitted request that would be one half-prefilled request too many."""
+    kept = {c.rid for c in continuing}
+    num_cut = 0
+    for g in grants:
+        if not g.cut:
+            continue
+        num_cut += 1
+        if num_cut > max_cut and g.rid not in kept:
+            return g.rid
+    return None

@@ -1,0 +1,151 @@
+"""A discrete-step model of one serving engine: schedule -> execute -> update.
+
+The scheduler (our policy core for sglang-like rules, or vLLM's rules) decides each pass; the
+engine applies it, charges the pass on the cost model and records token times. The same class
+runs on a virtual clock (the simulator) and in real time (the Serve app's `sim` backend).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from scheduler.interleave import PassKind
+from scheduler.sim.cost_model import CostModel, chunk_ctx_pairs
+from scheduler.sim.request import Phase, SimRequest
+from scheduler.sim.step_plan import StepPlan
+
+
+class StepScheduler(Protocol):
+    max_running_requests: int
+
+    def plan_step(self, engine: SimEngine) -> StepPlan: ...
+
+    def forget(self, rid: str) -> None: ...
+
+
+@dataclass
+class StepResult:
+    start_s: float
+    duration_s: float
+    kind: PassKind
+    num_prefill_tokens: int
+    num_decode_rows: int
+    emitted: list[tuple[str, int]] = field(default_factory=list)
+    """(rid, tokens generated so far) for each request that produced a token this pass."""
+    finished: list[str] = field(default_factory=list)
+
+    @property
+    def end_s(self) -> float:
+        return self.start_s + self.duration_s
+
+
+class SimEngine:
+    def __init__(self, cost: CostModel, scheduler: StepScheduler) -> None:
+        self.cost = cost
+        self.scheduler = scheduler
+        self.waiting: list[SimRequest] = []
+        self.running: list[SimRequest] = []
+        self.kv_used_tokens = 0
+        self.num_passes = 0
+
+    @property
+    def free_kv_tokens(self) -> int:
+        return self.cost.kv_pool_tokens - self.kv_used_tokens
+
+    @property
+    def free_running_slots(self) -> int:
+        return self.scheduler.max_running_requests - len(self.running)
+
+    @property
+    def idle(self) -> bool:
+        return not self.waiting and not self.running
+
+    def add(self, req: SimRequest) -> None:
+        if req.kv_need_tokens > self.cost.kv_pool_tokens:
+            raise ValueError(
+                f"{req.rid}: needs {req.kv_need_tokens} KV tokens, the pool holds {self.cost.kv_pool_tokens}"
+            )
+        self.waiting.append(req)
+
+    def abort(self, rid: str) -> bool:
+        """Drop a request wherever it is and free its KV. False when it is unknown or done."""
+        for queue in (self.waiting, self.running):
+            for req in queue:
+                if req.rid == rid:
+                    queue.remove(req)
+                    self._release(req, Phase.ABORTED)
+                    return True
+        return False
+
+    def step(self, now_s: float) -> StepResult:
+        plan = self.scheduler.plan_step(self)
+        self._admit(plan.prefill, now_s)
+        by_rid = {r.rid: r for r in self.running}
+        prefill = [(by_rid[rid], n) for rid, n in plan.prefill.items()]
+        decode = [by_rid[rid] for rid in plan.decode]
+        duration = self.cost.pass_s(
+            prefill_tokens=sum(n for _, n in prefill),
+            prefill_ctx_pairs=sum(chunk_ctx_pairs(r.cached_tokens + r.num_prefilled, n) for r, n in prefill),
+            decode_rows=len(decode),
+            decode_ctx_tokens=sum(r.context_tokens for r in decode),
+        )
+        result = StepResult(now_s, duration, plan.kind, sum(n for _, n in prefill), len(decode))
+        self._advance(prefill, decode, result)
+        self.num_passes += 1
+        return result
+
+    def _admit(self, grants: dict[str, int], now_s: float) -> None:
+        admitted = [r for r in self.waiting if r.rid in grants]
+        for req in admitted:
+            self.waiting.remove(req)
+            self.running.append(req)
+            req.phase = Phase.PREFILLING
+            req.admitted_s = now_s
+            req.kv_held_tokens = req.kv_need_tokens
+            self.kv_used_tokens += req.kv_held_tokens
+
+    def _advance(self, prefill: Sequence[tuple[SimRequest, int]], decode: Sequence[SimRequest], result: StepResult) -> None:
+        end = result.end_s
+        stepped = set()
+        for req, n in prefill:
+            req.num_prefilled += n
+            stepped.add(req.rid)
+            if req.extend_tokens == 0:  # the last chunk samples the first token
+                req.first_token_s = end
+                self._emit(req, end, result)
+        for req in decode:
+            stepped.add(req.rid)
+            self._emit(req, end, result)
+        for req in self.running:
+            if req.phase is Phase.DECODING and req.rid not in stepped:
+                req.decode_passes_stalled += 1
+        for rid in result.finished:
+            req = by_rid_pop(self.running, rid)
+            self._release(req, Phase.FINISHED)
+            req.finish_s = end
+
+    def _emit(self, req: SimRequest, end_s: float, result: StepResult) -> None:
+        req.num_generated += 1
+        req.token_times_s.append(end_s)
+        req.phase = Phase.DECODING
+        result.emitted.append((req.rid, req.num_generated))
+        if req.num_generated >= req.output_tokens:
+            result.finished.append(req.rid)
+
+    def _release(self, req: SimRequest, phase: Phase) -> None:
+        self.kv_used_tokens -= req.kv_held_tokens
+        req.kv_held_tokens = 0
+        req.phase = phase
+        self.scheduler.forget(req.rid)
+
+    def iter_decoding(self) -> Iterator[SimRequest]:
+        return (r for r in self.running if r.phase is Phase.DECODING)
+
+
+def by_rid_pop(reqs: list[SimRequest], rid: str) -> SimRequest:
+    for i, r in enumerate(reqs):
+        if r.rid == rid:
+            return reqs.pop(i)
+    raise KeyError(rid)

@@ -1,0 +1,101 @@
+"""Per-traffic-class metrics of a simulated run."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from pydantic import BaseModel
+
+from scheduler.sim.request import SimRequest, TrafficClass
+from scheduler.sim.runner import RunResult
+
+
+class Dist(BaseModel):
+    p50: float | None
+    p99: float | None
+    max: float | None
+    mean: float | None
+
+    @classmethod
+    def of(cls, xs: Sequence[float]) -> Dist:
+        if not xs:
+            return cls(p50=None, p99=None, max=None, mean=None)
+        a = np.asarray(xs)
+        return cls(p50=float(np.percentile(a, 50)), p99=float(np.percentile(a, 99)), max=float(a.max()),
+                   mean=float(a.mean()))
+
+
+class ClassMetrics(BaseModel):
+    traffic_class: TrafficClass
+    count: int
+    ttft_s: Dist
+    itl_s: Dist
+    itl_during_long_prefill_s: Dist
+    e2e_s: Dist
+    decode_passes_stalled: int
+    long_prefill_tok_per_s: float | None
+
+
+class RunMetrics(BaseModel):
+    policy: str
+    preset: str
+    classes: dict[str, ClassMetrics]
+    decode_only_step_s: float
+    """A decode-only pass of one row at short context: the ITL a stream gets with no prefill around."""
+
+
+def long_prefill_windows(reqs: Sequence[SimRequest]) -> list[tuple[float, float]]:
+    """Intervals in which a long request was admitted and still prefilling, merged."""
+    spans = sorted(
+        (r.admitted_s, r.first_token_s)
+        for r in reqs
+        if r.traffic_class is TrafficClass.LONG and r.admitted_s is not None and r.first_token_s is not None
+    )
+    merged: list[tuple[float, float]] = []
+    for a, b in spans:
+        if merged and a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+        else:
+            merged.append((a, b))
+    return merged
+
+
+def _overlaps(a: float, b: float, windows: Sequence[tuple[float, float]]) -> bool:
+    return any(a < wb and b > wa for wa, wb in windows)
+
+
+def class_metrics(cls: TrafficClass, reqs: Sequence[SimRequest], windows: Sequence[tuple[float, float]]) -> ClassMetrics:
+    mine = [r for r in reqs if r.traffic_class is cls]
+    itls, itls_during = [], []
+    for r in mine:
+        t = r.token_times_s
+        for a, b in zip(t, t[1:], strict=False):
+            itls.append(b - a)
+            if _overlaps(a, b, windows):
+                itls_during.append(b - a)
+    throughput = None
+    if cls is TrafficClass.LONG and windows:
+        tokens = sum(r.prompt_tokens - r.cached_tokens for r in mine if r.first_token_s is not None)
+        throughput = tokens / sum(b - a for a, b in windows)
+    return ClassMetrics(
+        traffic_class=cls,
+        count=len(mine),
+        ttft_s=Dist.of([r.ttft_s for r in mine if r.ttft_s is not None]),
+        itl_s=Dist.of(itls),
+        itl_during_long_prefill_s=Dist.of(itls_during),
+        e2e_s=Dist.of([r.finish_s - r.arrival_s for r in mine if r.finish_s is not None]),
+        decode_passes_stalled=sum(r.decode_passes_stalled for r in mine),
+        long_prefill_tok_per_s=throughput,
+    )
+
+
+def measure(result: RunResult) -> RunMetrics:
+    windows = long_prefill_windows(result.requests)
+    present = {r.traffic_class for r in result.requests}
+    return RunMetrics(
+        policy=result.policy,
+        preset=result.preset.name,
+        classes={c.value: class_metrics(c, result.requests, windows) for c in TrafficClass if c in present},
+        decode_only_step_s=result.preset.cost.decode_step_s(1, 256),
+    )

@@ -1,0 +1,108 @@
+"""Calibrated engine presets: a cost model plus the engine limits the rule sets use.
+
+`seed000-12gb-27b` is fitted to seed 000's F sweep (see `calibration.py`, `python -m scheduler.sim
+calibrate`); `h100-8b` is an assumed H100-class preset, not fitted to any measurement.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from scheduler.sim.cost_model import CostModel
+
+
+class Preset(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    cost: CostModel
+    chunk_budget_tokens: int = Field(description="Prefill tokens per pass of the patched engines (seed fork: 8192).")
+    baseline_chunk_tokens: int = Field(description="Upstream sglang's chunked_prefill_size on this card.")
+    max_running_requests: int
+    vllm_budget_tokens: int = 2048
+    description: str = ""
+
+    @property
+    def quiet_pass_tokens(self) -> int:
+        """Our policy's pass size with no interactive traffic: just big enough for 98% of full speed."""
+        return min(self.chunk_budget_tokens, self.cost.tokens_for_efficiency(QUIET_PASS_EFFICIENCY))
+
+
+QUIET_PASS_EFFICIENCY = 0.98
+
+# The attention share is an assumption (the F sweep cannot separate it from the linear rate, since
+# the total attention work of a document does not depend on the chunk size): a hybrid 27B model
+# whose attention costs a tenth of its linear layers at the mean context of the 130k document.
+SEED000_ATTN_SHARE_AT_MEAN_CTX = 0.10
+SEED000_DOC_TOKENS = 130_000
+
+# Fitted by `calibration.fit_seed000()`; `tests/test_calibration.py` checks the fit reproduces these.
+SEED000_FIXED_S = 0.25609
+SEED000_PREFILL_TOK_PER_S = 1409.73
+SEED000_OVERLAP_P = 2.0689
+
+
+def _seed000_cost(fixed_s: float, rate: float, overlap_p: float) -> CostModel:
+    mean_ctx = SEED000_DOC_TOKENS / 2
+    return CostModel(
+        name="seed000-12gb-27b",
+        fixed_s=fixed_s,
+        prefill_tok_per_s=rate,
+        decode_row_s=1.0 / rate,
+        attn_s_per_token_ctx=SEED000_ATTN_SHARE_AT_MEAN_CTX / (rate * mean_ctx),
+        overlap_p=overlap_p,
+        kv_pool_tokens=262_144,
+        notes="12 GB card, 27B dense hybrid, INT2 KV (seed 000). KV pool size is an assumption consistent "
+        "with the seed's diagnostic line.",
+    )
+
+
+SEED000 = Preset(
+    name="seed000-12gb-27b",
+    cost=_seed000_cost(SEED000_FIXED_S, SEED000_PREFILL_TOK_PER_S, SEED000_OVERLAP_P),
+    chunk_budget_tokens=8192,
+    baseline_chunk_tokens=4096,
+    max_running_requests=10,
+    description="Seed 000's card, fitted to its F sweep.",
+)
+
+H100_8B = Preset(
+    name="h100-8b",
+    cost=CostModel(
+        name="h100-8b",
+        # Assumptions, not measurements: an 8B dense model in bf16 on one H100 (16 GFLOP per token,
+        # ~45% of ~790 TFLOP/s dense bf16 ⇒ ~22k tok/s), 12 ms fixed cost per pass, attention of
+        # Llama-3-8B (32 layers, 4096 wide: ~0.5 MFLOP per token pair), 50 GB of KV at 128 KiB a token.
+        fixed_s=0.012,
+        prefill_tok_per_s=22_000.0,
+        decode_row_s=1.0 / 22_000.0,
+        attn_s_per_token_ctx=1.5e-9,
+        overlap_p=1.0,
+        kv_pool_tokens=380_000,
+        notes="Assumed, not fitted.",
+    ),
+    chunk_budget_tokens=8192,
+    baseline_chunk_tokens=8192,
+    max_running_requests=32,
+    description="Generic H100-class preset for an 8B model; assumptions written in the code.",
+)
+
+SEED004 = Preset(
+    name="seed004-24gb",
+    cost=CostModel(
+        name="seed004-24gb",
+        fixed_s=0.01,
+        prefill_tok_per_s=10_000.0,
+        decode_row_s=1e-4,
+        attn_s_per_token_ctx=0.0,
+        kv_pool_tokens=10**9,
+        notes="Seed 004 counts steps only; KV is unbounded there.",
+    ),
+    chunk_budget_tokens=4096,
+    baseline_chunk_tokens=4096,
+    max_running_requests=256,
+    vllm_budget_tokens=2048,
+    description="Seed 004's 24 GB card: sglang chunk 4096, vLLM budget 2048, unbounded KV, step clock.",
+)
+
+PRESETS: dict[str, Preset] = {p.name: p for p in (SEED000, H100_8B, SEED004)}

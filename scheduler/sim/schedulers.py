@@ -1,0 +1,138 @@
+"""Step schedulers: sglang's rules driven by our policy core, and vLLM V1's rules (seed 004).
+
+The sglang-like scheduler holds no policy of its own: every admission and chunk decision is
+`PassPlanner.plan`, the code the sglang plugin runs. Upstream sglang, the seed's fork and our
+policy differ only in their `PolicyConfig` and in how many half-prefilled requests the engine
+allows (see `rules`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from scheduler.config import PolicyConfig
+from scheduler.interleave import PassKind, next_pass_kind
+from scheduler.planner import PassPlanner
+from scheduler.sim.request import Phase, SimRequest
+from scheduler.sim.step_plan import StepPlan
+from scheduler.snapshot import Candidate, QueueSnapshot
+
+if TYPE_CHECKING:
+    from scheduler.sim.engine import SimEngine
+
+
+class CandidateView(Sequence[Candidate]):
+    """Waiting requests as policy candidates, converted only when the policy looks at them."""
+
+    def __init__(self, reqs: Sequence[SimRequest]) -> None:
+        self._reqs = reqs
+
+    def __len__(self) -> int:
+        return len(self._reqs)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [to_candidate(r) for r in self._reqs[i]]
+        return to_candidate(self._reqs[i])
+
+
+def to_candidate(req: SimRequest) -> Candidate:
+    return Candidate(req.rid, req.extend_tokens, req.kv_need_tokens)
+
+
+class PolicyScheduler:
+    """sglang's scheduling loop with its decisions taken by the policy core."""
+
+    def __init__(self, cfg: PolicyConfig, max_cut_requests: int = 1) -> None:
+        self.planner = PassPlanner(cfg)
+        self.max_cut_requests = max_cut_requests
+        self._decode_passes_owed = 0
+
+    @property
+    def cfg(self) -> PolicyConfig:
+        return self.planner.cfg
+
+    @property
+    def max_running_requests(self) -> int:
+        return self.cfg.max_running_requests
+
+    def reconfigure(self, cfg: PolicyConfig) -> None:
+        self.planner.reconfigure(cfg)
+
+    def forget(self, rid: str) -> None:
+        self.planner.forget(rid)
+
+    def plan_step(self, engine: SimEngine) -> StepPlan:
+        decoding_reqs = list(engine.iter_decoding())
+        decoding = [r.rid for r in decoding_reqs]
+        if decoding and self._decode_passes_owed > 0:
+            self._decode_passes_owed -= 1
+            return StepPlan(PassKind.DECODE, decode=decoding)
+        snap = QueueSnapshot(
+            waiting=CandidateView(engine.waiting),
+            free_kv_tokens=engine.free_kv_tokens,
+            free_running_slots=engine.free_running_slots,
+            continuing=[to_candidate(r) for r in engine.running if r.phase is Phase.PREFILLING],
+            num_decoding=len(decoding),
+            num_short_decoding=sum(r.prompt_tokens - r.cached_tokens <= self.cfg.short_request_tokens for r in decoding_reqs),
+            max_cut_requests=self.max_cut_requests,
+        )
+        plan = self.planner.plan(snap)
+        kind = next_pass_kind(self.cfg, bool(plan.grants), len(decoding), 0)
+        if kind in (PassKind.PREFILL, PassKind.MIXED):
+            self._decode_passes_owed = self.cfg.decode_steps_per_prefill
+        rows = decoding if kind in (PassKind.MIXED, PassKind.DECODE) else []
+        return StepPlan(kind, prefill={g.rid: g.tokens for g in plan.grants}, decode=rows)
+
+
+class VllmScheduler:
+    """vLLM V1's `schedule()` as seed 004 reads it: running requests first (a decode takes one token,
+    a prefill the rest of the budget), then waiting ones, all from one token budget per step."""
+
+    def __init__(
+        self,
+        budget_tokens: int = 2048,
+        long_prefill_token_threshold: int = 0,
+        chunked: bool = True,
+        max_running_requests: int = 256,
+    ) -> None:
+        self.budget_tokens = budget_tokens
+        self.long_prefill_token_threshold = long_prefill_token_threshold
+        self.chunked = chunked
+        self.max_running_requests = max_running_requests
+
+    def forget(self, rid: str) -> None:
+        pass
+
+    def _cap(self, need: int) -> int:
+        t = self.long_prefill_token_threshold
+        return t if 0 < t < need else need
+
+    def plan_step(self, engine: SimEngine) -> StepPlan:
+        budget = self.budget_tokens
+        prefill: dict[str, int] = {}
+        decode: list[str] = []
+        for req in engine.running:
+            if budget <= 0:
+                break
+            if req.phase is Phase.DECODING:
+                decode.append(req.rid)
+                budget -= 1
+            else:
+                n = min(self._cap(req.extend_tokens), budget)
+                prefill[req.rid] = n
+                budget -= n
+        free_kv, free_slots = engine.free_kv_tokens, engine.free_running_slots
+        for req in engine.waiting:
+            need = self._cap(req.extend_tokens)
+            if budget <= 0 or free_slots <= 0 or req.kv_need_tokens > free_kv:
+                break
+            if not self.chunked and need > budget:
+                break  # chunking off: the scan stops at the first request that does not fit
+            prefill[req.rid] = min(need, budget)
+            budget -= prefill[req.rid]
+            free_kv -= req.kv_need_tokens
+            free_slots -= 1
+        kind = PassKind.MIXED if prefill and decode else PassKind.PREFILL if prefill else PassKind.DECODE
+        return StepPlan(kind if prefill or decode else PassKind.IDLE, prefill=prefill, decode=decode)

@@ -1,0 +1,199 @@
+"""Workloads: named scenarios and a file format (YAML or JSON) for request groups.
+
+File format::
+
+    name: my-mix
+    duration_s: 120          # optional: no arrivals after this
+    groups:
+      - name: docs
+        traffic_class: long  # long | short (metrics are reported per class)
+        count: 4
+        prompt_tokens: 100000          # or {dist: uniform, low: 20000, high: 120000}
+        output_tokens: 256
+        arrival_s: 0.0                 # first arrival; then every interval_s, or Poisson at rate_per_s
+        interval_s: 10.0
+        session: agent                 # optional session id ("{i}" is replaced by the index)
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from scheduler.sim.request import SimRequest, TrafficClass
+
+
+class Dist(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    dist: Literal["uniform", "lognormal"] = "uniform"
+    low: int = Field(1, ge=1)
+    high: int = Field(1, ge=1)
+    median: int | None = Field(None, ge=1, description="lognormal median")
+    sigma: float = Field(0.5, gt=0)
+
+    def sample(self, rng: random.Random) -> int:
+        if self.dist == "uniform":
+            return rng.randint(self.low, self.high)
+        return max(self.low, min(self.high, round(rng.lognormvariate(0, self.sigma) * (self.median or self.low))))
+
+
+class Group(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    traffic_class: TrafficClass = TrafficClass.SHORT
+    count: int = Field(ge=1)
+    prompt_tokens: int | Dist
+    output_tokens: int | Dist = 64
+    arrival_s: float = Field(0.0, ge=0)
+    interval_s: float | None = Field(None, ge=0)
+    rate_per_s: float | None = Field(None, gt=0)
+    session: str | None = None
+
+    @model_validator(mode="after")
+    def _one_arrival_rule(self) -> Group:
+        if self.interval_s is not None and self.rate_per_s is not None:
+            raise ValueError(f"group {self.name}: give interval_s or rate_per_s, not both")
+        return self
+
+
+class Workload(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    groups: list[Group] = Field(min_length=1)
+    duration_s: float | None = Field(None, gt=0)
+    seed: int = 0
+
+    def requests(self) -> list[SimRequest]:
+        rng = random.Random(self.seed)
+        out: list[SimRequest] = []
+        for g in self.groups:
+            t = g.arrival_s
+            for i in range(g.count):
+                if self.duration_s is not None and t > self.duration_s:
+                    break
+                out.append(
+                    SimRequest(
+                        rid=f"{g.name}-{i}",
+                        prompt_tokens=_draw(g.prompt_tokens, rng),
+                        output_tokens=_draw(g.output_tokens, rng),
+                        arrival_s=t,
+                        traffic_class=g.traffic_class,
+                        session=g.session.replace("{i}", str(i)) if g.session else None,
+                    )
+                )
+                if g.rate_per_s:
+                    t += rng.expovariate(g.rate_per_s)
+                else:
+                    t += g.interval_s or 0.0
+        out.sort(key=lambda r: r.arrival_s)
+        return out
+
+
+def _draw(v: int | Dist, rng: random.Random) -> int:
+    return v if isinstance(v, int) else v.sample(rng)
+
+
+def load_workload(path: Path) -> Workload:
+    text = path.read_text()
+    data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    return Workload.model_validate(data)
+
+
+DOC_OUTPUT_TOKENS = 256
+QUESTION_TOKENS = 30
+
+
+def seed000_single(question_at_s: float = 40.0) -> Workload:
+    """Seed 000: a cold 130k-token document; a 30-token question arrives during its prefill."""
+    return Workload(
+        name="seed000-single",
+        groups=[
+            Group(name="doc", traffic_class=TrafficClass.LONG, count=1, prompt_tokens=130_000,
+                  output_tokens=DOC_OUTPUT_TOKENS),
+            Group(name="question", count=1, prompt_tokens=QUESTION_TOKENS, output_tokens=64, arrival_s=question_at_s),
+        ],
+    )
+
+
+def seed000_4sessions() -> Workload:
+    """Seed 000 with four sessions, consistent with its diagnostic line
+    ``need=70945 rem_total=68534``: on a 262,144-token KV pool two documents (100,000 and 93,098
+    prompt tokens, 256 output tokens reserved each) leave 68,534 free, so the third (70,689 + 256 =
+    70,945) is rejected for capacity; the fourth session asks short questions meanwhile."""
+    return Workload(
+        name="seed000-4sessions",
+        groups=[
+            Group(name="doc-a", traffic_class=TrafficClass.LONG, count=1, prompt_tokens=100_000,
+                  output_tokens=DOC_OUTPUT_TOKENS, session="a"),
+            Group(name="doc-b", traffic_class=TrafficClass.LONG, count=1, prompt_tokens=93_098,
+                  output_tokens=DOC_OUTPUT_TOKENS, session="b"),
+            Group(name="doc-c", traffic_class=TrafficClass.LONG, count=1, prompt_tokens=70_689,
+                  output_tokens=DOC_OUTPUT_TOKENS, arrival_s=2.0, session="c"),
+            Group(name="question", count=12, prompt_tokens=QUESTION_TOKENS, output_tokens=64, arrival_s=10.0,
+                  interval_s=7.3, session="d"),
+        ],
+    )
+
+
+def seed000_4parallel() -> Workload:
+    """Four 30,000-token documents at once, no short traffic: long prefill throughput in company."""
+    return Workload(
+        name="seed000-4parallel",
+        groups=[Group(name="doc", traffic_class=TrafficClass.LONG, count=4, prompt_tokens=30_000,
+                      output_tokens=DOC_OUTPUT_TOKENS, session="s{i}")],
+    )
+
+
+def seed000_lone() -> Workload:
+    """One 130k-token document and nothing else: lone prefill throughput."""
+    return Workload(
+        name="seed000-lone",
+        groups=[Group(name="doc", traffic_class=TrafficClass.LONG, count=1, prompt_tokens=130_000,
+                      output_tokens=DOC_OUTPUT_TOKENS)],
+    )
+
+
+def seed004() -> Workload:
+    """Seed 004's step simulation; arrival times are step indices (the runner's step clock)."""
+    return Workload(
+        name="seed004",
+        groups=[
+            Group(name="short", count=8, prompt_tokens=200, output_tokens=64),
+            Group(name="long", traffic_class=TrafficClass.LONG, count=1, prompt_tokens=10_000, output_tokens=8,
+                  arrival_s=10),
+            Group(name="late", count=2, prompt_tokens=200, output_tokens=16, arrival_s=12),
+        ],
+    )
+
+
+def mixed_poisson(chat_rate_per_s: float = 1.0, doc_rate_per_s: float = 0.02, duration_s: float = 300.0,
+                  seed: int = 0) -> Workload:
+    """Chat questions and documents arriving at random."""
+    return Workload(
+        name="mixed-poisson",
+        duration_s=duration_s,
+        seed=seed,
+        groups=[
+            Group(name="chat", count=10_000, prompt_tokens=Dist(dist="lognormal", low=16, high=2048, median=200),
+                  output_tokens=Dist(dist="uniform", low=32, high=256), rate_per_s=chat_rate_per_s),
+            Group(name="doc", traffic_class=TrafficClass.LONG, count=10_000,
+                  prompt_tokens=Dist(dist="uniform", low=20_000, high=120_000), output_tokens=DOC_OUTPUT_TOKENS,
+                  rate_per_s=doc_rate_per_s),
+        ],
+    )
+
+
+SCENARIOS: dict[str, Callable[[], Workload]] = {
+    "seed000-single": seed000_single,
+    "seed000-4sessions": seed000_4sessions,
+    "seed000-4parallel": seed000_4parallel,
+    "seed000-lone": seed000_lone,
+    "seed004": seed004,
+    "mixed-poisson": mixed_poisson,
+}

@@ -1,0 +1,81 @@
+"""What the policy sees of an engine at the start of a pass, and what it decides.
+
+Engines (the simulator, the sglang plugin) translate their own request objects into these plain
+records, so the policy never imports an engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A request that wants prefill work this pass."""
+
+    rid: str
+    extend_tokens: int
+    """Prompt tokens still to prefill (after prefix-cache hits)."""
+    need_tokens: int
+    """KV tokens admission must find free: the engine's own estimate (sglang: whole prompt + reserved output)."""
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSnapshot:
+    """Engine state at the start of one pass."""
+
+    waiting: Sequence[Candidate]
+    """Waiting requests in queue order."""
+    free_kv_tokens: int
+    free_running_slots: int
+    continuing: Sequence[Candidate] = ()
+    """Requests already half-prefilled (sglang: at most one, its ``chunked_req``); they hold their KV."""
+    num_decoding: int = 0
+    """Streams decoding now; they ride along in the pass when mixed decode is on."""
+    num_short_decoding: int = 0
+    """Of those, streams of short requests (interactive chats whose inter-token latency matters)."""
+    max_cut_requests: int = 1
+    """How many requests may be half-prefilled after this pass (sglang: one; the seed's fork: eight)."""
+    granule_tokens: int = 1
+    """Chunk sizes are multiples of this (page size, shard granule)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    rid: str
+    tokens: int
+    cut: bool
+    """True when the request is not fully prefilled after this pass."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """One capacity rejection, with the figures of the seed's diagnostic line."""
+
+    rid: str
+    need_tokens: int
+    rem_total_tokens: int
+    rem_chunk_tokens: int
+    num_cut: int
+    max_cut: int
+    num_can_run: int
+    skipped: bool
+    """True when the scan went on past this request (skip-ahead)."""
+
+
+@dataclass(slots=True)
+class PassPlan:
+    grants: list[Grant] = field(default_factory=list)
+    rejections: list[Rejection] = field(default_factory=list)
+    pass_budget_tokens: int = 0
+    cap_tokens: int = 0
+    num_sharing: int = 0
+
+    @property
+    def num_prefill_tokens(self) -> int:
+        return sum(g.tokens for g in self.grants)
+
+    @property
+    def admitted_rids(self) -> list[str]:
+        return [g.rid for g in self.grants]
