@@ -3,7 +3,10 @@
 Upstream sglang stops the scan at the first capacity rejection, so a 30-token question queued
 behind a 70k-token document is never examined even with 68k tokens free (seed 000: 109.7 s).
 Skipping ahead fixes that but gives up strict FCFS, so it is switchable, bounded, and guarded
-against starving the big request.
+against starving the big request: once it has been skipped in `max_skipped_passes` passes it holds
+a reservation, and no later *long* request may overtake it. Short requests still may: their KV
+footprint is bounded (at most `max_running_requests` of `short_request_tokens` each) and brief, so
+they cannot keep the memory it waits for from freeing.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ class AdmissionScan:
         self._cfg = cfg
         self._ledger = ledger
         self._rejected = False
+        self._reserved_ahead = False
         self._num_examined_after_rejection = 0
         self.num_skipped = 0
 
@@ -60,13 +64,16 @@ class AdmissionScan:
         if not self._cfg.skip_ahead:
             return False  # strict FCFS: upstream sglang breaks here
         if self._ledger.is_reserved(rid, self._cfg):
-            # Skipped for too long: it holds the head of the line until memory frees for it,
-            # so later arrivals cannot keep taking the memory it waits for.
-            return False
-        self._ledger.record_skip(rid)
+            self._reserved_ahead = True
+        else:
+            self._ledger.record_skip(rid)
         self._rejected = True
         self.num_skipped += 1
         return True
+
+    def may_overtake(self, extend_tokens: int) -> bool:
+        """May a request that fits be admitted past the requests rejected before it?"""
+        return not self._reserved_ahead or extend_tokens <= self._cfg.short_request_tokens
 
     def on_admitted(self, rid: str) -> None:
         self._ledger.forget(rid)

@@ -32,8 +32,8 @@ class PolicyConfig(BaseSettings):
     max_skipped_passes: int = Field(
         256,
         ge=1,
-        description="A request skipped for capacity in this many passes reserves the head of the line: "
-        "nothing behind it is admitted for capacity until it is (anti-starvation).",
+        description="A request skipped for capacity in this many passes holds a reservation: no later long "
+        "request may overtake it, only short ones (anti-starvation; the seed's fork had none).",
     )
     fair_share: bool = Field(
         True, description="Cap each request's chunk at min(F, pass budget / requests sharing the pass)."
@@ -58,6 +58,12 @@ class PolicyConfig(BaseSettings):
     )
     interactive_pass_tokens: int = Field(
         512, ge=1, description="Pass budget while short requests are active: bounds their wait and their ITL."
+    )
+    short_pass_extra_tokens: int = Field(
+        64,
+        ge=0,
+        description="In a pass that admits short requests, long requests share at most this many tokens beside "
+        "them: a newly arrived short request runs in a pass nearly of its own.",
     )
     activity_window_passes: int = Field(
         32, ge=0, description="Passes after the last short admission during which activity counts as recent."

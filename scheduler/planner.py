@@ -34,9 +34,9 @@ class PassPlanner:
     def plan(self, snap: QueueSnapshot) -> PassPlan:
         plan = PassPlan()
         admitted = self._scan(snap, plan)
-        short_admitted = any(c.extend_tokens <= self.cfg.short_request_tokens for c in admitted)
+        short_tokens = sum(c.extend_tokens for c in admitted if c.extend_tokens <= self.cfg.short_request_tokens)
         plan.pass_budget_tokens = self.sizer.next_budget(
-            self.cfg, short_admitted, snap.num_decoding, snap.num_short_decoding
+            self.cfg, short_tokens, snap.num_decoding, snap.num_short_decoding
         )
         sharers = [*snap.continuing, *admitted]
         plan.grants, plan.cap_tokens = self._allocate(sharers, plan.pass_budget_tokens, snap)
@@ -73,6 +73,8 @@ class PassPlanner:
                 if not goes_on:
                     break
                 continue
+            if not scan.may_overtake(cand.extend_tokens):
+                continue  # a long request may not pass one that holds a reservation
             admitted.append(cand)
             free_kv -= cand.need_tokens
             free_slots -= 1
@@ -90,9 +92,7 @@ class PassPlanner:
         while True:
             cap = per_request_cap(self.cfg, budget, len(sharers))
             shares = self._shares([c.extend_tokens for c in sharers], budget, cap, snap.granule_tokens)
-            grants = [
-                Grant(c.rid, s, cut=s < c.extend_tokens) for c, s in zip(sharers, shares, strict=True) if s > 0
-            ]
+            grants = [Grant(c.rid, s, cut=s < c.extend_tokens) for c, s in zip(sharers, shares, strict=True) if s > 0]
             extra = _first_over_cut_limit(grants, snap.max_cut_requests, snap.continuing)
             if extra is None and len(grants) == len(sharers):
                 return grants, cap

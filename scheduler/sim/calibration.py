@@ -47,7 +47,7 @@ def lone_throughput(preset: Preset, cap: int) -> float:
     from scheduler.sim.metrics import long_prefill_windows
 
     result = run(seed000_lone().requests(), preset, make_scheduler(f"seed000:per_request_cap_tokens={cap}", preset))
-    (start, end), = long_prefill_windows(result.requests)
+    ((start, end),) = long_prefill_windows(result.requests)
     return result.requests[0].prompt_tokens / (end - start)
 
 
@@ -65,5 +65,4 @@ def fit_seed000() -> Fit:
     x0 = np.array([presets.SEED000_FIXED_S, presets.SEED000_PREFILL_TOK_PER_S, presets.SEED000_OVERLAP_P])
     best = minimize(loss, x0, method="Nelder-Mead", options={"xatol": 1e-4, "fatol": 1e-9, "maxiter": 400})
     fixed_s, rate, p = (float(v) for v in best.x)
-    return Fit(fixed_s=fixed_s, prefill_tok_per_s=rate, overlap_p=p,
-               residuals=residuals(preset_with(fixed_s, rate, p)))
+    return Fit(fixed_s=fixed_s, prefill_tok_per_s=rate, overlap_p=p, residuals=residuals(preset_with(fixed_s, rate, p)))

@@ -106,7 +106,9 @@ class SimEngine:
             req.kv_held_tokens = req.kv_need_tokens
             self.kv_used_tokens += req.kv_held_tokens
 
-    def _advance(self, prefill: Sequence[tuple[SimRequest, int]], decode: Sequence[SimRequest], result: StepResult) -> None:
+    def _advance(
+        self, prefill: Sequence[tuple[SimRequest, int]], decode: Sequence[SimRequest], result: StepResult
+    ) -> None:
         end = result.end_s
         stepped = set()
         for req, n in prefill:

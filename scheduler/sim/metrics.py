@@ -22,8 +22,9 @@ class Dist(BaseModel):
         if not xs:
             return cls(p50=None, p99=None, max=None, mean=None)
         a = np.asarray(xs)
-        return cls(p50=float(np.percentile(a, 50)), p99=float(np.percentile(a, 99)), max=float(a.max()),
-                   mean=float(a.mean()))
+        return cls(
+            p50=float(np.percentile(a, 50)), p99=float(np.percentile(a, 99)), max=float(a.max()), mean=float(a.mean())
+        )
 
 
 class ClassMetrics(BaseModel):
@@ -65,7 +66,9 @@ def _overlaps(a: float, b: float, windows: Sequence[tuple[float, float]]) -> boo
     return any(a < wb and b > wa for wa, wb in windows)
 
 
-def class_metrics(cls: TrafficClass, reqs: Sequence[SimRequest], windows: Sequence[tuple[float, float]]) -> ClassMetrics:
+def class_metrics(
+    cls: TrafficClass, reqs: Sequence[SimRequest], windows: Sequence[tuple[float, float]]
+) -> ClassMetrics:
     mine = [r for r in reqs if r.traffic_class is cls]
     itls, itls_during = [], []
     for r in mine:

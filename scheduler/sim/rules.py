@@ -17,11 +17,13 @@ from scheduler.sim.presets import Preset
 from scheduler.sim.schedulers import PolicyScheduler, VllmScheduler
 
 NO_STARVATION_GUARD = 10**9
+SEED000_BEFORE_CAP_TOKENS = 4096
 
 
 class RuleSet(str, Enum):
     BASELINE = "baseline"  # sglang 0.5.23 upstream
     SEED000 = "seed000"  # the seed article's fork
+    SEED000_BEFORE = "seed000-before"  # that fork before its fixes: F fixed at 4096, no skip-ahead
     VLLM = "vllm"  # vLLM V1 as seed 004 reads it
     FAIRSHARE = "fairshare"  # our policy core, best settings
 
@@ -30,16 +32,28 @@ def policy_for(rules: RuleSet, preset: Preset, **overrides: Any) -> tuple[Policy
     """The policy config and the half-prefilled-request limit of a sglang-like rule set."""
     if rules is RuleSet.BASELINE:
         base: dict[str, Any] = dict(
-            skip_ahead=False, fair_share=False, adaptive_pass=False, mixed_decode=False,
-            chunk_budget_tokens=preset.baseline_chunk_tokens, max_skipped_passes=NO_STARVATION_GUARD,
+            skip_ahead=False,
+            fair_share=False,
+            adaptive_pass=False,
+            mixed_decode=False,
+            chunk_budget_tokens=preset.baseline_chunk_tokens,
+            max_skipped_passes=NO_STARVATION_GUARD,
         )
         max_cut = 1
-    elif rules is RuleSet.SEED000:
+    elif rules in (RuleSet.SEED000, RuleSet.SEED000_BEFORE):
         base = dict(
-            skip_ahead=True, lookahead=16, max_skipped_passes=NO_STARVATION_GUARD, fair_share=True,
-            full_budget_when_alone=False, adaptive_pass=False, mixed_decode=False,
+            skip_ahead=rules is RuleSet.SEED000,
+            lookahead=16,
+            max_skipped_passes=NO_STARVATION_GUARD,
+            fair_share=True,
+            full_budget_when_alone=False,
+            adaptive_pass=False,
+            mixed_decode=False,
             chunk_budget_tokens=preset.chunk_budget_tokens,
         )
+        if rules is RuleSet.SEED000_BEFORE:
+            # The fork's log before the fix shows passes of "4096 + 30": a 4096 cap per request.
+            base["per_request_cap_tokens"] = SEED000_BEFORE_CAP_TOKENS
         max_cut = 8
     elif rules is RuleSet.FAIRSHARE:
         base = dict(chunk_budget_tokens=preset.chunk_budget_tokens, quiet_pass_tokens=preset.quiet_pass_tokens)
@@ -47,8 +61,9 @@ def policy_for(rules: RuleSet, preset: Preset, **overrides: Any) -> tuple[Policy
     else:
         raise ValueError(f"{rules.value} is not a sglang-like rule set")
     base["max_running_requests"] = preset.max_running_requests
-    base["interactive_pass_tokens"] = min(PolicyConfig.model_fields["interactive_pass_tokens"].default,
-                                          base["chunk_budget_tokens"])
+    base["interactive_pass_tokens"] = min(
+        PolicyConfig.model_fields["interactive_pass_tokens"].default, base["chunk_budget_tokens"]
+    )
     max_cut = int(overrides.pop("max_cut_requests", max_cut))
     return PolicyConfig(**{**base, **overrides}), max_cut
 
@@ -56,8 +71,9 @@ def policy_for(rules: RuleSet, preset: Preset, **overrides: Any) -> tuple[Policy
 def make_scheduler(spec: str, preset: Preset) -> StepScheduler:
     name, overrides = parse_spec(spec)
     if name is RuleSet.VLLM:
-        args: dict[str, Any] = dict(budget_tokens=preset.vllm_budget_tokens,
-                                    max_running_requests=preset.max_running_requests * 8)
+        args: dict[str, Any] = dict(
+            budget_tokens=preset.vllm_budget_tokens, max_running_requests=preset.max_running_requests * 8
+        )
         return VllmScheduler(**{**args, **overrides})
     cfg, max_cut = policy_for(name, preset, **overrides)
     return PolicyScheduler(cfg, max_cut_requests=max_cut)

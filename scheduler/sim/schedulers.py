@@ -75,7 +75,9 @@ class PolicyScheduler:
             free_running_slots=engine.free_running_slots,
             continuing=[to_candidate(r) for r in engine.running if r.phase is Phase.PREFILLING],
             num_decoding=len(decoding),
-            num_short_decoding=sum(r.prompt_tokens - r.cached_tokens <= self.cfg.short_request_tokens for r in decoding_reqs),
+            num_short_decoding=sum(
+                r.prompt_tokens - r.cached_tokens <= self.cfg.short_request_tokens for r in decoding_reqs
+            ),
             max_cut_requests=self.max_cut_requests,
         )
         plan = self.planner.plan(snap)

@@ -114,8 +114,13 @@ def seed000_single(question_at_s: float = 40.0) -> Workload:
     return Workload(
         name="seed000-single",
         groups=[
-            Group(name="doc", traffic_class=TrafficClass.LONG, count=1, prompt_tokens=130_000,
-                  output_tokens=DOC_OUTPUT_TOKENS),
+            Group(
+                name="doc",
+                traffic_class=TrafficClass.LONG,
+                count=1,
+                prompt_tokens=130_000,
+                output_tokens=DOC_OUTPUT_TOKENS,
+            ),
             Group(name="question", count=1, prompt_tokens=QUESTION_TOKENS, output_tokens=64, arrival_s=question_at_s),
         ],
     )
@@ -129,24 +134,59 @@ def seed000_4sessions() -> Workload:
     return Workload(
         name="seed000-4sessions",
         groups=[
-            Group(name="doc-a", traffic_class=TrafficClass.LONG, count=1, prompt_tokens=100_000,
-                  output_tokens=DOC_OUTPUT_TOKENS, session="a"),
-            Group(name="doc-b", traffic_class=TrafficClass.LONG, count=1, prompt_tokens=93_098,
-                  output_tokens=DOC_OUTPUT_TOKENS, session="b"),
-            Group(name="doc-c", traffic_class=TrafficClass.LONG, count=1, prompt_tokens=70_689,
-                  output_tokens=DOC_OUTPUT_TOKENS, arrival_s=2.0, session="c"),
-            Group(name="question", count=12, prompt_tokens=QUESTION_TOKENS, output_tokens=64, arrival_s=10.0,
-                  interval_s=7.3, session="d"),
+            Group(
+                name="doc-a",
+                traffic_class=TrafficClass.LONG,
+                count=1,
+                prompt_tokens=100_000,
+                output_tokens=DOC_OUTPUT_TOKENS,
+                session="a",
+            ),
+            Group(
+                name="doc-b",
+                traffic_class=TrafficClass.LONG,
+                count=1,
+                prompt_tokens=93_098,
+                output_tokens=DOC_OUTPUT_TOKENS,
+                session="b",
+            ),
+            Group(
+                name="doc-c",
+                traffic_class=TrafficClass.LONG,
+                count=1,
+                prompt_tokens=70_689,
+                output_tokens=DOC_OUTPUT_TOKENS,
+                arrival_s=1.0,
+                session="c",
+            ),
+            Group(
+                name="question",
+                count=12,
+                prompt_tokens=QUESTION_TOKENS,
+                output_tokens=64,
+                arrival_s=100.0,
+                interval_s=7.3,
+                session="d",
+            ),
         ],
     )
 
 
 def seed000_4parallel() -> Workload:
-    """Four 30,000-token documents at once, no short traffic: long prefill throughput in company."""
+    """Four 60,000-token documents at once (as many as the KV pool holds), no short traffic:
+    long prefill throughput in company."""
     return Workload(
         name="seed000-4parallel",
-        groups=[Group(name="doc", traffic_class=TrafficClass.LONG, count=4, prompt_tokens=30_000,
-                      output_tokens=DOC_OUTPUT_TOKENS, session="s{i}")],
+        groups=[
+            Group(
+                name="doc",
+                traffic_class=TrafficClass.LONG,
+                count=4,
+                prompt_tokens=60_000,
+                output_tokens=DOC_OUTPUT_TOKENS,
+                session="s{i}",
+            )
+        ],
     )
 
 
@@ -154,8 +194,15 @@ def seed000_lone() -> Workload:
     """One 130k-token document and nothing else: lone prefill throughput."""
     return Workload(
         name="seed000-lone",
-        groups=[Group(name="doc", traffic_class=TrafficClass.LONG, count=1, prompt_tokens=130_000,
-                      output_tokens=DOC_OUTPUT_TOKENS)],
+        groups=[
+            Group(
+                name="doc",
+                traffic_class=TrafficClass.LONG,
+                count=1,
+                prompt_tokens=130_000,
+                output_tokens=DOC_OUTPUT_TOKENS,
+            )
+        ],
     )
 
 
@@ -165,26 +212,43 @@ def seed004() -> Workload:
         name="seed004",
         groups=[
             Group(name="short", count=8, prompt_tokens=200, output_tokens=64),
-            Group(name="long", traffic_class=TrafficClass.LONG, count=1, prompt_tokens=10_000, output_tokens=8,
-                  arrival_s=10),
+            Group(
+                name="long",
+                traffic_class=TrafficClass.LONG,
+                count=1,
+                prompt_tokens=10_000,
+                output_tokens=8,
+                arrival_s=10,
+            ),
             Group(name="late", count=2, prompt_tokens=200, output_tokens=16, arrival_s=12),
         ],
     )
 
 
-def mixed_poisson(chat_rate_per_s: float = 1.0, doc_rate_per_s: float = 0.02, duration_s: float = 300.0,
-                  seed: int = 0) -> Workload:
+def mixed_poisson(
+    chat_rate_per_s: float = 1.0, doc_rate_per_s: float = 0.02, duration_s: float = 300.0, seed: int = 0
+) -> Workload:
     """Chat questions and documents arriving at random."""
     return Workload(
         name="mixed-poisson",
         duration_s=duration_s,
         seed=seed,
         groups=[
-            Group(name="chat", count=10_000, prompt_tokens=Dist(dist="lognormal", low=16, high=2048, median=200),
-                  output_tokens=Dist(dist="uniform", low=32, high=256), rate_per_s=chat_rate_per_s),
-            Group(name="doc", traffic_class=TrafficClass.LONG, count=10_000,
-                  prompt_tokens=Dist(dist="uniform", low=20_000, high=120_000), output_tokens=DOC_OUTPUT_TOKENS,
-                  rate_per_s=doc_rate_per_s),
+            Group(
+                name="chat",
+                count=10_000,
+                prompt_tokens=Dist(dist="lognormal", low=16, high=2048, median=200),
+                output_tokens=Dist(dist="uniform", low=32, high=256),
+                rate_per_s=chat_rate_per_s,
+            ),
+            Group(
+                name="doc",
+                traffic_class=TrafficClass.LONG,
+                count=10_000,
+                prompt_tokens=Dist(dist="uniform", low=20_000, high=120_000),
+                output_tokens=DOC_OUTPUT_TOKENS,
+                rate_per_s=doc_rate_per_s,
+            ),
         ],
     )
 

@@ -1,0 +1,155 @@
+"""`python -m scheduler.sim` (also `fairshare-sim`): reproduce the seed tables, compare policies,
+sweep the pass-size frontier, refit the calibrated preset."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from pydantic import ValidationError
+from rich.console import Console
+from rich.table import Table
+
+from scheduler.sim.presets import PRESETS, SEED000
+from scheduler.sim.workload import SCENARIOS, load_workload
+
+console = Console()
+
+
+def _fmt(v: float | str | None, digits: int = 3) -> str:
+    if v is None:
+        return "—"
+    return v if isinstance(v, str) else f"{v:.{digits}g}" if abs(v) < 1000 else f"{v:.0f}"
+
+
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    from scheduler.sim.reproduce import reproduce
+
+    rows = reproduce()
+    if args.json:
+        print(json.dumps({"rows": [{**r.model_dump(exclude={"kind"}), "ok": r.ok} for r in rows]}, indent=2))
+        return 0
+    table = Table(title="Seed figures vs simulator (throughput ±5%, TTFT ±25%, steps exact; — = not stated)")
+    for col in ("case", "metric", "seed", "sim", "ok"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r.case, r.metric, _fmt(r.seed), _fmt(r.sim), {True: "yes", False: "NO", None: ""}[r.ok])
+    console.print(table)
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from scheduler.sim.compare import compare, plot
+
+    workload = load_workload(args.workload) if args.workload else SCENARIOS[args.scenario]()
+    comparison, results = compare(workload, args.policy, PRESETS[args.preset])
+    if args.plot:
+        plot(results, args.plot)
+    if args.json:
+        print(comparison.model_dump_json(indent=2))
+        return 0
+    for cls, metrics in comparison.classes.items():
+        table = Table(title=f"{workload.name} on {comparison.preset}: {cls} requests (ratio to {args.policy[0]})")
+        table.add_column("metric")
+        for spec in args.policy:
+            table.add_column(spec, justify="right")
+        for label, cells in metrics.items():
+            table.add_row(label, *(_cell(cells[s]) for s in args.policy))
+        console.print(table)
+    console.print(f"decode-only step: {comparison.decode_only_step_s:.3f} s")
+    return 0
+
+
+def _cell(c) -> str:
+    if c.value is None:
+        return "—"
+    return _fmt(c.value) + ("" if c.ratio is None else f" ({c.ratio:.2f}×)")
+
+
+def cmd_frontier(args: argparse.Namespace) -> int:
+    from scheduler.sim.frontier import plot, sweep
+
+    frontier = sweep(PRESETS[args.preset])
+    if args.plot:
+        plot(frontier, args.plot)
+    if args.json:
+        print(frontier.model_dump_json(indent=2))
+        return 0
+    table = Table(title=f"Pass-size frontier on {frontier.preset} (unchunked {frontier.unchunked_tok_per_s:.0f} tok/s)")
+    for col in ("policy", "knob", "lone speed", "speed with question", "question TTFT s", "dominated by fairshare"):
+        table.add_column(col)
+    for p in frontier.points:
+        table.add_row(
+            p.policy,
+            str(p.knob),
+            f"{100 * p.lone_fraction:.1f}%",
+            f"{100 * p.single_fraction:.1f}%",
+            f"{p.short_ttft_s:.3f}",
+            "yes" if frontier.dominated(p, "fairshare") else "no",
+        )
+    console.print(table)
+    return 0
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from scheduler.sim.calibration import fit_seed000
+
+    fit = fit_seed000()
+    print(fit.model_dump_json(indent=2))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fairshare-sim", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    rep = sub.add_parser("reproduce", help="each seed figure next to the simulator's")
+    rep.add_argument("--json", action="store_true")
+    rep.set_defaults(func=cmd_reproduce)
+
+    cmp_ = sub.add_parser("compare", help="policies side by side on one workload")
+    src = cmp_.add_mutually_exclusive_group(required=True)
+    src.add_argument("--scenario", choices=sorted(SCENARIOS))
+    src.add_argument("--workload", type=_existing_file, help="YAML or JSON workload file")
+    cmp_.add_argument(
+        "--policy",
+        action="append",
+        required=True,
+        help="rule set, optionally with overrides: fairshare:interactive_pass_tokens=256 (repeat)",
+    )
+    cmp_.add_argument("--preset", choices=sorted(PRESETS), default=SEED000.name)
+    cmp_.add_argument("--json", action="store_true")
+    cmp_.add_argument("--plot", type=Path, help="write TTFT/ITL distributions to this PNG")
+    cmp_.set_defaults(func=cmd_compare)
+
+    fr = sub.add_parser("frontier", help="sweep pass size: lone-document speed vs question TTFT")
+    fr.add_argument("--preset", choices=sorted(PRESETS), default=SEED000.name)
+    fr.add_argument("--json", action="store_true")
+    fr.add_argument("--plot", type=Path)
+    fr.set_defaults(func=cmd_frontier)
+
+    cal = sub.add_parser("calibrate", help="refit the seed000 preset to the seed's F sweep")
+    cal.set_defaults(func=cmd_calibrate)
+    return parser
+
+
+def _existing_file(text: str) -> Path:
+    path = Path(text)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"workload file {text!r} does not exist")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except (ValueError, ValidationError) as exc:
+        # Bad policy specs and workload files name the offending value; no stack trace for input errors.
+        parser.exit(2, f"fairshare-sim: error: {exc}\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

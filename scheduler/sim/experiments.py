@@ -1,0 +1,45 @@
+"""Measurements shared by `reproduce`, `frontier` and `compare`: each is a run of the simulator."""
+
+from __future__ import annotations
+
+import statistics
+
+from scheduler.sim.metrics import long_prefill_windows
+from scheduler.sim.presets import Preset
+from scheduler.sim.request import TrafficClass
+from scheduler.sim.rules import make_scheduler
+from scheduler.sim.runner import RunResult, run
+from scheduler.sim.workload import Workload, seed000_4sessions, seed000_single
+
+UNCHUNKED = "baseline:chunk_budget_tokens=1000000000"
+# The question lands at 16 evenly spread moments over 8 s (longer than any pass of the sweep), so the
+# reported TTFT is the mean over where in the pass in flight it arrives, not one lucky sample.
+QUESTION_TIMES_S = [40.0 + 0.5 * k for k in range(16)]
+
+
+def run_spec(workload: Workload, spec: str, preset: Preset, step_clock: bool = False) -> RunResult:
+    return run(workload.requests(), preset, make_scheduler(spec, preset), policy=spec, step_clock=step_clock)
+
+
+def long_tok_per_s(result: RunResult) -> float:
+    tokens = sum(r.prompt_tokens - r.cached_tokens for r in result.requests if r.traffic_class is TrafficClass.LONG)
+    return tokens / sum(b - a for a, b in long_prefill_windows(result.requests))
+
+
+def short_ttfts(result: RunResult) -> list[float]:
+    return [r.ttft_s for r in result.requests if r.traffic_class is TrafficClass.SHORT and r.ttft_s is not None]
+
+
+def single_session(spec: str, preset: Preset) -> tuple[float, float]:
+    """Seed 000's single-session case: (mean short TTFT over arrival moments, mean long tok/s)."""
+    ttfts, tputs = [], []
+    for t in QUESTION_TIMES_S:
+        result = run_spec(seed000_single(question_at_s=t), spec, preset)
+        ttfts += short_ttfts(result)
+        tputs.append(long_tok_per_s(result))
+    return statistics.fmean(ttfts), statistics.fmean(tputs)
+
+
+def four_sessions_first_question_ttft(spec: str, preset: Preset) -> float:
+    """The seed measured one question; ours is the session's first, asked while the third document is blocked."""
+    return short_ttfts(run_spec(seed000_4sessions(), spec, preset))[0]

@@ -1,0 +1,102 @@
+"""The pass-size trade-off as a frontier: lone-document speed against a short arrival's wait.
+
+A pass in flight cannot be interrupted, so the pass size a lone document runs at sets both its
+prefill speed and how long a question arriving mid-prefill waits. The fork's knob is F; ours is
+the quiet pass size (`quiet_pass_tokens`, the interactive pass staying at its default). Each
+point: lone throughput as a fraction of unchunked prefill (`seed000-lone`), and the question's
+mean TTFT in `seed000-single`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from scheduler.sim.experiments import UNCHUNKED, long_tok_per_s, run_spec, single_session
+from scheduler.sim.presets import Preset
+from scheduler.sim.workload import seed000_lone
+
+FORK_CAPS = [4096, 2048, 1024, 768, 512, 409, 300]
+OUR_QUIET_PASSES = [8192, 4096, 3072, 2048, 1536, 1024, 768, 512, 409, 300]
+
+
+class Point(BaseModel):
+    policy: str
+    knob: int
+    lone_fraction: float
+    """Lone-document prefill speed / unchunked."""
+    single_fraction: float
+    """The document's prefill speed in the single-session run (with the question) / unchunked."""
+    short_ttft_s: float
+
+
+class Frontier(BaseModel):
+    preset: str
+    unchunked_tok_per_s: float
+    points: list[Point]
+
+    def curve(self, policy: str) -> list[Point]:
+        return [p for p in self.points if p.policy == policy]
+
+    def dominated(self, point: Point, policy: str) -> bool:
+        """Does `policy` have a point at least as fast for a lone document and no slower for the question?"""
+        return any(
+            q.lone_fraction >= point.lone_fraction and q.short_ttft_s <= point.short_ttft_s for q in self.curve(policy)
+        )
+
+
+def _point(policy: str, knob: int, spec: str, preset: Preset, unchunked: float) -> Point:
+    ttft, single = single_session(spec, preset)
+    lone = long_tok_per_s(run_spec(seed000_lone(), spec, preset))
+    return Point(
+        policy=policy, knob=knob, lone_fraction=lone / unchunked, single_fraction=single / unchunked, short_ttft_s=ttft
+    )
+
+
+def sweep(preset: Preset) -> Frontier:
+    unchunked = long_tok_per_s(run_spec(seed000_lone(), UNCHUNKED, preset))
+    points = [_point("seed000", f, f"seed000:per_request_cap_tokens={f}", preset, unchunked) for f in FORK_CAPS]
+    points += [
+        _point(
+            "fairshare", q, f"fairshare:quiet_pass_tokens={q},interactive_pass_tokens={min(q, 512)}", preset, unchunked
+        )
+        for q in OUR_QUIET_PASSES
+    ]
+    return Frontier(preset=preset.name, unchunked_tok_per_s=unchunked, points=points)
+
+
+def plot(frontier: Frontier, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for policy, marker in (("seed000", "s"), ("fairshare", "o")):
+        pts = frontier.curve(policy)
+        ax.plot(
+            [100 * p.lone_fraction for p in pts],
+            [p.short_ttft_s for p in pts],
+            marker=marker,
+            label=f"{policy} (knob: {'F' if policy == 'seed000' else 'quiet pass tokens'})",
+        )
+        for p in pts:
+            ax.annotate(
+                str(p.knob),
+                (100 * p.lone_fraction, p.short_ttft_s),
+                fontsize=7,
+                textcoords="offset points",
+                xytext=(3, 3),
+            )
+    ax.set(
+        xlabel="lone document prefill speed (% of unchunked)",
+        ylabel="question TTFT mid-prefill (s, log)",
+        yscale="log",
+        title=f"Pass-size frontier on {frontier.preset}",
+    )
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
