@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import numpy as np
@@ -73,7 +74,7 @@ def class_metrics(
     itls, itls_during = [], []
     for r in mine:
         t = r.token_times_s
-        for a, b in zip(t, t[1:], strict=False):
+        for a, b in itertools.pairwise(t):
             itls.append(b - a)
             if _overlaps(a, b, windows):
                 itls_during.append(b - a)

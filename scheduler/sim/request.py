@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import Enum, StrEnum
 
 
-class TrafficClass(str, Enum):
+class TrafficClass(StrEnum):
     LONG = "long"
     SHORT = "short"
 
@@ -69,4 +70,4 @@ class SimRequest:
 
     def itls_s(self) -> list[float]:
         t = self.token_times_s
-        return [b - a for a, b in zip(t, t[1:], strict=False)]
+        return [b - a for a, b in itertools.pairwise(t)]

@@ -6,7 +6,7 @@ for `vllm` the `VllmScheduler` arguments), e.g. ``fairshare:interactive_pass_tok
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
@@ -20,7 +20,7 @@ NO_STARVATION_GUARD = 10**9
 SEED000_BEFORE_CAP_TOKENS = 4096
 
 
-class RuleSet(str, Enum):
+class RuleSet(StrEnum):
     BASELINE = "baseline"  # sglang 0.5.23 upstream
     SEED000 = "seed000"  # the seed article's fork
     SEED000_BEFORE = "seed000-before"  # that fork before its fixes: F fixed at 4096, no skip-ahead

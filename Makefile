@@ -1,0 +1,45 @@
+# Two commands on a fresh machine: `make serve` (the Serve app on the laptop default) and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+SGLANG_STAMP := $(VENV)/.sglang-installed
+
+.PHONY: serve test lint sim-reproduce sim-frontier bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $@
+
+# The sglang plugin's CPU test environment: torch from this machine's local disk, sglang without its
+# CUDA dependencies, and exactly the pure-Python packages its scheduler modules import.
+$(SGLANG_STAMP): $(STAMP) requirements/sglang-cpu.txt
+	$(BIN)/python -m pip install -q torch==2.14.1
+	$(BIN)/python -m pip install -q --no-deps sglang==0.5.23
+	$(BIN)/python -m pip install -q -r requirements/sglang-cpu.txt
+	touch $@
+
+serve: $(STAMP)
+	$(BIN)/serve run config.yaml
+
+test: $(SGLANG_STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+sim-reproduce: $(STAMP)
+	$(BIN)/python -m scheduler.sim reproduce
+
+sim-frontier: $(STAMP)
+	$(BIN)/python -m scheduler.sim frontier --plot frontier.png
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/policy_decision_time.py
+
+clean:
+	rm -rf $(VENV)

@@ -1,0 +1,55 @@
+"""Policy decision time per pass at 100, 1,000 and 10,000 waiting requests.
+
+The scan stops at the running-slot limit, the pass budget or the lookahead bound, so a pass's
+cost must not grow with the queue: the printed 10k/1k ratio should stay near 1 (target <= 1.2).
+Each queue holds a blocked long request at its head (the seed's case) and a mix behind it.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+
+from scheduler.planner import PassPlanner
+from scheduler.sim.schedulers import CandidateView
+from scheduler.sim.request import SimRequest, TrafficClass
+from scheduler.snapshot import Candidate, QueueSnapshot
+
+SIZES = (100, 1_000, 10_000)
+REPEATS = 7
+PASSES = 2_000
+
+
+def queue(n: int, rng: random.Random) -> list[SimRequest]:
+    reqs = [SimRequest("blocked", 70_689, 256, 0.0, TrafficClass.LONG)]
+    for i in range(n - 1):
+        prompt = rng.choice([30, 200, 1500, 40_000, 90_000])
+        reqs.append(SimRequest(f"r{i}", prompt, 64, 0.0))
+    return reqs
+
+
+def time_per_pass_us(n: int) -> float:
+    rng = random.Random(n)
+    view = CandidateView(queue(n, rng))
+    snap = QueueSnapshot(waiting=view, free_kv_tokens=68_534, free_running_slots=8,
+                         continuing=[Candidate("doc", 60_000, 0)], num_decoding=4)
+    planner = PassPlanner()
+    samples = []
+    for _ in range(REPEATS):
+        start = time.perf_counter()
+        for _ in range(PASSES):
+            planner.plan(snap)
+        samples.append((time.perf_counter() - start) / PASSES * 1e6)
+    return statistics.median(samples)
+
+
+def main() -> None:
+    results = {n: time_per_pass_us(n) for n in SIZES}
+    for n, us in results.items():
+        print(f"waiting={n:>6}: {us:8.1f} us per pass")
+    print(f"ratio 10k/1k = {results[10_000] / results[1_000]:.2f} (target <= 1.2)")
+
+
+if __name__ == "__main__":
+    main()

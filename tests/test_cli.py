@@ -1,0 +1,41 @@
+import json
+
+import pytest
+
+from scheduler.sim.cli import main
+
+
+def test_reproduce_json_rows(capsys):
+    assert main(["reproduce", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert {"case", "metric", "seed", "sim", "ok"} <= set(rows[0])
+    assert any(r["case"] == "seed000 F=409" and r["metric"] == "short TTFT s" for r in rows)
+
+
+def test_compare_prints_ratios_and_writes_a_plot(capsys, tmp_path):
+    png = tmp_path / "cmp.png"
+    assert main(["compare", "--scenario", "seed000-4sessions", "--policy", "baseline", "--policy", "fairshare",
+                 "--json", "--plot", str(png)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    ttft = out["classes"]["short"]["TTFT p99 s"]
+    assert ttft["baseline"]["ratio"] == 1.0 and ttft["fairshare"]["ratio"] < 0.01
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_compare_rejects_an_unknown_policy_with_a_clear_message(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["compare", "--scenario", "seed004", "--policy", "nope"])
+    assert exc.value.code == 2
+    assert "unknown policy 'nope'" in capsys.readouterr().err
+
+
+def test_compare_rejects_a_bad_policy_option(capsys):
+    with pytest.raises(SystemExit):
+        main(["compare", "--scenario", "seed004", "--policy", "fairshare:lookahead=-3"])
+    assert "lookahead" in capsys.readouterr().err
+
+
+def test_missing_workload_file_is_named(capsys):
+    with pytest.raises(SystemExit):
+        main(["compare", "--workload", "/nonexistent.yaml", "--policy", "fairshare"])
+    assert "/nonexistent.yaml" in capsys.readouterr().err

@@ -1,0 +1,58 @@
+import pytest
+from pydantic import ValidationError
+
+from scheduler.config import PolicyConfig, env_var_name
+
+
+def test_f_is_derived_from_the_concurrency_limit_and_logged_in_the_seeds_wording():
+    cfg = PolicyConfig(max_running_requests=10, chunk_budget_tokens=8192)
+    assert cfg.prefill_concurrency == 20
+    assert cfg.cap_tokens == 409
+    assert cfg.describe_cap() == "Prefill concurrency N=20: long_prefill_token_threshold=409"
+
+
+def test_f_follows_the_concurrency_limit():
+    assert PolicyConfig(max_running_requests=4, chunk_budget_tokens=8192).cap_tokens == 1024
+
+
+def test_explicit_f_overrides_the_derivation():
+    cfg = PolicyConfig(per_request_cap_tokens=2048)
+    assert cfg.cap_tokens == 2048
+    assert "set explicitly" in cfg.describe_cap()
+
+
+def test_every_knob_has_an_environment_override(monkeypatch):
+    monkeypatch.setenv(env_var_name("skip_ahead"), "false")
+    monkeypatch.setenv(env_var_name("lookahead"), "3")
+    monkeypatch.setenv(env_var_name("quiet_pass_tokens"), "2048")
+    cfg = PolicyConfig()
+    assert (cfg.skip_ahead, cfg.lookahead, cfg.quiet_pass_tokens) == (False, 3, 2048)
+    assert env_var_name("diagnostics") == "FAIRSHARE_DIAGNOSTICS"
+
+
+def test_bad_environment_value_names_the_field(monkeypatch):
+    monkeypatch.setenv("FAIRSHARE_LOOKAHEAD", "-1")
+    with pytest.raises(ValidationError, match="lookahead"):
+        PolicyConfig()
+
+
+def test_zero_chunk_budget_is_refused():
+    with pytest.raises(ValidationError, match="chunk_budget_tokens"):
+        PolicyConfig(chunk_budget_tokens=0)
+
+
+def test_pass_budgets_cannot_exceed_the_chunk_budget():
+    with pytest.raises(ValidationError, match="quiet_pass_tokens=9000 exceeds chunk_budget_tokens=8192"):
+        PolicyConfig(quiet_pass_tokens=9000)
+
+
+def test_unknown_field_is_refused():
+    with pytest.raises(ValidationError, match="skip_ahaed"):
+        PolicyConfig(skip_ahaed=True)
+
+
+def test_with_overrides_validates_and_keeps_the_rest():
+    cfg = PolicyConfig(lookahead=5).with_overrides(fair_share=False)
+    assert (cfg.lookahead, cfg.fair_share) == (5, False)
+    with pytest.raises(ValidationError):
+        cfg.with_overrides(lookahead="many")
