@@ -36,7 +36,9 @@ class PolicyConfig(BaseSettings):
         "request may overtake it, only short ones (anti-starvation; the seed's fork had none).",
     )
     fair_share: bool = Field(
-        True, description="Cap each request's chunk at min(F, pass budget / requests sharing the pass)."
+        True,
+        description="Share each pass max-min fairly among the requests that can run in it, none above F when "
+        "contended (the seed's min(F, budget / n)). Off = first come takes the budget (upstream).",
     )
     full_budget_when_alone: bool = Field(
         True, description="A request that prefills alone, with nobody contending, gets the whole pass budget."

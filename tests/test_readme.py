@@ -1,0 +1,15 @@
+from pathlib import Path
+
+from scheduler.config import PolicyConfig, env_var_name
+
+README = (Path(__file__).parent.parent / "README.md").read_text()
+
+
+def test_readme_documents_every_policy_knob():
+    missing = [env_var_name(f) for f in PolicyConfig.model_fields if f"`{env_var_name(f)}`" not in README]
+    assert missing == []
+
+
+def test_quick_start_is_two_commands():
+    quick = README.split("## Quick start", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    assert [line.split("#")[0].strip() for line in quick.strip().splitlines()] == ["make serve", "make test"]
