@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from scheduler.admission import AdmissionScan, StarvationLedger
 from scheduler.config import PolicyConfig
-from scheduler.diagnostics import log_plan
+from scheduler.diagnostics import log_plan, logger
 from scheduler.fair_share import per_request_cap, sequential_fill, water_fill
 from scheduler.pass_budget import PassSizer
 from scheduler.snapshot import Candidate, Grant, PassPlan, QueueSnapshot, Rejection
@@ -22,10 +22,12 @@ class PassPlanner:
         self.cfg = cfg or PolicyConfig()
         self.ledger = StarvationLedger()
         self.sizer = PassSizer()
+        logger.info(self.cfg.describe_cap())
 
     def reconfigure(self, cfg: PolicyConfig) -> None:
         """Live knob change; state across passes is kept."""
         self.cfg = cfg
+        logger.info(self.cfg.describe_cap())
 
     def forget(self, rid: str) -> None:
         """The engine dropped a request (finished or aborted)."""

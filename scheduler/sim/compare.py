@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pydantic import BaseModel
+from tqdm import tqdm
 
 from scheduler.sim.experiments import run_spec
 from scheduler.sim.metrics import RunMetrics, measure
@@ -45,7 +46,7 @@ class Comparison(BaseModel):
 
 
 def compare(workload: Workload, specs: list[str], preset: Preset) -> tuple[Comparison, list[RunResult]]:
-    results = [run_spec(workload, spec, preset) for spec in specs]
+    results = [run_spec(workload, spec, preset) for spec in tqdm(specs, disable=None, unit="policy")]
     measured = [measure(r) for r in results]
     classes: dict[str, dict[str, dict[str, Cell]]] = {}
     for cls in TrafficClass:

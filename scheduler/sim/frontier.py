@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pydantic import BaseModel
+from tqdm import tqdm
 
 from scheduler.sim.experiments import UNCHUNKED, long_tok_per_s, run_spec, single_session
 from scheduler.sim.presets import Preset
@@ -56,13 +57,13 @@ def _point(policy: str, knob: int, spec: str, preset: Preset, unchunked: float) 
 
 def sweep(preset: Preset) -> Frontier:
     unchunked = long_tok_per_s(run_spec(seed000_lone(), UNCHUNKED, preset))
-    points = [_point("seed000", f, f"seed000:per_request_cap_tokens={f}", preset, unchunked) for f in FORK_CAPS]
-    points += [
-        _point(
-            "fairshare", q, f"fairshare:quiet_pass_tokens={q},interactive_pass_tokens={min(q, 512)}", preset, unchunked
-        )
+    knobs = [("seed000", f, f"seed000:per_request_cap_tokens={f}") for f in FORK_CAPS]
+    knobs += [
+        ("fairshare", q, f"fairshare:quiet_pass_tokens={q},interactive_pass_tokens={min(q, 512)}")
         for q in OUR_QUIET_PASSES
     ]
+    # disable=None: a progress bar on a terminal only.
+    points = [_point(policy, knob, spec, preset, unchunked) for policy, knob, spec in tqdm(knobs, disable=None)]
     return Frontier(preset=preset.name, unchunked_tok_per_s=unchunked, points=points)
 
 
