@@ -46,7 +46,7 @@ class Comparison(BaseModel):
 
 
 def compare(workload: Workload, specs: list[str], preset: Preset) -> tuple[Comparison, list[RunResult]]:
-    results = [run_spec(workload, spec, preset) for spec in tqdm(specs, disable=None, unit="policy")]
+    results = [run_spec(workload, spec, preset, progress=None) for spec in tqdm(specs, disable=None, unit="policy")]
     measured = [measure(r) for r in results]
     classes: dict[str, dict[str, dict[str, Cell]]] = {}
     for cls in TrafficClass:

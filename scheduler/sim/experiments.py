@@ -17,8 +17,12 @@ UNCHUNKED = "baseline:chunk_budget_tokens=1000000000"
 QUESTION_TIMES_S = [40.0 + 0.5 * k for k in range(16)]
 
 
-def run_spec(workload: Workload, spec: str, preset: Preset, step_clock: bool = False) -> RunResult:
-    return run(workload.requests(), preset, make_scheduler(spec, preset), policy=spec, step_clock=step_clock)
+def run_spec(
+    workload: Workload, spec: str, preset: Preset, step_clock: bool = False, progress: bool | None = False
+) -> RunResult:
+    return run(
+        workload.requests(), preset, make_scheduler(spec, preset), policy=spec, step_clock=step_clock, progress=progress
+    )
 
 
 def long_tok_per_s(result: RunResult) -> float:

@@ -38,7 +38,7 @@ def run(
     scheduler: StepScheduler,
     policy: str = "",
     step_clock: bool = False,
-    progress: bool = False,
+    progress: bool | None = False,
 ) -> RunResult:
     """Simulate until every request finishes. With `step_clock`, each pass lasts one time unit and
     arrival times are pass indices (seed 004's model); otherwise passes last what the cost model says."""
@@ -46,7 +46,8 @@ def run(
     engine = SimEngine(preset.cost, scheduler)
     steps: list[StepResult] = []
     now, i = 0.0, 0
-    bar = tqdm(total=len(reqs), disable=not progress, unit="req", leave=False)
+    # progress=None: a bar on a terminal only.
+    bar = tqdm(total=len(reqs), disable=None if progress is None else not progress, unit="req", leave=False)
     while i < len(reqs) or not engine.idle:
         while i < len(reqs) and reqs[i].arrival_s <= now:
             engine.add(reqs[i])
