@@ -12,8 +12,8 @@ import statistics
 import time
 
 from scheduler.planner import PassPlanner
-from scheduler.sim.schedulers import CandidateView
 from scheduler.sim.request import SimRequest, TrafficClass
+from scheduler.sim.schedulers import CandidateView
 from scheduler.snapshot import Candidate, QueueSnapshot
 
 SIZES = (100, 1_000, 10_000)
@@ -32,8 +32,13 @@ def queue(n: int, rng: random.Random) -> list[SimRequest]:
 def time_per_pass_us(n: int) -> float:
     rng = random.Random(n)
     view = CandidateView(queue(n, rng))
-    snap = QueueSnapshot(waiting=view, free_kv_tokens=68_534, free_running_slots=8,
-                         continuing=[Candidate("doc", 60_000, 0)], num_decoding=4)
+    snap = QueueSnapshot(
+        waiting=view,
+        free_kv_tokens=68_534,
+        free_running_slots=8,
+        continuing=[Candidate("doc", 60_000, 0)],
+        num_decoding=4,
+    )
     planner = PassPlanner()
     samples = []
     for _ in range(REPEATS):

@@ -19,7 +19,10 @@ ENV_PREFIX = "FAIRSHARE_"
 class PolicyConfig(BaseSettings):
     """Scheduler policy knobs. Defaults are the project's best settings (the `fairshare` policy)."""
 
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, extra="forbid")
+    # An empty variable means "not set"; "none" sets an optional knob to None.
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, frozen=True, extra="forbid", env_ignore_empty=True, env_parse_none_str="none"
+    )
 
     skip_ahead: bool = Field(
         True,

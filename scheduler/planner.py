@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from scheduler.admission import AdmissionScan, StarvationLedger
 from scheduler.config import PolicyConfig
 from scheduler.diagnostics import log_plan, logger
-from scheduler.fair_share import per_request_cap, sequential_fill, water_fill
+from scheduler.fair_share import align, per_request_cap, sequential_fill, top_up, water_fill
 from scheduler.pass_budget import PassSizer
 from scheduler.snapshot import Candidate, Grant, PassPlan, QueueSnapshot, Rejection
 
@@ -91,21 +91,52 @@ class PassPlanner:
 
     def _allocate(self, sharers: list[Candidate], budget: int, snap: QueueSnapshot) -> tuple[list[Grant], int]:
         """Split the pass budget; requests that would exceed the cut limit or get nothing sit this pass out."""
+        finish: set[str] = set()
         while True:
             cap = per_request_cap(self.cfg, budget, len(sharers))
-            shares = self._shares([c.extend_tokens for c in sharers], budget, cap, snap.granule_tokens)
+            shares = self._shares(sharers, budget, cap, snap, finish)
             grants = [Grant(c.rid, s, cut=s < c.extend_tokens) for c, s in zip(sharers, shares, strict=True) if s > 0]
             extra = _first_over_cut_limit(grants, snap.max_cut_requests, snap.continuing)
             if extra is None and len(grants) == len(sharers):
                 return grants, cap
+            if extra is not None and (done := _finishable(grants, sharers, budget, snap.continuing, finish)):
+                # Spare budget can finish a half-prefilled request, freeing the cut for the new one.
+                finish.add(done)
+                continue
             # Re-share without the request that cannot run: its share goes to the others.
             drop = extra or next(c.rid for c, s in zip(sharers, shares, strict=True) if s == 0)
             sharers = [c for c in sharers if c.rid != drop]
 
-    def _shares(self, demands: Sequence[int], budget: int, cap: int, granule: int) -> list[int]:
-        if self.cfg.fair_share:
-            return water_fill(demands, budget, cap, granule)
-        return sequential_fill(demands, budget, granule)
+    def _shares(
+        self, sharers: list[Candidate], budget: int, cap: int, snap: QueueSnapshot, finish: set[str]
+    ) -> list[int]:
+        demands = [c.extend_tokens for c in sharers]
+        if not self.cfg.fair_share:
+            return sequential_fill(demands, budget, snap.granule_tokens)
+        # New short requests are never cut for F, nor is a request the pass should finish. A half-prefilled
+        # request counts as long whatever is left of it: it was cut because it was big.
+        continuing = {c.rid for c in snap.continuing}
+        whole = [
+            (c.rid not in continuing and d <= self.cfg.short_request_tokens) or c.rid in finish
+            for c, d in zip(sharers, demands, strict=True)
+        ]
+        shares = water_fill([d if w else min(d, cap) for d, w in zip(demands, whole, strict=True)], budget)
+        if self.cfg.adaptive_pass:
+            top_up(shares, demands, budget, [i for i, w in enumerate(whole) if not w])
+        return align(shares, demands, snap.granule_tokens)
+
+
+def _finishable(
+    grants: list[Grant], sharers: list[Candidate], budget: int, continuing: Sequence[Candidate], finish: set[str]
+) -> str | None:
+    """A half-prefilled request, still cut, that the pass's spare budget could finish."""
+    spare = budget - sum(g.tokens for g in grants)
+    by_rid = {g.rid: g for g in grants}
+    for c in continuing:
+        g = by_rid.get(c.rid)
+        if g is not None and g.cut and c.rid not in finish and c.extend_tokens - g.tokens <= spare:
+            return c.rid
+    return None
 
 
 def _first_over_cut_limit(grants: list[Grant], max_cut: int, continuing: Sequence[Candidate]) -> str | None:

@@ -13,8 +13,9 @@ def cand(rid: str, extend: int, need: int | None = None) -> Candidate:
 
 
 def snap(waiting, free_kv=1_000_000, slots=64, continuing=(), **kw) -> QueueSnapshot:
-    return QueueSnapshot(waiting=list(waiting), free_kv_tokens=free_kv, free_running_slots=slots,
-                         continuing=list(continuing), **kw)
+    return QueueSnapshot(
+        waiting=list(waiting), free_kv_tokens=free_kv, free_running_slots=slots, continuing=list(continuing), **kw
+    )
 
 
 def cfg(**kw) -> PolicyConfig:

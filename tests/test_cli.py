@@ -14,8 +14,23 @@ def test_reproduce_json_rows(capsys):
 
 def test_compare_prints_ratios_and_writes_a_plot(capsys, tmp_path):
     png = tmp_path / "cmp.png"
-    assert main(["compare", "--scenario", "seed000-4sessions", "--policy", "baseline", "--policy", "fairshare",
-                 "--json", "--plot", str(png)]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                "--scenario",
+                "seed000-4sessions",
+                "--policy",
+                "baseline",
+                "--policy",
+                "fairshare",
+                "--json",
+                "--plot",
+                str(png),
+            ]
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     ttft = out["classes"]["short"]["TTFT p99 s"]
     assert ttft["baseline"]["ratio"] == 1.0 and ttft["fairshare"]["ratio"] < 0.01

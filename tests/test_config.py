@@ -56,3 +56,10 @@ def test_with_overrides_validates_and_keeps_the_rest():
     assert (cfg.lookahead, cfg.fair_share) == (5, False)
     with pytest.raises(ValidationError):
         cfg.with_overrides(lookahead="many")
+
+
+def test_empty_variable_means_unset_and_none_clears_an_optional_knob(monkeypatch):
+    monkeypatch.setenv("FAIRSHARE_LOOKAHEAD", "")
+    monkeypatch.setenv("FAIRSHARE_PER_REQUEST_CAP_TOKENS", "none")
+    cfg = PolicyConfig()
+    assert cfg.lookahead == 16 and cfg.per_request_cap_tokens is None

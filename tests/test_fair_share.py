@@ -2,7 +2,7 @@
 
 from factories import cand, cfg, snap
 
-from scheduler.fair_share import sequential_fill, water_fill
+from scheduler.fair_share import sequential_fill, top_up, water_fill
 from scheduler.planner import PassPlanner
 
 NO_ADAPT = dict(adaptive_pass=False)
@@ -45,8 +45,9 @@ def test_the_fork_allows_several_cut_requests():
 
 
 def test_shares_are_page_aligned():
-    plan = PassPlanner(cfg(**NO_ADAPT)).plan(snap([cand("q", 30)], continuing=[cand("doc", 100_000)],
-                                                  granule_tokens=64))
+    plan = PassPlanner(cfg(**NO_ADAPT)).plan(
+        snap([cand("q", 30)], continuing=[cand("doc", 100_000)], granule_tokens=64)
+    )
     doc = next(g for g in plan.grants if g.rid == "doc")
     assert doc.tokens % 64 == 0 and doc.tokens == 384
 
@@ -62,10 +63,36 @@ def test_mixed_decode_rows_take_budget():
 
 
 def test_water_fill_is_max_min_fair():
-    assert water_fill([30, 10_000, 10_000], budget=1000, cap=10_000) == [30, 485, 485]
-    assert water_fill([30, 10_000], budget=1000, cap=409) == [30, 409]
-    assert water_fill([5, 5], budget=4, cap=100) == [2, 2]
-    assert water_fill([], budget=100, cap=10) == []
+    assert water_fill([30, 10_000, 10_000], budget=1000) == [30, 485, 485]
+    assert water_fill([30, 409], budget=1000) == [30, 409]
+    assert water_fill([5, 5], budget=4) == [2, 2]
+    assert water_fill([], budget=100) == []
+
+
+def test_top_up_gives_spare_budget_in_order():
+    shares = [30, 409, 409]
+    top_up(shares, [30, 100_000, 100_000], budget=2048, eligible=[1, 2])
+    assert shares == [30, 409 + 1200, 409]
+
+
+def test_a_short_request_is_never_cut_for_f():
+    plan = PassPlanner(cfg(per_request_cap_tokens=64, **NO_ADAPT)).plan(
+        snap([cand("q", 200)], continuing=[cand("doc", 100_000)])
+    )
+    assert {g.rid: (g.tokens, g.cut) for g in plan.grants} == {"doc": (64, True), "q": (200, False)}
+
+
+def test_a_half_prefilled_request_the_pass_can_finish_is_finished_so_the_next_can_start():
+    # F=102 would leave 4 tokens of doc-a, blocking doc-b's cut; the spare budget finishes doc-a.
+    plan = PassPlanner(cfg(per_request_cap_tokens=102, chunk_budget_tokens=2048, **NO_ADAPT)).plan(
+        snap([cand("doc-b", 50_000)], continuing=[cand("doc-a", 106)])
+    )
+    assert {g.rid: (g.tokens, g.cut) for g in plan.grants} == {"doc-a": (106, False), "doc-b": (102, True)}
+
+
+def test_with_adaptive_passes_spare_budget_goes_back_to_long_requests():
+    plan = PassPlanner(cfg(quiet_pass_tokens=2048)).plan(snap([cand("doc-b", 50_000)], continuing=[cand("doc-a", 106)]))
+    assert {g.rid: (g.tokens, g.cut) for g in plan.grants} == {"doc-a": (106, False), "doc-b": (1942, True)}
 
 
 def test_sequential_fill_is_first_come():

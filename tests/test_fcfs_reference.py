@@ -39,10 +39,17 @@ def random_snapshot(rng: random.Random) -> QueueSnapshot:
     def size():
         return rng.choice([rng.randint(1, 200), rng.randint(200, 4000), rng.randint(4000, 120_000)])
 
-    waiting = [cand(f"w{i}", e, e + rng.randint(0, 512)) for i, e in enumerate(size() for _ in range(rng.randint(0, 12)))]
+    waiting = [
+        cand(f"w{i}", e, e + rng.randint(0, 512)) for i, e in enumerate(size() for _ in range(rng.randint(0, 12)))
+    ]
     continuing = [cand("chunked", size(), 0)] if rng.random() < 0.5 else []
-    return snap(waiting, free_kv=rng.randint(0, 250_000), slots=rng.randint(0, 8), continuing=continuing,
-                granule_tokens=rng.choice([1, 16, 64]))
+    return snap(
+        waiting,
+        free_kv=rng.randint(0, 250_000),
+        slots=rng.randint(0, 8),
+        continuing=continuing,
+        granule_tokens=rng.choice([1, 16, 64]),
+    )
 
 
 def test_fcfs_switch_reproduces_upstream_decisions_exactly():

@@ -56,8 +56,9 @@ groups:
   - {name: chat, count: 4, prompt_tokens: 100, output_tokens: 200}
   - {name: doc, traffic_class: long, count: 1, prompt_tokens: 60000, output_tokens: 8, arrival_s: 1.0}
 """)
-    stalled = {p: sum(r.decode_passes_stalled for r in run_spec(wl, p, SEED000).requests)
-               for p in ("baseline", "fairshare")}
+    stalled = {
+        p: sum(r.decode_passes_stalled for r in run_spec(wl, p, SEED000).requests) for p in ("baseline", "fairshare")
+    }
     assert stalled["baseline"] > 0 and stalled["fairshare"] == 0
 
 
@@ -93,4 +94,6 @@ def test_bad_workload_file_names_the_problem():
     from pydantic import ValidationError
 
     with pytest.raises(ValidationError, match="interval_s or rate_per_s"):
-        load_workload_from_text("name: x\ngroups:\n  - {name: g, count: 1, prompt_tokens: 5, interval_s: 1, rate_per_s: 1}\n")
+        load_workload_from_text(
+            "name: x\ngroups:\n  - {name: g, count: 1, prompt_tokens: 5, interval_s: 1, rate_per_s: 1}\n"
+        )

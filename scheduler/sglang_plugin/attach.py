@@ -1,0 +1,197 @@
+"""The policy attached to one sglang `Scheduler`: its config, its start-up log, one planner across passes.
+
+The config is `PolicyConfig` from the ``FAIRSHARE_*`` environment, the simulator's variables, with the
+engine's own values where the environment is silent: ``max_running_requests`` (so F follows sglang's
+concurrency limit, the seed's rule) and ``chunk_budget_tokens`` (sglang's ``chunked_prefill_size``).
+Mixed decode and the decode interval are always what sglang resolved: their ``FAIRSHARE_*`` switches were
+written onto sglang's server arguments at launch (`server_args`), and the policy follows sglang's outcome
+(a warning says when sglang overrode the switch).
+
+Where the policy cannot hold, sglang keeps its own rules: skip-ahead is off under priority scheduling
+(it would overtake by arrival, not priority); the plugin steps aside entirely under priority preemption
+(upstream preempts for the request after a full batch, which the planner does not model), for dLLM
+(its own adder) and for hierarchical-cache storage or LMCache prefetch (the scan stages prefetches that
+must not be matched early). With chunking off there is nothing to cap: shares and pass sizing are off.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from scheduler.config import PolicyConfig, env_var_name
+from scheduler.planner import PassPlanner
+from scheduler.sglang_plugin.adder import PassRun
+from scheduler.sglang_plugin.env import explicit_policy_fields, explicit_policy_value
+from scheduler.sglang_plugin.server_args import POLICY_FIELD_TO_SERVER_ARG
+
+logger = logging.getLogger("fairshare.sglang_plugin")
+
+POLICY_ATTR = "_fairshare_policy"
+SMALL_CAP_TOKENS = 128
+"""Below this F, contended passes prefill in slivers: worth a warning at start."""
+
+
+def policy_config_for(sched: Any) -> PolicyConfig:
+    """`PolicyConfig` for one scheduler (raises pydantic's ValidationError on a bad ``FAIRSHARE_*`` value)."""
+    explicit = explicit_policy_fields()
+    chunking = sched.chunked_prefill_size is not None
+    engine: dict[str, Any] = {
+        "mixed_decode": bool(sched.is_mixed_chunk),
+        "decode_steps_per_prefill": int(sched.prefill_decode_interval or 0),
+    }
+    if "max_running_requests" not in explicit:
+        engine["max_running_requests"] = sched.max_running_requests
+    if "chunk_budget_tokens" not in explicit:
+        engine["chunk_budget_tokens"] = sched.chunked_prefill_size if chunking else sched.max_prefill_tokens
+    budget = engine.get("chunk_budget_tokens") or explicit_policy_value("chunk_budget_tokens")
+    if "interactive_pass_tokens" not in explicit:
+        default = PolicyConfig.model_fields["interactive_pass_tokens"].default
+        engine["interactive_pass_tokens"] = min(default, budget)
+    if sched.enable_priority_scheduling:
+        engine["skip_ahead"] = False  # overtaking by arrival would defeat priorities
+    if not chunking:
+        engine.update(fair_share=False, adaptive_pass=False)  # no chunk budget: nothing to share or size
+    return PolicyConfig(**engine)
+
+
+def inactive_reason(sched: Any) -> str | None:
+    """Why the plugin leaves this scheduler to upstream entirely (checked at start)."""
+    if sched.enable_priority_preemption:
+        return "priority preemption is on"
+    if sched.dllm_config is not None:
+        return "dLLM scheduling has its own adder"
+    return None
+
+
+def pass_exclusion(sched: Any) -> str | None:
+    """Why this pass runs upstream's rules (these settings can change while serving)."""
+    if sched.enable_hicache_storage or sched.enable_lmcache:
+        return "hierarchical-cache storage / LMCache prefetch is on"
+    return None
+
+
+@dataclass
+class SchedulerPolicy:
+    planner: PassPlanner
+    inactive_reason: str | None = None
+    last_run: PassRun | None = None
+    """The last pass planned (its snapshot and plan), for inspection."""
+    _run: PassRun | None = None
+    _warned: set[str] = field(default_factory=set)
+
+    @property
+    def cfg(self) -> PolicyConfig:
+        return self.planner.cfg
+
+    def start_pass(self, sched: Any) -> PassRun | None:
+        """A new pass to plan, or None when upstream's rules apply to it."""
+        self._run = None
+        reason = self.inactive_reason or pass_exclusion(sched)
+        if reason is not None:
+            if reason not in self._warned:
+                self._warned.add(reason)
+                logger.warning("fairshare: %s; upstream sglang scheduling applies", reason)
+            return None
+        self._run = PassRun(sched, self.planner)
+        return self._run
+
+    def end_pass(self) -> None:
+        run, self._run = self._run, None
+        if run is not None and run.adder is not None:
+            run.finish()
+            self.last_run = run
+        ledger = self.planner.ledger
+        if run is not None and len(ledger.skipped_passes) > ledger.max_entries:
+            ledger.prune({r.rid for r in run.sched.waiting_queue})  # drop requests aborted while waiting
+
+
+def attach_policy(sched: Any, missing_targets: list[str] | tuple[str, ...] = ()) -> SchedulerPolicy:
+    """Create the scheduler's policy and log it (F first, in the seed's wording); called once, at the end
+    of `Scheduler.__init__`."""
+    if logging.getLogger("fairshare").level == logging.NOTSET:
+        # sglang.Engine defaults to log_level=error; the start-up line and opted-in diagnostics still show.
+        logging.getLogger("fairshare").setLevel(logging.INFO)
+    cfg = policy_config_for(sched)
+    reason = inactive_reason(sched)
+    if missing_targets:
+        reason = f"hook targets not patched: {', '.join(missing_targets)}"
+        logger.error("fairshare: %s; the plugin patches nothing and sglang runs unpatched", reason)
+    policy = SchedulerPolicy(PassPlanner(cfg), inactive_reason=reason)
+    setattr(sched, POLICY_ATTR, policy)
+    if reason is None:
+        log_startup(cfg, sched)
+    elif not missing_targets:
+        logger.warning("fairshare: %s; upstream sglang scheduling applies", reason)
+    return policy
+
+
+def policy_of(sched: Any) -> SchedulerPolicy | None:
+    return getattr(sched, POLICY_ATTR, None)
+
+
+def log_startup(cfg: PolicyConfig, sched: Any) -> None:
+    """The rest of the start-up log; `PassPlanner` itself logs F in the seed's wording
+    (``Prefill concurrency N=20: long_prefill_token_threshold=409``)."""
+    explicit = explicit_policy_fields()
+    source = {
+        "max_running_requests": "FAIRSHARE_MAX_RUNNING_REQUESTS"
+        if "max_running_requests" in explicit
+        else "sglang max_running_requests",
+        "chunk_budget_tokens": "FAIRSHARE_CHUNK_BUDGET_TOKENS"
+        if "chunk_budget_tokens" in explicit
+        else ("sglang chunked_prefill_size" if sched.chunked_prefill_size is not None else "sglang max_prefill_tokens"),
+    }
+    logger.info(
+        "fairshare policy: skip_ahead=%s lookahead=%d max_skipped_passes=%d fair_share=%s full_budget_when_alone=%s "
+        "adaptive_pass=%s interactive_pass_tokens=%d quiet_pass_tokens=%s short_request_tokens=%d "
+        "chunk_budget_tokens=%d (%s) max_running_requests=%d (%s) mixed_decode=%s decode_steps_per_prefill=%d "
+        "(sglang enable_mixed_chunk / prefill_decode_interval) diagnostics=%s",
+        cfg.skip_ahead,
+        cfg.lookahead,
+        cfg.max_skipped_passes,
+        cfg.fair_share,
+        cfg.full_budget_when_alone,
+        cfg.adaptive_pass,
+        cfg.interactive_pass_tokens,
+        cfg.quiet_pass_tokens,
+        cfg.short_request_tokens,
+        cfg.chunk_budget_tokens,
+        source["chunk_budget_tokens"],
+        cfg.max_running_requests,
+        source["max_running_requests"],
+        cfg.mixed_decode,
+        cfg.decode_steps_per_prefill,
+        cfg.diagnostics,
+    )
+    for policy_field, arg in POLICY_FIELD_TO_SERVER_ARG.items():
+        wanted = explicit_policy_value(policy_field)
+        if wanted is not None and wanted != getattr(cfg, policy_field):
+            logger.warning(
+                "fairshare: %s=%s, but sglang resolved %s to %s (it overrides the flag for this setup)",
+                env_var_name(policy_field),
+                wanted,
+                arg,
+                getattr(cfg, policy_field),
+            )
+    if sched.enable_priority_scheduling and "skip_ahead" in explicit and explicit_policy_value("skip_ahead"):
+        logger.warning("fairshare: skip-ahead is off under priority scheduling")
+    if sched.chunked_prefill_size is None:
+        logger.warning("fairshare: chunked prefill is off in sglang; fair-share caps and pass sizing are off")
+    elif cfg.chunk_budget_tokens > sched.chunked_prefill_size:
+        logger.warning(
+            "fairshare: chunk_budget_tokens=%d exceeds sglang's chunked_prefill_size=%d, which still bounds each pass",
+            cfg.chunk_budget_tokens,
+            sched.chunked_prefill_size,
+        )
+    granule = math.lcm(sched.page_size, sched.truncation_align_size or 1)
+    if cfg.fair_share and cfg.cap_tokens < max(granule, SMALL_CAP_TOKENS):
+        logger.warning(
+            "fairshare: F=%d tokens (granule %d): contended passes prefill each request in slivers. "
+            "F = chunk budget / (2 * max_running_requests); give sglang --max-running-requests (the seed ran "
+            "10: F=409) or set FAIRSHARE_PER_REQUEST_CAP_TOKENS",
+            cfg.cap_tokens,
+            granule,
+        )

@@ -1,0 +1,63 @@
+"""The hook targets in sglang 0.5.23 and the hook functions; each hook is thin and delegates.
+
+- ``Scheduler.__init__`` (AFTER): attach the policy (config from the scheduler's own values, one planner
+  across passes) and log F in the seed's wording; check that every target was patched, else stay inert.
+- ``Scheduler.get_prefill_adder_class`` (AROUND): the intended extension point; wraps the adder class so
+  it applies the pass plan.
+- ``Scheduler._get_new_batch_prefill_raw`` (AROUND): the pass boundary; after upstream's scan, clean up
+  the requests the plan matched and did not admit.
+- ``ServerArgs.resolve_once`` (BEFORE): map the mixed-decode and decode-interval switches onto sglang's
+  own arguments. (`ServerArgs` is a msgspec Struct: a hook on ``__post_init__`` would never run.)
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+from scheduler.sglang_plugin.adder import adder_factory
+from scheduler.sglang_plugin.attach import attach_policy, policy_of
+from scheduler.sglang_plugin.server_args import apply_policy_env
+
+
+def after_scheduler_init(result: Any, sched: Any, *args: Any, **kwargs: Any) -> None:
+    missing = [spec.target for spec in TARGETS if spec.target not in HookRegistry._patched]
+    attach_policy(sched, missing_targets=missing)
+
+
+def around_get_prefill_adder_class(original: Any, sched: Any) -> Any:
+    base = original(sched)
+    policy = policy_of(sched)
+    run = policy.start_pass(sched) if policy is not None else None
+    return base if run is None else adder_factory(base, run)
+
+
+def around_get_new_batch_prefill_raw(original: Any, sched: Any, *args: Any, **kwargs: Any) -> Any:
+    policy = policy_of(sched)
+    if policy is None:
+        return original(sched, *args, **kwargs)
+    try:
+        return original(sched, *args, **kwargs)
+    finally:
+        policy.end_pass()
+
+
+def before_resolve_once(server_args: Any) -> None:
+    apply_policy_env(server_args)
+
+
+class HookSpec(NamedTuple):
+    target: str
+    hook_type: HookType
+    hook: Any
+
+
+_SCHEDULER = "sglang.srt.managers.scheduler.Scheduler"
+
+TARGETS: tuple[HookSpec, ...] = (
+    HookSpec(f"{_SCHEDULER}.__init__", HookType.AFTER, after_scheduler_init),
+    HookSpec(f"{_SCHEDULER}.get_prefill_adder_class", HookType.AROUND, around_get_prefill_adder_class),
+    HookSpec(f"{_SCHEDULER}._get_new_batch_prefill_raw", HookType.AROUND, around_get_new_batch_prefill_raw),
+    HookSpec("sglang.srt.server_args.ServerArgs.resolve_once", HookType.BEFORE, before_resolve_once),
+)

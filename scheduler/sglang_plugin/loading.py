@@ -1,0 +1,89 @@
+"""Loading: sglang's general-plugin entry point, the version guard, and the Ray worker hook.
+
+sglang calls `load()` (entry point ``fairshare = "scheduler.sglang_plugin:load"`` in the group
+``sglang.srt.plugins``, no arguments) from `load_plugins()` in every process it starts, then applies
+the registered hooks. Fail safe: on an sglang other than the tested version, or when any hook target
+does not resolve, `load()` logs one error and registers nothing, so sglang runs unpatched.
+``FAIRSHARE_PLUGIN_FORCE=1`` overrides the version check (never a missing target: half a plugin is worse
+than none); ``FAIRSHARE_PLUGIN_ENABLED=0`` turns the plugin off.
+"""
+
+from __future__ import annotations
+
+import logging
+import pkgutil
+
+from scheduler.sglang_plugin.env import PLUGIN_ENABLED_VAR, PLUGIN_FORCE_VAR, plugin_enabled, plugin_forced
+
+logger = logging.getLogger("fairshare.sglang_plugin")
+
+TESTED_SGLANG_VERSION = "0.5.23"
+
+_registered = False
+
+
+def installed_sglang_version() -> str:
+    import sglang
+
+    return str(getattr(sglang, "__version__", "unknown"))
+
+
+def unresolved_targets(targets: list[str]) -> list[str]:
+    """Targets that would not resolve the way `HookRegistry` resolves them."""
+    missing = []
+    for target in targets:
+        owner, _, attr = target.rpartition(".")
+        try:
+            getattr(pkgutil.resolve_name(owner), attr)
+        except Exception:
+            missing.append(target)
+    return missing
+
+
+def load() -> None:
+    """Entry point: check the version and every target, then register the hooks (sglang applies them)."""
+    global _registered
+    if _registered:
+        return
+    if not plugin_enabled():
+        logger.info("fairshare: plugin disabled by %s=0; sglang runs unpatched", PLUGIN_ENABLED_VAR)
+        return
+    version = installed_sglang_version()
+    if version != TESTED_SGLANG_VERSION:
+        if not plugin_forced():
+            logger.error(
+                "fairshare: sglang %s is not the tested %s; the plugin patches nothing and sglang runs unpatched "
+                "(set %s=1 to patch anyway)",
+                version,
+                TESTED_SGLANG_VERSION,
+                PLUGIN_FORCE_VAR,
+            )
+            return
+        logger.warning(
+            "fairshare: patching sglang %s (tested: %s) because %s=1", version, TESTED_SGLANG_VERSION, PLUGIN_FORCE_VAR
+        )
+
+    from sglang.srt.plugins.hook_registry import HookRegistry
+
+    from scheduler.sglang_plugin.hooks import TARGETS
+
+    missing = unresolved_targets([spec.target for spec in TARGETS])
+    if missing:
+        logger.error(
+            "fairshare: hook targets not found in sglang %s: %s; the plugin patches nothing and sglang runs unpatched",
+            version,
+            ", ".join(missing),
+        )
+        return
+    for spec in TARGETS:
+        HookRegistry.register(spec.target, spec.hook, spec.hook_type)
+    _registered = True
+
+
+def setup_ray_worker() -> None:
+    """For sglang's Ray launcher, whose scheduler actors never call `load_plugins()`: pass
+    ``runtime_env={"worker_process_setup_hook": "scheduler.sglang_plugin.setup_ray_worker"}``. Ray calls it
+    with no arguments when each worker process starts, before any actor is built in it."""
+    from sglang.srt.plugins import load_plugins
+
+    load_plugins()

@@ -1,0 +1,38 @@
+"""Decode interleave is sglang's own: map the policy's two interleave switches onto its server arguments.
+
+The policy core's ``mixed_decode`` is sglang's ``--enable-mixed-chunk`` (decoding rows ride along in a
+prefill pass, each taking one token of the chunk budget) and ``decode_steps_per_prefill`` is
+``--prefill-decode-interval`` (decode-only rounds after each prefill batch). The plugin does not
+re-implement either: when ``FAIRSHARE_MIXED_DECODE`` / ``FAIRSHARE_DECODE_STEPS_PER_PREFILL`` is set, the
+value is written onto the raw `ServerArgs` just before sglang resolves them, as if it had been passed on
+the command line, so sglang's own resolution validates it (speculative decoding, for example, turns mixed
+chunk off) and every process sees the same value. Unset, sglang's arguments stand.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from scheduler.config import env_var_name
+from scheduler.sglang_plugin.env import explicit_policy_value
+
+logger = logging.getLogger("fairshare.sglang_plugin")
+
+POLICY_FIELD_TO_SERVER_ARG = {
+    "mixed_decode": "enable_mixed_chunk",
+    "decode_steps_per_prefill": "prefill_decode_interval",
+}
+
+
+def apply_policy_env(server_args) -> None:
+    """BEFORE hook on `ServerArgs.resolve_once`: the record is still the operator's input here."""
+    if getattr(server_args, "_resolution_finished", False) or getattr(server_args, "_resolution_failed", False):
+        return  # already resolved (e.g. a copy pickled into a child process): the record is sealed
+    for field, arg in POLICY_FIELD_TO_SERVER_ARG.items():
+        value = explicit_policy_value(field)
+        if value is None:
+            continue
+        old = getattr(server_args, arg)
+        if old != value:
+            setattr(server_args, arg, value)
+        logger.info("fairshare: %s=%s -> sglang %s=%s (was %s)", env_var_name(field), value, arg, value, old)

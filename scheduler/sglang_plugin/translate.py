@@ -1,0 +1,186 @@
+"""sglang state -> `QueueSnapshot`: what the policy core sees at the start of one prefill pass.
+
+Every figure is read from, or computed with, the `PrefillAdder` sglang built for this pass, so the planner
+judges a request the way sglang's own admission does (sglang 0.5.23, `schedule_policy.py`):
+
+- a waiting request's ``need_tokens`` is `add_one_req`'s ``total_tokens`` (the whole uncached prompt, the
+  clipped output reservation, the per-request page overhead, mamba and request-slot reserves), and
+  ``free_kv_tokens`` is the budget's ``remaining_total`` less one (sglang admits when
+  ``total_tokens < remaining_total``) less what the continuing chunk is about to reserve;
+- ``extend_tokens`` is what a request charges the chunk budget (page-ceiled, as `_update_prefill_budget`
+  charges it), so the plan's shares add up the way sglang's ``rem_chunk_tokens`` does;
+- free slots are `Scheduler.get_num_allocatable_reqs` asked the way the scan asks it, less the continuing
+  request (and `prefill_max_requests` when set);
+- ``granule_tokens`` is the least common multiple of every alignment a cut must respect: the page, the
+  KV-shard granule, ``truncation_align_size`` and the mamba chunk grid.
+
+Waiting requests are prefix-matched (`Req.init_next_round_input`, what sglang's scan does before judging
+one) only when the planner looks at them, so the scan window stays bounded by the planner's own rules.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from sglang.srt.managers.schedule_policy import CLIP_MAX_NEW_TOKENS
+
+from scheduler.config import PolicyConfig
+from scheduler.snapshot import Candidate, QueueSnapshot
+
+if TYPE_CHECKING:
+    from sglang.srt.managers.schedule_batch import Req
+    from sglang.srt.managers.schedule_policy import PrefillAdder
+
+
+class CandidateWindow(Sequence["LazyCandidate"]):
+    """The waiting queue as policy candidates. A request is matched against the prefix cache (which also
+    refreshes the cache's LRU order) only when the planner reads its figures, not when its iteration
+    merely reaches it, so exactly the requests the planner judges are matched."""
+
+    def __init__(self, reqs: Sequence[Req], tree_cache: Any, adder: PrefillAdder) -> None:
+        self._reqs = reqs
+        self._tree_cache = tree_cache
+        self._adder = adder
+        self._cands: list[Candidate] = []
+
+    @property
+    def examined(self) -> Sequence[Req]:
+        """The requests the planner judged, in queue order."""
+        return self._reqs[: len(self._cands)]
+
+    @property
+    def candidates(self) -> list[Candidate]:
+        return list(self._cands)
+
+    def __len__(self) -> int:
+        return len(self._reqs)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self._reqs)
+        return LazyCandidate(self, i, self._reqs[i].rid)  # IndexError past the end ends the iteration
+
+    def materialize(self, i: int) -> Candidate:
+        while len(self._cands) <= i:
+            req = self._reqs[len(self._cands)]
+            req.init_next_round_input(self._tree_cache)
+            self._cands.append(waiting_candidate(req, self._adder))
+        return self._cands[i]
+
+
+class LazyCandidate:
+    """A `Candidate` whose request is matched on the first read of its token figures."""
+
+    __slots__ = ("_index", "_window", "rid")
+
+    def __init__(self, window: CandidateWindow, index: int, rid: str) -> None:
+        self._window = window
+        self._index = index
+        self.rid = rid
+
+    @property
+    def extend_tokens(self) -> int:
+        return self._window.materialize(self._index).extend_tokens
+
+    @property
+    def need_tokens(self) -> int:
+        return self._window.materialize(self._index).need_tokens
+
+
+def compute_tokens(adder: PrefillAdder, tokens: int) -> int:
+    """What `tokens` of prefill charge the chunk budget (`PrefillAdder._update_prefill_budget`)."""
+    return tokens if adder.exact_chunk_fill else adder.ceil_paged_tokens(tokens)
+
+
+def waiting_candidate(req: Req, adder: PrefillAdder) -> Candidate:
+    """A matched waiting request, judged as `PrefillAdder.add_one_req` / `_select_prefill_admission` do."""
+    fill_len = len(req.full_untruncated_fill_ids)
+    max_new = min(max(req.sampling_params.max_new_tokens - len(req.output_ids), 0), CLIP_MAX_NEW_TOKENS)
+    need = (
+        fill_len
+        - req.prefix_len
+        + max_new
+        + adder.per_req_token_overhead
+        + adder._mamba_gap_budget_for_req(req, include_host_hit=True)
+        + adder._request_slot_reserve_for_req(req)
+    )
+    prefix_len = req.prefix_len + req.host_hit_length
+    extend = compute_tokens(adder, fill_len - prefix_len) + adder._replay_len(req, prefix_len)
+    return Candidate(req.rid, extend, need)
+
+
+def continuing_candidate(req: Req, adder: PrefillAdder) -> Candidate:
+    """The half-prefilled request; it holds its KV, so the planner does not judge its memory."""
+    return Candidate(req.rid, compute_tokens(adder, len(req.full_untruncated_fill_ids) - req.prefix_len), 0)
+
+
+def continuing_chunk_tokens(req: Req, adder: PrefillAdder) -> int:
+    """The chunk `PrefillAdder.add_chunked_req` gives `req` uncapped (upstream's chunk, before alignment to
+    the KV-shard granule or mamba grid)."""
+    remaining = len(req.full_untruncated_fill_ids) - req.prefix_len
+    if adder.rem_chunk_tokens is None:
+        return remaining
+    available = adder.memory_budget.available_chunk_tokens(adder.rem_chunk_tokens)
+    return remaining if available is None else min(remaining, available)
+
+
+def continuing_kv_tokens(req: Req, adder: PrefillAdder) -> int:
+    """What `add_chunked_req` reserves when it continues `req` uncapped: an upper bound of what it reserves
+    under a cap, so the planner never counts memory sglang lacks."""
+    chunk = continuing_chunk_tokens(req, adder)
+    finishes = chunk >= len(req.full_untruncated_fill_ids) - req.prefix_len
+    max_new = min(req.sampling_params.max_new_tokens, CLIP_MAX_NEW_TOKENS) if finishes else 0
+    return (
+        adder.ceil_paged_tokens(chunk)
+        + adder.per_req_token_overhead
+        + adder._mamba_gap_budget_for_req(req)
+        + adder._request_slot_reserve_for_req(req, extend_input_len=chunk)
+        + max_new
+    )
+
+
+def uncached_prompt_tokens(req: Req) -> int:
+    return max(0, len(req.origin_input_ids) - req.cached_tokens)
+
+
+def granule_tokens(sched: Any, adder: PrefillAdder) -> int:
+    return math.lcm(
+        adder.page_size,
+        adder.kv_shard_granule or 1,
+        sched.truncation_align_size or 1,
+        max(adder.mamba_chunk_grid, 1),
+    )
+
+
+def build_snapshot(sched: Any, adder: PrefillAdder, cfg: PolicyConfig) -> tuple[QueueSnapshot, CandidateWindow]:
+    """The snapshot for this pass; call after the adder is built and before it admits anyone."""
+    running_batch = adder.running_batch
+    running_reqs = running_batch.reqs
+    window = CandidateWindow(sched.waiting_queue, sched.tree_cache, adder)
+    free_kv = int(adder.rem_total_tokens) - 1
+    continuing: list[Candidate] = []
+    held_rows = 0
+    if sched.chunked_req is not None:
+        continuing.append(continuing_candidate(sched.chunked_req, adder))
+        free_kv -= continuing_kv_tokens(sched.chunked_req, adder)
+        held_rows = int(sched.chunked_req.kv.holds_kv)
+    free_slots = sched.get_num_allocatable_reqs(
+        len(running_reqs), running_batch=running_batch, num_held_rows=held_rows
+    ) - len(continuing)
+    if adder.prefill_max_requests is not None:
+        free_slots = min(free_slots, adder.prefill_max_requests - len(continuing))
+    snap = QueueSnapshot(
+        waiting=window,
+        free_kv_tokens=free_kv,
+        free_running_slots=free_slots,
+        continuing=continuing,
+        num_decoding=len(running_reqs),
+        num_short_decoding=sum(uncached_prompt_tokens(r) <= cfg.short_request_tokens for r in running_reqs),
+        max_cut_requests=1,  # sglang tracks one half-prefilled request (`Scheduler.chunked_req`)
+        granule_tokens=granule_tokens(sched, adder),
+    )
+    return snap, window

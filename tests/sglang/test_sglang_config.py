@@ -1,0 +1,215 @@
+"""Every policy switch reaches the plugin; F follows sglang's limits and is logged at start; mixed decode and
+the decode interval are sglang's own arguments; where the policy cannot hold, upstream's rules apply."""
+
+import logging
+from collections import defaultdict
+
+import pytest
+from sglang.srt.arg_groups.overrides import resolving_view
+from sglang.srt.managers.schedule_policy import PrefillAdder
+from sglang.srt.plugins.hook_registry import HookRegistry
+from sglang.srt.server_args import ServerArgs
+from sglang_harness import UPSTREAM_ADDER_CLASS, EngineSpec, Harness, ReqSpec, build_scheduler
+
+from scheduler.config import PolicyConfig, env_var_name
+from scheduler.sglang_plugin import hooks, loading
+from scheduler.sglang_plugin.attach import attach_policy, policy_config_for, policy_of
+from scheduler.sglang_plugin.server_args import apply_policy_env
+
+SEED_ENGINE = EngineSpec(pool_tokens=65_536, chunk_tokens=8192, max_running=10)
+
+# A valid value other than the default for every knob the environment sets.
+SWITCH_VALUES = {
+    "skip_ahead": ("false", False),
+    "lookahead": ("3", 3),
+    "max_skipped_passes": ("7", 7),
+    "fair_share": ("false", False),
+    "full_budget_when_alone": ("false", False),
+    "chunk_budget_tokens": ("4096", 4096),
+    "max_running_requests": ("5", 5),
+    "per_request_cap_tokens": ("300", 300),
+    "adaptive_pass": ("false", False),
+    "short_request_tokens": ("500", 500),
+    "interactive_pass_tokens": ("256", 256),
+    "short_pass_extra_tokens": ("16", 16),
+    "activity_window_passes": ("4", 4),
+    "quiet_pass_tokens": ("900", 900),
+    "diagnostics": ("true", True),
+}
+SGLANG_OWNED = {"mixed_decode": "enable_mixed_chunk", "decode_steps_per_prefill": "prefill_decode_interval"}
+
+
+def test_every_policy_switch_is_honoured(monkeypatch):
+    assert set(PolicyConfig.model_fields) == set(SWITCH_VALUES) | set(SGLANG_OWNED), "a new knob needs a test value"
+    for field, (raw, _) in SWITCH_VALUES.items():
+        monkeypatch.setenv(env_var_name(field), raw)
+    cfg = policy_config_for(build_scheduler(SEED_ENGINE, patched=True))
+    assert {f: getattr(cfg, f) for f in SWITCH_VALUES} == {f: v for f, (_, v) in SWITCH_VALUES.items()}
+
+
+def test_f_is_derived_from_sglangs_limits_and_logged_at_start(caplog):
+    caplog.set_level(logging.INFO, logger="fairshare")
+    plugin = Harness(SEED_ENGINE, [])
+    assert (plugin.policy.cfg.max_running_requests, plugin.policy.cfg.chunk_budget_tokens) == (10, 8192)
+    assert "Prefill concurrency N=20: long_prefill_token_threshold=409" in caplog.messages
+
+
+def test_environment_wins_over_sglangs_values(monkeypatch, caplog):
+    caplog.set_level(logging.INFO, logger="fairshare")
+    monkeypatch.setenv("FAIRSHARE_MAX_RUNNING_REQUESTS", "4")
+    monkeypatch.setenv("FAIRSHARE_CHUNK_BUDGET_TOKENS", "4096")
+    assert Harness(SEED_ENGINE, []).policy.cfg.cap_tokens == 4096 // 8
+    monkeypatch.setenv("FAIRSHARE_PER_REQUEST_CAP_TOKENS", "300")
+    Harness(SEED_ENGINE, [])
+    assert "Prefill cap set explicitly: long_prefill_token_threshold=300" in caplog.messages
+
+
+def test_small_sglang_chunk_clamps_the_interactive_pass():
+    cfg = policy_config_for(build_scheduler(EngineSpec(chunk_tokens=256), patched=True))
+    assert (cfg.chunk_budget_tokens, cfg.interactive_pass_tokens) == (256, 256)
+
+
+def test_bad_switch_fails_at_start_naming_it(monkeypatch):
+    monkeypatch.setenv("FAIRSHARE_LOOKAHEAD", "-1")
+    with pytest.raises(ValueError, match="lookahead"):
+        attach_policy(build_scheduler(SEED_ENGINE, patched=True))
+
+
+def test_mixed_decode_and_interval_are_sglangs_resolved_values(monkeypatch, caplog):
+    sched = build_scheduler(SEED_ENGINE, patched=True)
+    sched.is_mixed_chunk, sched.prefill_decode_interval = True, 2
+    cfg = policy_config_for(sched)
+    assert (cfg.mixed_decode, cfg.decode_steps_per_prefill) == (True, 2)
+    # sglang resolved mixed chunk off (speculative decoding does): the policy follows sglang and says so.
+    monkeypatch.setenv("FAIRSHARE_MIXED_DECODE", "true")
+    sched.is_mixed_chunk = False
+    attach_policy(sched)
+    assert policy_of(sched).cfg.mixed_decode is False
+    assert any("sglang resolved enable_mixed_chunk to False" in m for m in caplog.messages)
+
+
+def test_switches_map_onto_sglangs_server_args(monkeypatch):
+    args = ServerArgs(model_path="dummy", device="cpu", chunked_prefill_size=512)
+    apply_policy_env(args)
+    assert (args.enable_mixed_chunk, args.prefill_decode_interval) == (False, None)  # unset: sglang's stand
+    monkeypatch.setenv("FAIRSHARE_MIXED_DECODE", "true")
+    monkeypatch.setenv("FAIRSHARE_DECODE_STEPS_PER_PREFILL", "3")
+    apply_policy_env(args)
+    assert (args.enable_mixed_chunk, args.prefill_decode_interval) == (True, 3)
+    args.resolve_once()
+    view = resolving_view(args)
+    assert (view.enable_mixed_chunk, view.prefill_decode_interval) == (True, 3)
+    monkeypatch.setenv("FAIRSHARE_DECODE_STEPS_PER_PREFILL", "5")
+    apply_policy_env(args)  # a resolved record (e.g. pickled into the scheduler process) is left alone
+    assert args.prefill_decode_interval == 3
+
+
+def test_chunking_off_keeps_skip_ahead_and_drops_caps():
+    engine = EngineSpec(pool_tokens=4096, chunk_tokens=None, max_prefill_tokens=16384)
+    reqs = [
+        ReqSpec("holder", 2000, decode_passes=50),
+        ReqSpec("big", 2500, arrive_pass=1),
+        ReqSpec("small", 30, arrive_pass=1),
+    ]
+    plugin = Harness(engine, reqs)
+    cfg = plugin.policy.cfg
+    assert (cfg.fair_share, cfg.adaptive_pass, cfg.chunk_budget_tokens) == (False, False, 16384)
+    plugin.run(2)
+    assert [r.admitted for r in plugin.history] == [[("holder", 2000)], [("small", 30)]]
+
+
+@pytest.mark.parametrize("setting", ["enable_priority_preemption", "dllm_config"])
+def test_upstream_rules_apply_where_the_policy_cannot_hold(setting, caplog):
+    sched = build_scheduler(SEED_ENGINE, patched=True)
+    setattr(sched, setting, True)
+    policy = attach_policy(sched)
+    assert policy.inactive_reason is not None
+    assert hooks.around_get_prefill_adder_class(UPSTREAM_ADDER_CLASS, sched) is PrefillAdder
+    assert any("upstream sglang scheduling applies" in m for m in caplog.messages)
+
+
+def test_hicache_storage_passes_run_upstreams_rules(caplog):
+    plugin = Harness(SEED_ENGINE, [ReqSpec("a", 10)])
+    plugin.sched.enable_hicache_storage = True  # sglang can attach storage while serving
+    assert plugin.policy.start_pass(plugin.sched) is None
+    assert plugin.policy.start_pass(plugin.sched) is None
+    assert sum("hierarchical-cache storage" in m for m in caplog.messages) == 1
+    plugin.sched.enable_hicache_storage = False
+    assert plugin.policy.start_pass(plugin.sched) is not None
+
+
+def test_a_target_left_unpatched_makes_the_plugin_inert(monkeypatch, caplog):
+    monkeypatch.setattr(HookRegistry, "_patched", {spec.target for spec in hooks.TARGETS[:-1]})
+    sched = build_scheduler(SEED_ENGINE, patched=True)
+    hooks.after_scheduler_init(None, sched)
+    assert policy_of(sched).inactive_reason.startswith("hook targets not patched: sglang.srt.server_args")
+    assert any(r.levelno == logging.ERROR and "patches nothing" in r.getMessage() for r in caplog.records)
+    assert policy_of(sched).start_pass(sched) is None
+
+
+def test_diagnostics_lines_in_the_seeds_form(monkeypatch, caplog):
+    caplog.set_level(logging.INFO, logger="fairshare")
+    monkeypatch.setenv("FAIRSHARE_DIAGNOSTICS", "true")
+    reqs = [
+        ReqSpec("holder", 2000, decode_passes=50),
+        ReqSpec("big", 2500, arrive_pass=1),
+        ReqSpec("small", 30, arrive_pass=1),
+    ]
+    Harness(EngineSpec(pool_tokens=4096, chunk_tokens=2048), reqs).run(2)
+    lines = [r.getMessage() for r in caplog.records if r.name == "fairshare.scheduler"]
+    rejection = next(line for line in lines if line.startswith("res=NO_TOKEN"))
+    # sglang's own figure: the whole prompt (2,500), the output reservation (32) and one page of overhead.
+    assert rejection.startswith("res=NO_TOKEN need=2533 rem_total=")
+    assert rejection.endswith("chunked=0/1 can_run=0 skip rid=big")
+    assert any(line.startswith("budget pass=") and "small:30" in line for line in lines)
+
+
+def test_diagnostics_off_by_default(caplog):
+    caplog.set_level(logging.INFO, logger="fairshare")
+    reqs = [ReqSpec("holder", 2000, decode_passes=50), ReqSpec("big", 2500, arrive_pass=1)]
+    Harness(EngineSpec(pool_tokens=4096, chunk_tokens=2048), reqs).run(2)
+    assert not any(m.startswith(("res=", "budget ")) for m in caplog.messages)
+
+
+@pytest.fixture
+def fresh_registry(monkeypatch):
+    """`load()` only registers hooks (sglang applies them); keep its registrations out of the process."""
+    monkeypatch.setattr(HookRegistry, "_hooks", defaultdict(list))
+    monkeypatch.setattr(loading, "_registered", False)
+    return HookRegistry._hooks
+
+
+def test_version_guard_patches_nothing_on_another_sglang(monkeypatch, fresh_registry, caplog):
+    monkeypatch.setattr(loading, "installed_sglang_version", lambda: "0.5.24")
+    loading.load()
+    assert dict(fresh_registry) == {}
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1 and "sglang 0.5.24 is not the tested 0.5.23" in errors[0]
+
+
+def test_version_guard_can_be_forced(monkeypatch, fresh_registry):
+    monkeypatch.setattr(loading, "installed_sglang_version", lambda: "0.5.24")
+    monkeypatch.setenv("FAIRSHARE_PLUGIN_FORCE", "1")
+    loading.load()
+    assert set(fresh_registry) == {spec.target for spec in hooks.TARGETS}
+
+
+def test_plugin_can_be_switched_off(monkeypatch, fresh_registry):
+    monkeypatch.setenv("FAIRSHARE_PLUGIN_ENABLED", "0")
+    loading.load()
+    assert dict(fresh_registry) == {}
+
+
+def test_an_unresolved_target_patches_nothing(monkeypatch, fresh_registry, caplog):
+    bogus = hooks.HookSpec("sglang.srt.managers.scheduler.Scheduler.no_such_method", *hooks.TARGETS[0][1:])
+    monkeypatch.setattr(hooks, "TARGETS", (*hooks.TARGETS, bogus))
+    loading.load()
+    assert dict(fresh_registry) == {}
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1 and "Scheduler.no_such_method" in errors[0]
+
+
+def test_load_registers_every_target_once(fresh_registry):
+    loading.load()
+    loading.load()
+    assert {t: len(h) for t, h in fresh_registry.items()} == {spec.target: 1 for spec in hooks.TARGETS}
