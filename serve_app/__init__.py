@@ -7,5 +7,5 @@ models and error bodies), `tokenizer` (token counting: approximate for `sim`, th
 simulator driven in real time), `sglang_backend` (in-process `sglang.Engine`), `routing` (the
 lane/affinity/load policy, pure), `router` (that policy as a Serve `RequestRouter`), `engine`
 (the engine replica deployment), `ingress` (the FastAPI ingress deployment), `metrics` (Ray
-metrics), `app` (the builder named in `config.yaml`).
+metrics), `app` (the builder named in `config.yaml`), `check` (validate a config file before deploying).
 """

@@ -1,0 +1,81 @@
+"""Shared by the Serve benchmarks: a local Ray + Serve on 127.0.0.1 running config.yaml with overrides."""
+
+from __future__ import annotations
+
+import copy
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+APP = "fairshare"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def deployment(cfg: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(d for d in cfg["applications"][0]["deployments"] if d["name"] == name)
+
+
+def app_config(port: int, *, num_replicas: int, time_scale: float, **engine_knobs: Any) -> dict[str, Any]:
+    cfg = copy.deepcopy(yaml.safe_load((REPO / "config.yaml").read_text()))
+    cfg["http_options"] = {"host": "127.0.0.1", "port": port}
+    engine = deployment(cfg, "Engine")
+    engine["num_replicas"] = num_replicas
+    engine["user_config"]["time_scale"] = time_scale
+    engine["user_config"].update(engine_knobs)
+    return cfg
+
+
+def start(port: int, num_cpus: int = 4) -> None:
+    import ray
+    from ray.serve._private.api import serve_start
+
+    ray.init(address="local", include_dashboard=False, num_cpus=num_cpus, namespace="serve", log_to_driver=False)
+    serve_start(http_options={"host": "127.0.0.1", "port": port}, proxy_location="HeadOnly")
+
+
+def deploy(cfg: dict[str, Any], timeout_s: float = 180) -> None:
+    from ray import serve
+    from ray.serve.context import _get_global_client
+    from ray.serve.schema import ServeDeploySchema
+
+    _get_global_client().deploy_apps(ServeDeploySchema.model_validate(cfg))
+    names = {a["name"] for a in cfg["applications"]}
+    deadline = time.monotonic() + timeout_s
+    time.sleep(0.5)
+    while time.monotonic() < deadline:
+        apps = serve.status().applications
+        if all(n in apps and apps[n].status == "RUNNING" for n in names):
+            return
+        failed = [apps[n].message for n in names if n in apps and apps[n].status == "DEPLOY_FAILED"]
+        if failed:
+            raise RuntimeError(f"deploy failed: {failed}")
+        time.sleep(0.25)
+    raise TimeoutError("apps did not become RUNNING")
+
+
+def delete(name: str) -> None:
+    from ray import serve
+
+    serve.delete(name, _blocking=True)
+
+
+def stop() -> None:
+    import ray
+    from ray import serve
+
+    serve.shutdown()
+    ray.shutdown()
+
+
+def pct(xs: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(xs), q)) if xs else float("nan")

@@ -1,0 +1,84 @@
+"""Check a Serve config file before deploying it: `python -m serve_app.check config.yaml`.
+
+Validates the file with Serve's own schema (`ServeDeploySchema`), refuses keys Serve would silently
+drop in our deployments, then validates our typed sections (`args`, both `user_config`s, the policy
+overrides). Prints one line per problem, naming the field, and exits non-zero if there is any.
+A bad `user_config` sent to a running app fails the update (Serve then replaces the replica that
+refused it), so check first.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+from ray.serve.schema import DeploymentSchema, ServeDeploySchema
+
+from serve_app.config import (
+    AppConfig,
+    ConfigError,
+    EngineKnobs,
+    RoutingKnobs,
+    describe_validation_error,
+    policy_config,
+    sim_base_policy,
+    validate,
+)
+
+DEPLOYMENTS = {"Ingress": RoutingKnobs, "Engine": EngineKnobs}
+
+
+def problems(raw: dict[str, Any]) -> list[str]:
+    try:
+        schema = ServeDeploySchema.model_validate(raw)
+    except ValidationError as e:
+        return [describe_validation_error("file", e)]
+    out: list[str] = []
+    for app_raw, app in zip(raw.get("applications", []), schema.applications, strict=True):
+        where = f"applications[{app.name}]"
+        try:
+            cfg: AppConfig = validate(AppConfig, app.args, f"{where}.args")
+        except ConfigError as e:
+            out.append(str(e))
+            cfg = AppConfig()
+        for d in app_raw.get("deployments", []):
+            name = d.get("name")
+            if name not in DEPLOYMENTS:
+                out.append(f"{where}.deployments: unknown deployment {name!r}; expected {sorted(DEPLOYMENTS)}")
+                continue
+            unknown = sorted(set(d) - set(DeploymentSchema.model_fields))
+            if unknown:
+                out.append(f"{where}.{name}: keys Serve would ignore: {unknown}")
+            if "user_config" not in d:
+                continue
+            try:
+                knobs = validate(DEPLOYMENTS[name], d["user_config"], f"{where}.{name}.user_config")
+            except ConfigError as e:
+                out.append(str(e))
+                continue
+            if isinstance(knobs, EngineKnobs) and cfg.backend == "sim":
+                try:
+                    policy_config(sim_base_policy(cfg.sim)[0], knobs.policy, f"{where}.{name}.user_config.policy")
+                except ConfigError as e:
+                    out.append(str(e))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m serve_app.check CONFIG.yaml", file=sys.stderr)
+        return 2
+    found = problems(yaml.safe_load(Path(args[0]).read_text()))
+    for line in found:
+        print(line)
+    if not found:
+        print(f"{args[0]}: ok")
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

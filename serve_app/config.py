@@ -1,0 +1,221 @@
+"""Typed configuration of the Serve app, validated at start and on every live change.
+
+Three objects, one per place they are set in `config.yaml`:
+
+- `AppConfig`: the application's `args` (backend, model, engine start-up settings). Fixed for
+  the life of a deployment; `build_app` validates it before anything starts.
+- `EngineKnobs`: the `Engine` deployment's `user_config` (scheduler policy, lane sizes, the
+  simulator's time scale). Applied live by `reconfigure()`; replicas are not restarted.
+- `RoutingKnobs`: the `Ingress` deployment's `user_config` (traffic-class threshold and
+  hysteresis, load bounds, spill). Applied live; carried to the router with each request.
+
+Every model forbids unknown keys, so a typo fails loudly instead of vanishing (Serve's own schema
+silently drops unknown deployment keys).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from scheduler.config import PolicyConfig
+from scheduler.sim.presets import PRESETS
+from scheduler.sim.rules import RuleSet, policy_for
+
+Backend = Literal["sim", "sglang"]
+
+
+class ConfigError(ValueError):
+    """A config value is wrong; the message names the field and the value."""
+
+
+def describe_validation_error(where: str, err: ValidationError) -> str:
+    parts = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"]) or "(root)"
+        value = e.get("input")
+        shown = "" if isinstance(value, dict) else f" (got {value!r})"
+        parts.append(f"{where}.{loc}: {e['msg']}{shown}")
+    return "; ".join(parts)
+
+
+def validate(model: type[BaseModel], data: Any, where: str) -> Any:
+    """`model.model_validate(data)`, with a `ConfigError` that names every bad field."""
+    try:
+        return model.model_validate(data or {})
+    except ValidationError as e:
+        raise ConfigError(describe_validation_error(where, e)) from None
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SimSettings(_Strict):
+    """The `sim` backend: the simulator's engine, in real time."""
+
+    preset: str = Field(
+        "seed000-12gb-27b", description=f"Calibrated engine preset, one of {sorted(PRESETS)}. Sets pass costs and KV."
+    )
+    rules: Literal["fairshare", "seed000", "baseline"] = Field(
+        "fairshare",
+        description="Rule set the simulated engine starts with: our policy (`fairshare`), the seed's fork "
+        "(`seed000`) or upstream sglang (`baseline`). `Engine.user_config.policy` overrides its fields live.",
+    )
+    chars_per_token: float = Field(4.0, gt=0, description="Approximate tokenizer: characters per token.")
+    natural_output_tokens: int = Field(
+        128,
+        ge=1,
+        description="Length of a synthetic answer when `max_tokens` allows it (finish_reason `stop`); "
+        "a smaller `max_tokens` cuts it (finish_reason `length`).",
+    )
+
+    @field_validator("preset")
+    @classmethod
+    def _known_preset(cls, preset: str) -> str:
+        if preset not in PRESETS:
+            raise ValueError(f"unknown preset; choose from {sorted(PRESETS)}")
+        return preset
+
+
+class SglangSettings(_Strict):
+    """The `sglang` backend: `sglang.Engine` in the replica process, one GPU per replica."""
+
+    model_path: str = Field("", description="Model weights directory or hub id (must be on local disk).")
+    tp_size: int = Field(1, ge=1, description="Tensor parallel size; the replica must hold this many GPUs.")
+    mem_fraction_static: float | None = Field(None, gt=0, lt=1, description="sglang's static memory fraction.")
+    context_length: int | None = Field(None, ge=1, description="Override the model's context length.")
+    chunked_prefill_size: int | None = Field(
+        None, ge=1, description="sglang's chunk budget; also our `chunk_budget_tokens` unless the policy sets it."
+    )
+    max_running_requests: int | None = Field(None, ge=1, description="sglang's concurrency limit.")
+    enable_mixed_chunk: bool = Field(True, description="Decodes ride along in prefill passes (our default).")
+    engine_args: dict[str, Any] = Field(
+        default_factory=dict, description="Further `sglang.Engine(**kwargs)` arguments, passed through as is."
+    )
+
+
+class AppConfig(_Strict):
+    """The application's `args` in `config.yaml`."""
+
+    backend: Backend = Field("sim", description="`sim` (no GPU; the simulator in real time) or `sglang` (GPU).")
+    model_id: str | None = Field(
+        None,
+        description="Model id served in `/v1/models` and responses. Default: `sim-<preset>` for sim (an honest "
+        "name: no model runs), the model path's last component for sglang.",
+    )
+    sim: SimSettings = Field(default_factory=SimSettings)
+    sglang: SglangSettings = Field(default_factory=SglangSettings)
+    max_context_tokens: int | None = Field(
+        None,
+        ge=2,
+        description="Largest prompt + max_tokens accepted (400 above). Default: the sim preset's KV pool, or "
+        "sglang's context_length (required then).",
+    )
+    default_max_tokens: int = Field(256, ge=1, description="`max_tokens` when a request does not set it.")
+
+    @model_validator(mode="after")
+    def _backend_settings(self) -> Self:
+        if self.backend == "sglang":
+            if not self.sglang.model_path:
+                raise ValueError("backend 'sglang' needs sglang.model_path")
+            if self.context_limit_tokens is None:
+                raise ValueError("backend 'sglang' needs max_context_tokens or sglang.context_length")
+        return self
+
+    @property
+    def served_model_id(self) -> str:
+        if self.model_id:
+            return self.model_id
+        if self.backend == "sim":
+            return f"sim-{self.sim.preset}"
+        return self.sglang.model_path.rstrip("/").rsplit("/", 1)[-1]
+
+    @property
+    def context_limit_tokens(self) -> int | None:
+        if self.max_context_tokens is not None:
+            return self.max_context_tokens
+        if self.backend == "sim":
+            return PRESETS[self.sim.preset].cost.kv_pool_tokens
+        return self.sglang.context_length
+
+
+class EngineKnobs(_Strict):
+    """The `Engine` deployment's `user_config`: applied live by `reconfigure()`."""
+
+    long_lane_replicas: int = Field(
+        1,
+        ge=0,
+        description="Replicas of rank < this serve the long-document lane, the others the chat lane. With one "
+        "replica it serves both; 0 = no long lane; >= num_replicas = no chat lane.",
+    )
+    time_scale: float = Field(
+        1.0, ge=0, description="sim only: wall seconds per simulated second (1 = real time, 0 = zero cost)."
+    )
+    policy: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Scheduler policy overrides: `scheduler.config.PolicyConfig` fields, on top of the rule "
+        "set's settings (sim) or the plugin's (sglang).",
+    )
+    session_cache_sessions: int = Field(
+        4096, ge=0, description="sim only: sessions whose prefix the replica keeps cached (LRU, also bounded by KV)."
+    )
+    published_sessions: int = Field(
+        256, ge=0, description="Most recently used sessions whose cached tokens each replica publishes to routers."
+    )
+
+    @model_validator(mode="after")
+    def _policy_fields(self) -> Self:
+        unknown = sorted(set(self.policy) - set(PolicyConfig.model_fields))
+        if unknown:
+            raise ValueError(
+                f"policy: unknown PolicyConfig field(s) {unknown}; known: {sorted(PolicyConfig.model_fields)}"
+            )
+        return self
+
+
+def policy_config(
+    base: PolicyConfig, overrides: dict[str, Any], where: str = "Engine.user_config.policy"
+) -> PolicyConfig:
+    """`base` with `overrides` applied, validated by `PolicyConfig` itself (bounds, cross-field checks)."""
+    try:
+        return base.with_overrides(**overrides)
+    except ValidationError as e:
+        raise ConfigError(describe_validation_error(where, e)) from None
+
+
+def sim_base_policy(sim: SimSettings) -> tuple[PolicyConfig, int]:
+    """The rule set's policy and half-prefilled-request limit for the sim preset."""
+    return policy_for(RuleSet(sim.rules), PRESETS[sim.preset])
+
+
+class RoutingKnobs(_Strict):
+    """The `Ingress` deployment's `user_config`: routing policy, applied live."""
+
+    long_prompt_tokens: int = Field(
+        2048,
+        ge=1,
+        description="A request whose uncached prompt (tokens beyond what its session holds on the replica) "
+        "exceeds this is a long document; otherwise a chat. Matches PolicyConfig.short_request_tokens.",
+    )
+    class_hysteresis: float = Field(
+        0.5,
+        ge=0,
+        lt=1,
+        description="A session classed long stays long until its uncached prompt falls below "
+        "long_prompt_tokens * (1 - this), so a session near the threshold does not bounce between lanes.",
+    )
+    busy_pending_requests: int = Field(
+        4,
+        ge=1,
+        description="For a chat, a replica is busy when this many requests wait for their first token there.",
+    )
+    busy_prefill_tokens: int = Field(
+        16384,
+        ge=1,
+        description="For a long document, a replica is busy when this many uncached prompt tokens wait there.",
+    )
+    chat_spill: bool = Field(True, description="Chats may go to the long lane when every chat replica is busy.")
+    session_ttl_s: float = Field(3600.0, gt=0, description="A session's pin is forgotten after this long unused.")
+    max_sessions: int = Field(100_000, ge=1, description="Most sessions the router remembers (LRU).")

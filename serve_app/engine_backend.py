@@ -1,0 +1,127 @@
+"""The one interface every engine backend implements, and the records that cross it.
+
+A backend lives inside one engine replica. The replica hands it a `GenerateRequest` and relays
+what `generate` yields; on client disconnect the replica's task is cancelled and the backend
+must drop the request from its queue and free its KV (`abort`). `load()` is what the replica
+publishes to routers; `cached_tokens(session)` is what the session already holds here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from serve_app.config import EngineKnobs
+
+FinishReason = Literal["stop", "length"]
+
+
+@dataclass(frozen=True, slots=True)
+class GenerateRequest:
+    rid: str
+    prompt_text: str
+    prompt_tokens: int
+    max_tokens: int
+    session_id: str | None = None
+    prompt_token_ids: list[int] | None = None
+    """Set when the ingress tokenized with the model's tokenizer (sglang); the sim counts only."""
+    stop: tuple[str, ...] = ()
+    temperature: float = 1.0
+    traffic_class: str = "short"
+    """The router's class for this request (`long` | `short`), for metrics and the sim's records."""
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """What a stream yields: the tokens ready now, coalesced (one Ray item per chunk, not per token)."""
+
+    text: str = ""
+    num_tokens: int = 0
+    """Output tokens this chunk carries."""
+    cached_tokens: int | None = None
+    """Set on a stream's first chunk: prompt tokens served from the session's prefix cache."""
+    finish_reason: FinishReason | None = None
+    """Set on a stream's last chunk."""
+    completion_tokens: int = 0
+    """Output tokens so far, this chunk included."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaLoad:
+    """A replica's load as routers see it (published through `record_routing_stats`)."""
+
+    num_waiting: int = 0
+    """Requests not yet admitted by the engine scheduler."""
+    num_prefilling: int = 0
+    """Admitted, prompt not fully prefilled."""
+    num_decoding: int = 0
+    prefill_tokens: int = 0
+    """Uncached prompt tokens still to prefill, waiting and prefilling requests together."""
+    max_running_requests: int = 0
+    kv_used_tokens: int = 0
+    kv_total_tokens: int = 0
+
+    @property
+    def num_pending(self) -> int:
+        """Requests that have not produced their first token."""
+        return self.num_waiting + self.num_prefilling
+
+    def to_dict(self) -> dict[str, int]:
+        return {f: getattr(self, f) for f in self.__dataclass_fields__}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> ReplicaLoad:
+        d = d or {}
+        return cls(**{f: int(d.get(f, 0)) for f in cls.__dataclass_fields__})
+
+
+@dataclass
+class EngineCounters:
+    """Monotonic counts a backend keeps for metrics and the admin view."""
+
+    num_finished: int = 0
+    num_aborted: int = 0
+    num_skip_ahead: int = 0
+    """Requests admitted ahead of an earlier request rejected for KV capacity."""
+    extra: dict[str, int] = field(default_factory=dict)
+
+
+class EngineBackend(Protocol):
+    model_id: str
+
+    async def start(self) -> None:
+        """Bring the engine up (called once, inside the replica's event loop)."""
+
+    def generate(self, request: GenerateRequest) -> AsyncIterator[Chunk]:
+        """Yields `Chunk`s: the first has `cached_tokens`, the last `finish_reason`. Cancelling the iteration
+        aborts the request."""
+        ...
+
+    def abort(self, rid: str) -> bool:
+        """Drop a request from the queue and free its KV. False if unknown or already done."""
+        ...
+
+    def load(self) -> ReplicaLoad: ...
+
+    def reconfigure(self, knobs: EngineKnobs) -> None:
+        """Apply live knobs; raise `ConfigError` on a bad value, leaving the old ones in force."""
+        ...
+
+    def cached_tokens(self, session_id: str) -> int: ...
+
+    def recent_sessions(self, limit: int) -> dict[str, int]:
+        """Cached tokens of the `limit` most recently used sessions (published to routers)."""
+        ...
+
+    def pending_requests(self, limit: int) -> dict[str, int]:
+        """Up to `limit` requests without a first token yet: id -> uncached prompt tokens still to prefill."""
+        ...
+
+    def counters(self) -> EngineCounters: ...
+
+    def describe(self) -> dict[str, Any]:
+        """Admin view: active policy, active request ids, KV."""
+        ...
+
+    async def shutdown(self) -> None: ...

@@ -1,0 +1,93 @@
+"""The app's metrics, through Ray's metrics API (exported by Ray's Prometheus endpoint on each node).
+
+Names start with `fairshare_`; Ray adds its `ray_` prefix on export.
+"""
+
+from __future__ import annotations
+
+from ray.util import metrics as ray_metrics
+
+from serve_app.engine_backend import EngineCounters, ReplicaLoad
+from serve_app.routing import RouteDecision
+
+LATENCY_BUCKETS_S = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0]
+
+
+class IngressMetrics:
+    def __init__(self) -> None:
+        self.ttft_s = ray_metrics.Histogram(
+            "fairshare_ttft_seconds",
+            description="Time to first token seen at the ingress, per lane and traffic class.",
+            boundaries=LATENCY_BUCKETS_S,
+            tag_keys=("lane", "traffic_class"),
+        )
+        self.itl_s = ray_metrics.Histogram(
+            "fairshare_itl_seconds",
+            description="Inter-token latency of streamed responses, per lane and traffic class.",
+            boundaries=LATENCY_BUCKETS_S,
+            tag_keys=("lane", "traffic_class"),
+        )
+        self.requests = ray_metrics.Counter(
+            "fairshare_requests_total",
+            description="Requests answered, by endpoint and HTTP status.",
+            tag_keys=("endpoint", "status"),
+        )
+        self.shed = ray_metrics.Counter(
+            "fairshare_shed_requests_total",
+            description="Requests refused for overload (429), by reason.",
+            tag_keys=("reason",),
+        )
+
+    def observe_ttft(self, lane: str, cls: str, seconds: float) -> None:
+        self.ttft_s.observe(seconds, tags={"lane": lane, "traffic_class": cls})
+
+    def observe_itl(self, lane: str, cls: str, seconds: float) -> None:
+        self.itl_s.observe(seconds, tags={"lane": lane, "traffic_class": cls})
+
+
+class RouterMetrics:
+    def __init__(self) -> None:
+        self.decisions = ray_metrics.Counter(
+            "fairshare_routing_decisions_total",
+            description="Routing decisions by lane, traffic class and reason (affinity, spill, gave-way, ...).",
+            tag_keys=("lane", "traffic_class", "reason"),
+        )
+
+    def on_decision(self, d: RouteDecision) -> None:
+        self.decisions.inc(
+            tags={"lane": d.lane.value, "traffic_class": d.traffic_class.value, "reason": d.reason.value}
+        )
+
+
+class EngineMetrics:
+    """Queue gauges are refreshed whenever the replica publishes its load (each routing-stats period)."""
+
+    def __init__(self) -> None:
+        tags = ("lane",)
+        self.num_waiting = ray_metrics.Gauge("fairshare_engine_waiting_requests", "Not yet admitted.", tags)
+        self.num_prefilling = ray_metrics.Gauge("fairshare_engine_prefilling_requests", "Admitted, prefilling.", tags)
+        self.num_decoding = ray_metrics.Gauge("fairshare_engine_decoding_requests", "Decoding.", tags)
+        self.prefill_tokens = ray_metrics.Gauge(
+            "fairshare_engine_outstanding_prefill_tokens", "Uncached prompt tokens still to prefill.", tags
+        )
+        self.kv_used = ray_metrics.Gauge("fairshare_engine_kv_used_tokens", "KV tokens held by requests.", tags)
+        self.skip_ahead = ray_metrics.Counter(
+            "fairshare_engine_skip_ahead_total", "Requests admitted past a request rejected for KV capacity.", tags
+        )
+        self.aborted = ray_metrics.Counter(
+            "fairshare_engine_aborted_total", "Requests aborted (client disconnect), queue and KV freed.", tags
+        )
+        self._last = EngineCounters()
+
+    def publish(self, lane: str, load: ReplicaLoad, counters: EngineCounters) -> None:
+        tags = {"lane": lane}
+        self.num_waiting.set(load.num_waiting, tags=tags)
+        self.num_prefilling.set(load.num_prefilling, tags=tags)
+        self.num_decoding.set(load.num_decoding, tags=tags)
+        self.prefill_tokens.set(load.prefill_tokens, tags=tags)
+        self.kv_used.set(load.kv_used_tokens, tags=tags)
+        if counters.num_skip_ahead > self._last.num_skip_ahead:
+            self.skip_ahead.inc(counters.num_skip_ahead - self._last.num_skip_ahead, tags=tags)
+        if counters.num_aborted > self._last.num_aborted:
+            self.aborted.inc(counters.num_aborted - self._last.num_aborted, tags=tags)
+        self._last = EngineCounters(num_aborted=counters.num_aborted, num_skip_ahead=counters.num_skip_ahead)

@@ -1,0 +1,82 @@
+"""`LanePolicy` as a Ray Serve request router (`request_router_config.request_router_class`).
+
+Serve runs one router per handle, in the caller's process: here, inside each ingress replica, for
+its handle to the `Engine` deployment. Each request's `route` kwarg carries the ingress's
+`RouteHint`; the router replaces it with its `RouteDecision` before Serve sends the request, so the
+replica learns its lane, the class and the reason (they come back as response headers).
+
+`choose_replicas` returns one rank holding one replica: the policy has already weighed load and
+affinity. If that replica is at Serve's `max_ongoing_requests`, Serve backs off and asks again,
+and the policy (which sees the replica as full) chooses anew.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, RunningReplica
+
+from serve_app import metrics
+from serve_app.engine_backend import ReplicaLoad
+from serve_app.routing import Lane, LanePolicy, ReplicaView, RouteHint
+
+logger = logging.getLogger(__name__)
+
+ROUTE_KWARG = "route"
+
+
+class LaneRouter(RequestRouter):
+    def initialize_state(self, **kwargs) -> None:
+        self.policy = LanePolicy()
+        self._metrics = metrics.RouterMetrics()
+
+    def _ensure_state(self) -> None:
+        # `initialize_state` is Serve's hook; keep working if a Serve version skips it.
+        if not hasattr(self, "policy"):
+            self.initialize_state()
+
+    def _view(self, replica: RunningReplica) -> ReplicaView:
+        stats = replica.routing_stats or {}
+        lane_name = stats.get("lane") or replica.replica_metadata.get("lane") or Lane.BOTH.value
+        queue_len = self.replica_queue_len_cache.get(replica.replica_id)
+        return ReplicaView(
+            replica_id=replica.replica_id.unique_id,
+            lane=Lane(lane_name),
+            load=ReplicaLoad.from_dict(stats.get("load")),
+            stats_time_s=float(stats.get("time_s", 0.0)),
+            sessions=stats.get("sessions") or {},
+            pending=stats.get("pending") or {},
+            full=queue_len is not None and queue_len >= replica.max_ongoing_requests,
+        )
+
+    async def choose_replicas(
+        self,
+        candidate_replicas: list[RunningReplica],
+        pending_request: PendingRequest | None = None,
+    ) -> list[list[RunningReplica]]:
+        self._ensure_state()
+        if not candidate_replicas:
+            return []
+        if pending_request is None:
+            return [candidate_replicas]
+        hint = pending_request.kwargs.get(ROUTE_KWARG)
+        if not isinstance(hint, RouteHint):
+            hint = None
+        by_id = {r.replica_id.unique_id: r for r in candidate_replicas}
+        decision = self.policy.decide(
+            pending_request.metadata.internal_request_id,
+            hint,
+            [self._view(r) for r in candidate_replicas],
+            time.time(),
+        )
+        if decision is None:
+            return []
+        if hint is not None:
+            pending_request.kwargs[ROUTE_KWARG] = decision
+        self._metrics.on_decision(decision)
+        return [[by_id[decision.replica_id]]]
+
+    def on_request_completed(self, replica_id: ReplicaID, internal_request_id: str) -> None:
+        self._ensure_state()
+        self.policy.on_completed(internal_request_id, time.time())

@@ -1,0 +1,349 @@
+"""Lane routing, as a pure policy: which replica serves a request, and why.
+
+Inputs are plain records (`RouteHint` from the ingress, a `ReplicaView` per replica built from
+what replicas publish), the clock is passed in, so the policy is tested without Ray.
+
+The rules, in order:
+
+1. **Traffic class from uncached work.** A request's uncached prompt is what its session does
+   not already hold on the replica: `prompt - cached(session, replica)`. Above
+   `long_prompt_tokens` it is a long document, else a chat; a session classed long stays long
+   until its uncached prompt falls below `long_prompt_tokens * (1 - class_hysteresis)`.
+2. **Lanes.** Long documents go to the long lane (to the chat lane only if there is no long
+   lane). Chats go to the chat lane; they may run in the long lane when their session's cache is
+   there, or when every chat replica is busy (spill: the policy core keeps a chat fast beside a
+   long prefill). A single replica serves both lanes.
+3. **Affinity with a load bound.** A session stays on the replica that holds its cache unless
+   that replica is busy for this request *and* some other allowed replica is not ("busy" for a chat:
+   `busy_pending_requests` requests waiting for a first token; for a long document:
+   `busy_prefill_tokens` uncached tokens waiting). The class is recomputed for the alternative
+   (its cache differs), so a follow-up question to a document never lands, uncached, in the chat lane.
+4. **Least loaded otherwise.** Chats compare pending requests first (what a chat waits for under
+   fair-share chunking), long documents outstanding prefill tokens.
+
+Loads are what replicas last published plus what this router sent them since (published loads are
+up to one stats period old).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+
+from serve_app.config import RoutingKnobs
+from serve_app.engine_backend import ReplicaLoad
+
+
+class Lane(StrEnum):
+    LONG = "long"
+    CHAT = "chat"
+    BOTH = "both"
+
+
+class TrafficClass(StrEnum):
+    LONG = "long"
+    SHORT = "short"
+
+
+class RouteReason(StrEnum):
+    AFFINITY = "affinity"  # the session's cache is on that replica
+    LEAST_LOADED = "least-loaded"  # no usable pin: least loaded replica of the class's lane
+    GAVE_WAY = "gave-way"  # the pinned replica was busy; another allowed replica was not
+    MOVED = "moved"  # the pinned replica's lane does not take the request's new class
+    SPILL = "spill"  # a chat in the long lane because every chat replica is busy
+    NO_LANE = "no-lane"  # the class's lane has no replica: the other lane serves it
+    TARGETED = "targeted"  # the caller named the replica (admin and diagnostics)
+
+
+@dataclass(frozen=True, slots=True)
+class RouteHint:
+    """What the ingress knows of a request before routing (passed as a handle kwarg)."""
+
+    session_id: str | None
+    prompt_tokens: int
+    knobs: RoutingKnobs = field(default_factory=RoutingKnobs)
+    target_replica: str | None = None
+    request_id: str | None = None
+    """The engine request id (replicas publish the ids of their pending requests)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RouteDecision:
+    """The router's choice, handed to the chosen replica in place of the hint."""
+
+    replica_id: str
+    lane: Lane
+    """The lane the request is served in (never BOTH: a both-lanes replica serves the class's lane)."""
+    traffic_class: TrafficClass
+    reason: RouteReason
+    uncached_tokens: int
+    session_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaView:
+    replica_id: str
+    lane: Lane
+    load: ReplicaLoad
+    stats_time_s: float = 0.0
+    """Wall time of the published load (0 = nothing published yet)."""
+    sessions: Mapping[str, int] = field(default_factory=dict)
+    """Published cached tokens of recently used sessions."""
+    pending: Mapping[str, int] = field(default_factory=dict)
+    """Published pending requests (no first token yet): request id -> uncached tokens still to prefill."""
+    full: bool = False
+    """Serve's own limit: the replica has max_ongoing_requests in flight."""
+
+
+@dataclass(slots=True)
+class _Session:
+    replica_id: str
+    traffic_class: TrafficClass
+    cached_tokens: int
+    """This router's estimate of what the replica holds for the session."""
+    settled_s: float
+    """When the estimate was last made true (a request of the session finished there)."""
+    last_used_s: float
+
+
+ARRIVAL_MARGIN_S = 0.05
+"""A request sent this long before a load was published may not have reached the replica by then."""
+RECENTLY_COMPLETED_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class _InFlight:
+    replica_id: str
+    request_id: str | None
+    session_id: str | None
+    prompt_tokens: int
+    uncached_tokens: int
+    decided_s: float
+
+
+def classify(uncached_tokens: int, previous: TrafficClass | None, knobs: RoutingKnobs) -> TrafficClass:
+    threshold = knobs.long_prompt_tokens
+    if previous is TrafficClass.LONG:
+        threshold = int(threshold * (1 - knobs.class_hysteresis))
+    return TrafficClass.LONG if uncached_tokens > threshold else TrafficClass.SHORT
+
+
+def serving_lane(lane: Lane, cls: TrafficClass) -> Lane:
+    if lane is not Lane.BOTH:
+        return lane
+    return Lane.LONG if cls is TrafficClass.LONG else Lane.CHAT
+
+
+class LanePolicy:
+    """Session table, in-flight accounting and the decision. Thread-safe (Serve may call back from another thread)."""
+
+    def __init__(self) -> None:
+        self._sessions: OrderedDict[str, _Session] = OrderedDict()
+        self._in_flight: dict[str, _InFlight] = {}
+        self._completed: OrderedDict[str, float] = OrderedDict()
+        """Engine request ids this router saw finish recently (published loads may still count them)."""
+        self._lock = threading.Lock()
+
+    # -- bookkeeping -----------------------------------------------------------------------
+    def on_completed(self, request_id: str, now_s: float) -> None:
+        with self._lock:
+            entry = self._in_flight.pop(request_id, None)
+            if entry is None:
+                return
+            if entry.request_id is not None:
+                self._completed[entry.request_id] = now_s
+            while self._completed and now_s - next(iter(self._completed.values())) > RECENTLY_COMPLETED_S:
+                self._completed.popitem(last=False)
+            if entry.session_id is None:
+                return
+            rec = self._sessions.get(entry.session_id)
+            if rec is not None and rec.replica_id == entry.replica_id:
+                # Its prompt (at least) is now cached there.
+                rec.cached_tokens = max(rec.cached_tokens, entry.prompt_tokens)
+                rec.settled_s = now_s
+
+    def num_in_flight(self, replica_id: str) -> int:
+        with self._lock:
+            return sum(e.replica_id == replica_id for e in self._in_flight.values())
+
+    def session_replica(self, session_id: str) -> str | None:
+        with self._lock:
+            rec = self._sessions.get(session_id)
+            return rec.replica_id if rec else None
+
+    def effective_load(self, view: ReplicaView) -> ReplicaLoad:
+        """The published load, corrected by what this router knows happened since it was published.
+
+        Pending requests that finished since are taken out; requests sent after it (or just before,
+        possibly not yet arrived) and not in it are added as waiting.
+        """
+        gone = [rid for rid in view.pending if rid in self._completed]
+        sent = [
+            e
+            for e in self._in_flight.values()
+            if e.replica_id == view.replica_id
+            and e.decided_s > view.stats_time_s - ARRIVAL_MARGIN_S
+            and e.request_id not in view.pending
+        ]
+        if not gone and not sent:
+            return view.load
+        num_waiting = view.load.num_waiting + len(sent)
+        num_prefilling = view.load.num_prefilling
+        # A finished pending request was waiting or prefilling: take it from prefilling first.
+        num_gone_prefilling = min(len(gone), num_prefilling)
+        num_prefilling -= num_gone_prefilling
+        num_waiting = max(0, num_waiting - (len(gone) - num_gone_prefilling))
+        return replace(
+            view.load,
+            num_waiting=num_waiting,
+            num_prefilling=num_prefilling,
+            prefill_tokens=max(
+                0, view.load.prefill_tokens - sum(view.pending[r] for r in gone) + sum(e.uncached_tokens for e in sent)
+            ),
+        )
+
+    # -- the decision ----------------------------------------------------------------------
+    def decide(
+        self, request_id: str, hint: RouteHint | None, views: Sequence[ReplicaView], now_s: float
+    ) -> RouteDecision | None:
+        """Choose a replica, record the choice, and say why. None when there is no replica at all."""
+        if not views:
+            return None
+        hint = hint or RouteHint(session_id=None, prompt_tokens=1)
+        knobs = hint.knobs
+        with self._lock:
+            self._expire(now_s, knobs)
+            decision = self._decide(hint, views, now_s)
+            self._record(request_id, hint, decision, now_s, knobs)
+        return decision
+
+    def _decide(self, hint: RouteHint, views: Sequence[ReplicaView], now_s: float) -> RouteDecision:
+        knobs = hint.knobs
+        by_id = {v.replica_id: v for v in views}
+        if hint.target_replica is not None and hint.target_replica in by_id:
+            v = by_id[hint.target_replica]
+            cls = classify(hint.prompt_tokens, None, knobs)
+            return RouteDecision(v.replica_id, serving_lane(v.lane, cls), cls, RouteReason.TARGETED, 0, hint.session_id)
+
+        usable = [v for v in views if not v.full] or list(views)
+        sid = hint.session_id
+        rec = self._sessions.get(sid) if sid else None
+        previous_cls = rec.traffic_class if rec else None
+        pinned = self._pinned(sid, rec, usable)
+        loads = {v.replica_id: self.effective_load(v) for v in usable}
+        has_long_lane = any(v.lane is not Lane.CHAT for v in usable)
+        has_chat_lane = any(v.lane is not Lane.LONG for v in usable)
+        chat_lane = [v for v in usable if v.lane is not Lane.LONG]
+
+        def cls_on(v: ReplicaView) -> tuple[TrafficClass, int]:
+            uncached = max(1, hint.prompt_tokens - self._cached_on(sid, rec, v))
+            return classify(uncached, previous_cls, knobs), uncached
+
+        def busy(v: ReplicaView, cls: TrafficClass) -> bool:
+            load = loads[v.replica_id]
+            if cls is TrafficClass.LONG:
+                return load.prefill_tokens >= knobs.busy_prefill_tokens
+            return load.num_pending >= knobs.busy_pending_requests
+
+        chat_saturated = bool(chat_lane) and all(busy(v, TrafficClass.SHORT) for v in chat_lane)
+
+        def home(v: ReplicaView, cls: TrafficClass) -> bool:
+            """The class's own lane (or the other one when its own has no replica)."""
+            if v.lane is Lane.BOTH:
+                return True
+            if cls is TrafficClass.LONG:
+                return v.lane is Lane.LONG or not has_long_lane
+            return v.lane is Lane.CHAT or not has_chat_lane
+
+        def allowed(v: ReplicaView, cls: TrafficClass, is_pinned: bool) -> bool:
+            if home(v, cls):
+                return True
+            # A chat outside the chat lane: where its cache is, or as a spill when the chat lane is saturated.
+            return cls is TrafficClass.SHORT and (is_pinned or (knobs.chat_spill and chat_saturated))
+
+        if pinned is not None:
+            pinned_cls, pinned_uncached = cls_on(pinned)
+            if allowed(pinned, pinned_cls, True):
+                alternatives = [v for v in usable if v is not pinned]
+                better = [v for v in alternatives if allowed(v, cls_on(v)[0], False) and not busy(v, cls_on(v)[0])]
+                if not busy(pinned, pinned_cls) or not better:
+                    return self._decision(pinned, pinned_cls, pinned_uncached, RouteReason.AFFINITY, sid)
+                return self._best(better, cls_on, home, busy, loads, sid, RouteReason.GAVE_WAY)
+            candidates = [v for v in usable if allowed(v, cls_on(v)[0], False)]
+            return self._best(candidates or usable, cls_on, home, busy, loads, sid, RouteReason.MOVED)
+
+        candidates = [v for v in usable if allowed(v, cls_on(v)[0], False)]
+        return self._best(candidates or usable, cls_on, home, busy, loads, sid, RouteReason.LEAST_LOADED)
+
+    def _best(self, candidates, cls_on, home, busy, loads, sid, reason: RouteReason) -> RouteDecision:
+        def key(v: ReplicaView):
+            cls, _ = cls_on(v)
+            load = loads[v.replica_id]
+            if cls is TrafficClass.LONG:
+                by_load = (load.prefill_tokens, load.num_pending, load.num_decoding)
+            else:
+                by_load = (load.num_pending, load.num_decoding, load.prefill_tokens)
+            return (busy(v, cls), not home(v, cls), by_load, v.replica_id)
+
+        best = min(candidates, key=key)
+        cls, uncached = cls_on(best)
+        mismatched = best.lane is not Lane.BOTH and (best.lane is Lane.LONG) != (cls is TrafficClass.LONG)
+        if mismatched and reason is not RouteReason.GAVE_WAY:
+            # Outside its own lane: a chat spilled to a saturated chat lane's neighbour, or the lane is missing.
+            reason = RouteReason.NO_LANE if home(best, cls) else RouteReason.SPILL
+        return self._decision(best, cls, uncached, reason, sid)
+
+    @staticmethod
+    def _decision(v: ReplicaView, cls: TrafficClass, uncached: int, reason: RouteReason, sid) -> RouteDecision:
+        return RouteDecision(v.replica_id, serving_lane(v.lane, cls), cls, reason, uncached, sid)
+
+    def _pinned(self, sid: str | None, rec: _Session | None, usable: Sequence[ReplicaView]) -> ReplicaView | None:
+        if not sid:
+            return None
+        if rec is not None:
+            for v in usable:
+                if v.replica_id == rec.replica_id:
+                    return v
+        # Unknown here (another ingress replica routed it, or this router restarted): where is it cached?
+        holders = [(v.sessions.get(sid, 0), v.replica_id, v) for v in usable if v.sessions.get(sid, 0) > 0]
+        return max(holders)[2] if holders else None
+
+    @staticmethod
+    def _cached_on(sid: str | None, rec: _Session | None, v: ReplicaView) -> int:
+        if not sid:
+            return 0
+        if rec is not None and rec.replica_id == v.replica_id and v.stats_time_s <= rec.settled_s:
+            # Published stats predate the session's last finished request there: trust our own estimate.
+            return rec.cached_tokens
+        return v.sessions.get(sid, 0)
+
+    def _record(self, request_id: str, hint: RouteHint, d: RouteDecision, now_s: float, knobs: RoutingKnobs) -> None:
+        self._in_flight[request_id] = _InFlight(
+            d.replica_id, hint.request_id, d.session_id, hint.prompt_tokens, d.uncached_tokens, now_s
+        )
+        sid = d.session_id
+        if not sid or d.reason is RouteReason.TARGETED:
+            return
+        rec = self._sessions.get(sid)
+        if rec is None or rec.replica_id != d.replica_id:
+            cached = hint.prompt_tokens - d.uncached_tokens
+            self._sessions[sid] = _Session(d.replica_id, d.traffic_class, cached, now_s, now_s)
+        else:
+            rec.traffic_class = d.traffic_class
+            rec.last_used_s = now_s
+        self._sessions.move_to_end(sid)
+        while len(self._sessions) > knobs.max_sessions:
+            self._sessions.popitem(last=False)
+
+    def _expire(self, now_s: float, knobs: RoutingKnobs) -> None:
+        stale = [rid for rid, e in self._in_flight.items() if now_s - e.decided_s > knobs.session_ttl_s]
+        for rid in stale:  # completion callbacks that never came (a replica died mid-request)
+            del self._in_flight[rid]
+        while self._sessions:
+            sid, rec = next(iter(self._sessions.items()))
+            if now_s - rec.last_used_s <= knobs.session_ttl_s:
+                break
+            del self._sessions[sid]

@@ -1,0 +1,112 @@
+"""A local Ray + Serve running `config.yaml` (as `serve run` deploys it), with test-sized knobs.
+
+The app is deployed through the same path `serve run config.yaml` uses (`ServeDeploySchema` ->
+`deploy_apps`), so the file's deployment overrides, user_configs and router class are what run.
+Only the HTTP port (a free one on 127.0.0.1), replica count, time scale and a few knobs change.
+"""
+
+from __future__ import annotations
+
+import copy
+import socket
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+APP_NAME = "fairshare"
+DEPLOY_TIMEOUT_S = 120
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def deployment(cfg: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(d for d in cfg["applications"][0]["deployments"] if d["name"] == name)
+
+
+def serve_test_config(port: int) -> dict[str, Any]:
+    """config.yaml with three engine replicas (one long, two chat) and a fast clock."""
+    cfg = yaml.safe_load((REPO / "config.yaml").read_text())
+    cfg["http_options"] = {"host": "127.0.0.1", "port": port}
+    app = cfg["applications"][0]
+    app["args"]["sim"]["natural_output_tokens"] = 4096
+    engine = deployment(cfg, "Engine")
+    engine["num_replicas"] = 3
+    engine["max_ongoing_requests"] = 8
+    engine["max_queued_requests"] = 4
+    engine["ray_actor_options"] = {"num_cpus": 0.1}
+    engine["request_router_config"]["request_routing_stats_period_s"] = 0.2
+    engine["user_config"]["time_scale"] = 0.05
+    ingress = deployment(cfg, "Ingress")
+    ingress["ray_actor_options"] = {"num_cpus": 0.1}
+    ingress["user_config"]["busy_pending_requests"] = 2
+    return cfg
+
+
+@dataclass
+class ServeHandle:
+    base_url: str
+    model: str
+    config: dict[str, Any]
+
+    @property
+    def client(self) -> openai.OpenAI:
+        return openai.OpenAI(base_url=f"{self.base_url}/v1", api_key="unused", max_retries=0, timeout=60)
+
+    def deploy(self, cfg: dict[str, Any]) -> None:
+        deploy(cfg)
+        self.config = cfg
+
+    def replica(self, replica_id: str) -> dict[str, Any]:
+        r = httpx.get(f"{self.base_url}/admin/replicas/{replica_id}", timeout=30)
+        r.raise_for_status()
+        return r.json()
+
+
+def deploy(cfg: dict[str, Any]) -> None:
+    from ray import serve
+    from ray.serve.context import _get_global_client
+    from ray.serve.schema import ServeDeploySchema
+
+    _get_global_client().deploy_apps(ServeDeploySchema.model_validate(cfg))
+    deadline = time.monotonic() + DEPLOY_TIMEOUT_S
+    time.sleep(0.5)
+    while time.monotonic() < deadline:
+        app = serve.status().applications.get(APP_NAME)
+        if app is not None and app.status == "RUNNING":
+            deps = app.deployments.values()
+            if all(d.status == "HEALTHY" for d in deps):
+                return
+        if app is not None and app.status == "DEPLOY_FAILED":
+            raise RuntimeError(f"deploy failed: {app.message}")
+        time.sleep(0.25)
+    raise TimeoutError("the app did not become RUNNING")
+
+
+@pytest.fixture(scope="module")
+def served() -> Iterator[ServeHandle]:
+    import ray
+    from ray import serve
+    from ray.serve._private.api import serve_start
+
+    port = free_port()
+    cfg = serve_test_config(port)
+    ray.init(address="local", include_dashboard=False, num_cpus=4, namespace="serve", log_to_driver=False)
+    try:
+        serve_start(http_options=cfg["http_options"], proxy_location=cfg["proxy_location"])
+        deploy(cfg)
+        yield ServeHandle(f"http://127.0.0.1:{port}", "sim-seed000-12gb-27b", copy.deepcopy(cfg))
+    finally:
+        serve.shutdown()
+        ray.shutdown()

@@ -1,0 +1,78 @@
+"""config.yaml and config.gpu.yaml against Ray's own schema, and our typed config's error messages."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from ray.serve.schema import ServeDeploySchema
+
+from serve_app.app import ROUTER_CLASS, build_app
+from serve_app.config import AppConfig, ConfigError, EngineKnobs, RoutingKnobs, validate
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def load(name: str) -> dict:
+    return yaml.safe_load((REPO / name).read_text())
+
+
+@pytest.mark.parametrize("name", ["config.yaml", "config.gpu.yaml"])
+def test_config_files_pass_serve_schema_and_ours(name: str) -> None:
+    raw = load(name)
+    schema = ServeDeploySchema.model_validate(raw)
+    assert schema.http_options.host == "127.0.0.1"
+    (app,) = schema.applications
+    assert app.import_path == "serve_app.app:build_app"
+    deployments = {d.name: d for d in app.deployments}
+    assert set(deployments) == {"Ingress", "Engine"}  # Serve ignores unknown names silently: check them
+    # Unknown keys inside deployment entries vanish in Serve's schema: compare with the raw file.
+    for d in raw["applications"][0]["deployments"]:
+        assert set(d) <= set(type(deployments[d["name"]]).model_fields), d["name"]
+    engine = deployments["Engine"]
+    assert engine.request_router_config["request_router_class"] == ROUTER_CLASS
+    cfg = validate(AppConfig, app.args, "args")
+    knobs = validate(EngineKnobs, engine.user_config, "Engine.user_config")
+    validate(RoutingKnobs, deployments["Ingress"].user_config, "Ingress.user_config")
+    assert 0 < knobs.long_lane_replicas < engine.num_replicas
+    if name == "config.yaml":
+        assert cfg.backend == "sim" and engine.num_replicas == 2
+    else:
+        assert cfg.backend == "sglang" and engine.num_replicas == 4
+        assert engine.ray_actor_options.num_gpus == 1
+    build_app(app.args)
+
+
+def test_bad_values_name_the_field() -> None:
+    with pytest.raises(ConfigError, match=r"args\.sim\.preset: .*unknown preset.*got 'nope'"):
+        validate(AppConfig, {"sim": {"preset": "nope"}}, "args")
+    with pytest.raises(ConfigError, match=r"args\.backend"):
+        validate(AppConfig, {"backend": "vllm"}, "args")
+    with pytest.raises(ConfigError, match=r"args.*model_path"):
+        validate(AppConfig, {"backend": "sglang"}, "args")
+    with pytest.raises(ConfigError, match=r"Engine\.user_config\.time_scale.*-1"):
+        validate(EngineKnobs, {"time_scale": -1}, "Engine.user_config")
+    with pytest.raises(ConfigError, match=r"unknown PolicyConfig field.*chunk_budget"):
+        validate(EngineKnobs, {"policy": {"chunk_budget": 4096}}, "Engine.user_config")
+    with pytest.raises(ConfigError, match=r"Ingress\.user_config\.busy_pending_requests"):
+        validate(RoutingKnobs, {"busy_pending_requests": 0}, "Ingress.user_config")
+    with pytest.raises(ConfigError, match=r"Ingress\.user_config\.long_prompt_token"):
+        validate(RoutingKnobs, {"long_prompt_token": 10}, "Ingress.user_config")
+
+
+def test_check_cli_accepts_the_shipped_files_and_names_bad_fields(tmp_path, capsys) -> None:
+    from serve_app.check import main
+
+    assert main([str(REPO / "config.yaml")]) == 0
+    assert main([str(REPO / "config.gpu.yaml")]) == 0
+    raw = load("config.yaml")
+    engine = next(d for d in raw["applications"][0]["deployments"] if d["name"] == "Engine")
+    engine["user_config"]["policy"] = {"max_running_requests": 0}
+    engine["num_replica"] = 3  # a typo Serve would drop silently
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(raw))
+    assert main([str(bad)]) == 1
+    out = capsys.readouterr().out
+    assert "Engine.user_config.policy.max_running_requests" in out
+    assert "keys Serve would ignore: ['num_replica']" in out

@@ -1,0 +1,159 @@
+"""The sim backend on its own event loop: real-time loop, prefix cache, stop, abort, live policy."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import pytest
+
+from serve_app.config import AppConfig, ConfigError, EngineKnobs
+from serve_app.engine_backend import GenerateRequest
+from serve_app.sim_backend import SessionPrefixCache, SimBackend
+
+FAST = EngineKnobs(time_scale=0.0)
+
+
+def req(rid: str, text: str, max_tokens: int = 4, session: str | None = None, **kw) -> GenerateRequest:
+    return GenerateRequest(rid, text, max(1, len(text) // 4), max_tokens, session_id=session, **kw)
+
+
+async def collect(backend: SimBackend, request: GenerateRequest) -> list:
+    return [c async for c in backend.generate(request)]
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_stream_shape_and_length_finish() -> None:
+    async def go():
+        b = SimBackend(AppConfig(), FAST)
+        await b.start()
+        chunks = await collect(b, req("r1", "hello " * 50, max_tokens=5))
+        await b.shutdown()
+        return chunks, b
+
+    chunks, b = run(go())
+    assert chunks[0].cached_tokens == 0 and all(c.cached_tokens is None for c in chunks[1:])
+    assert [c.finish_reason for c in chunks] == [None] * (len(chunks) - 1) + ["length"]
+    assert chunks[-1].completion_tokens == sum(c.num_tokens for c in chunks) == 5
+    assert "".join(c.text for c in chunks).split() == ["the", "quick", "answer", "is", "that"]
+    assert b.engine.idle and b.engine.kv_used_tokens == 0
+
+
+def test_natural_end_is_stop() -> None:
+    cfg = AppConfig(sim={"natural_output_tokens": 3})
+
+    async def go():
+        b = SimBackend(cfg, FAST)
+        await b.start()
+        return await collect(b, req("r1", "hi", max_tokens=50))
+
+    end = run(go())[-1]
+    assert (end.finish_reason, end.completion_tokens) == ("stop", 3)
+
+
+def test_stop_sequence_ends_early_and_frees_kv() -> None:
+    async def go():
+        b = SimBackend(AppConfig(), FAST)
+        await b.start()
+        chunks = await collect(b, req("r1", "hi", max_tokens=50, stop=("answer",)))
+        return chunks, b
+
+    chunks, b = run(go())
+    text = "".join(c.text for c in chunks)
+    assert text == "the quick " and chunks[-1].finish_reason == "stop"
+    assert b.engine.kv_used_tokens == 0 and b.engine.idle
+
+
+def test_session_prefix_is_cached_for_the_next_turn() -> None:
+    async def go():
+        b = SimBackend(AppConfig(), FAST)
+        await b.start()
+        first = "x" * 8000
+        out = await collect(b, req("r1", first, max_tokens=4, session="s"))
+        answer = "".join(c.text for c in out)
+        second = await collect(b, req("r2", first + answer + "next question", max_tokens=4, session="s"))
+        other = await collect(b, req("r3", first, max_tokens=4, session="t"))
+        return second[0], other[0]
+
+    second, other = run(go())
+    assert second.cached_tokens >= 1950  # 2000-token prompt, 64-token blocks
+    assert other.cached_tokens == 0  # the cache is per session
+
+
+def test_prefix_cache_is_bounded() -> None:
+    cache = SessionPrefixCache(4.0, max_sessions=2, max_tokens=1000)
+    for s in ("a", "b", "c"):
+        cache.store(s, "y" * 1200, 300)
+    assert cache.tokens("a") == 0 and cache.tokens("c") == 300
+    cache.store("d", "z" * 4000, 900)
+    assert cache.total_tokens <= 1000
+
+
+def test_cancelled_stream_aborts_in_the_engine() -> None:
+    async def go():
+        b = SimBackend(AppConfig(), EngineKnobs(time_scale=0.001))
+        await b.start()
+        gen = b.generate(req("r1", "hello " * 100, max_tokens=5000))
+        await gen.__anext__()
+        await gen.__anext__()
+        held = b.engine.kv_used_tokens
+        await gen.aclose()
+        return held, b
+
+    held, b = run(go())
+    assert held > 0
+    assert b.engine.kv_used_tokens == 0 and b.engine.idle and b.counters().num_aborted == 1
+
+
+def test_live_reconfigure_and_bad_policy_rejected() -> None:
+    b = SimBackend(AppConfig(), FAST)
+    b.reconfigure(EngineKnobs(time_scale=0.5, policy={"max_running_requests": 1, "skip_ahead": False}))
+    assert b.scheduler.cfg.max_running_requests == 1 and not b.scheduler.cfg.skip_ahead
+    assert b.time_scale == 0.5
+    with pytest.raises(ConfigError, match="max_running_requests"):
+        b.reconfigure(EngineKnobs(policy={"max_running_requests": 0}))
+    assert b.scheduler.cfg.max_running_requests == 1  # the old policy stays in force
+
+
+def test_max_running_requests_serialises_when_set_to_one() -> None:
+    async def go():
+        b = SimBackend(AppConfig(), EngineKnobs(time_scale=0.001, policy={"max_running_requests": 1}))
+        await b.start()
+        order: list[str] = []
+
+        async def one(rid):
+            async for c in b.generate(req(rid, "hi " * 10, max_tokens=3)):
+                order.append(f"{rid}:{'end' if c.finish_reason else 'token'}")
+
+        await asyncio.gather(one("a"), one("b"))
+        return order
+
+    order = run(go())
+    first_b = next(i for i, event in enumerate(order) if event.startswith("b:"))
+    assert order.index("a:end") < first_b
+
+
+def test_cancelled_while_queued_leaves_the_queue() -> None:
+    async def go():
+        b = SimBackend(AppConfig(), EngineKnobs(time_scale=0.001, policy={"max_running_requests": 1}))
+        await b.start()
+        first = b.generate(req("a", "hello " * 100, max_tokens=5000))
+        await first.__anext__()  # running, holding the only slot
+        queued = b.generate(req("b", "hello " * 100, max_tokens=10))
+        task = asyncio.ensure_future(queued.__anext__())
+        await asyncio.sleep(0.01)
+        waiting = [r.rid for r in b.engine.waiting]
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await queued.aclose()
+        after = [r.rid for r in b.engine.waiting]
+        await first.aclose()
+        return waiting, after, b
+
+    waiting, after, b = run(go())
+    assert waiting == ["b"] and after == []
+    assert b.engine.idle and b.engine.kv_used_tokens == 0 and b.counters().num_aborted == 2
