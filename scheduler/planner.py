@@ -22,6 +22,8 @@ class PassPlanner:
         self.cfg = cfg or PolicyConfig()
         self.ledger = StarvationLedger()
         self.sizer = PassSizer()
+        self.num_skip_ahead = 0
+        """Requests admitted by skip-ahead since start (for metrics)."""
         logger.info(self.cfg.describe_cap())
 
     def reconfigure(self, cfg: PolicyConfig) -> None:
@@ -35,7 +37,7 @@ class PassPlanner:
 
     def plan(self, snap: QueueSnapshot) -> PassPlan:
         plan = PassPlan()
-        admitted = self._scan(snap, plan)
+        admitted, past_rejection = self._scan(snap, plan)
         short_tokens = sum(c.extend_tokens for c in admitted if c.extend_tokens <= self.cfg.short_request_tokens)
         plan.pass_budget_tokens = self.sizer.next_budget(
             self.cfg, short_tokens, snap.num_decoding, snap.num_short_decoding
@@ -43,11 +45,14 @@ class PassPlanner:
         sharers = [*snap.continuing, *admitted]
         plan.grants, plan.cap_tokens = self._allocate(sharers, plan.pass_budget_tokens, snap)
         plan.num_sharing = len(plan.grants)
+        plan.num_skip_ahead = sum(g.rid in past_rejection for g in plan.grants)
+        self.num_skip_ahead += plan.num_skip_ahead
         log_plan(self.cfg, plan)
         return plan
 
-    def _scan(self, snap: QueueSnapshot, plan: PassPlan) -> list[Candidate]:
-        """Admission: walk the queue in order, collecting requests that fit in KV and slots."""
+    def _scan(self, snap: QueueSnapshot, plan: PassPlan) -> tuple[list[Candidate], set[str]]:
+        """Admission: walk the queue in order, collecting requests that fit in KV and slots.
+        Also returns the rids admitted past a capacity rejection."""
         cfg = self.cfg
         scan = AdmissionScan(cfg, self.ledger)
         free_kv = snap.free_kv_tokens
@@ -55,6 +60,7 @@ class PassPlanner:
         # Requests beyond what the biggest pass could feed get nothing this pass anyway.
         demand_left = cfg.chunk_budget_tokens - sum(self._want(c) for c in snap.continuing)
         admitted: list[Candidate] = []
+        past_rejection: set[str] = set()
         for cand in snap.waiting:
             if free_slots <= 0 or demand_left <= 0 or not scan.may_examine_next():
                 break
@@ -78,12 +84,14 @@ class PassPlanner:
             if not scan.may_overtake(cand.extend_tokens):
                 continue  # a long request may not pass one that holds a reservation
             admitted.append(cand)
+            if plan.rejections:
+                past_rejection.add(cand.rid)
             free_kv -= cand.need_tokens
             free_slots -= 1
             demand_left -= self._want(cand)
         for cand in admitted:
             scan.on_admitted(cand.rid)
-        return admitted
+        return admitted, past_rejection
 
     def _want(self, cand: Candidate) -> int:
         """What a request can take at most in a contended pass."""

@@ -71,6 +71,8 @@ class PassPlan:
     pass_budget_tokens: int = 0
     cap_tokens: int = 0
     num_sharing: int = 0
+    num_skip_ahead: int = 0
+    """Requests admitted past an earlier request rejected for KV capacity (what upstream would not admit)."""
 
     @property
     def num_prefill_tokens(self) -> int:

@@ -23,12 +23,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from scheduler.interleave import PassKind
-from scheduler.planner import PassPlanner
 from scheduler.sim.engine import SimEngine, StepResult
 from scheduler.sim.presets import PRESETS
 from scheduler.sim.request import Phase, SimRequest, TrafficClass
 from scheduler.sim.schedulers import PolicyScheduler
-from scheduler.snapshot import PassPlan, QueueSnapshot
 from serve_app.config import AppConfig, EngineKnobs, policy_config, sim_base_policy
 from serve_app.engine_backend import Chunk, EngineCounters, GenerateRequest, ReplicaLoad
 
@@ -73,23 +71,6 @@ SYNTHETIC_WORDS = [
     "forward",
     "pass",
 ]
-
-
-class _SkipCountingPlanner(PassPlanner):
-    """The policy core's planner, counting requests it admits past a capacity rejection (skip-ahead)."""
-
-    def __init__(self, cfg, counters: EngineCounters) -> None:
-        super().__init__(cfg)
-        self._counters = counters
-
-    def plan(self, snap: QueueSnapshot) -> PassPlan:
-        plan = super().plan(snap)
-        skipped = [r for r in plan.rejections if r.skipped]
-        if skipped:
-            continuing = {c.rid for c in snap.continuing}
-            num_new = sum(g.rid not in continuing for g in plan.grants)
-            self._counters.num_skip_ahead += max(0, num_new - skipped[0].num_can_run)
-        return plan
 
 
 class SessionPrefixCache:
@@ -180,8 +161,6 @@ class SimBackend:
         self._base_policy, max_cut = sim_base_policy(cfg.sim)
         self._counters = EngineCounters()
         self.scheduler = PolicyScheduler(policy_config(self._base_policy, knobs.policy), max_cut_requests=max_cut)
-        if isinstance(getattr(self.scheduler, "planner", None), PassPlanner):
-            self.scheduler.planner = _SkipCountingPlanner(self.scheduler.cfg, self._counters)
         self.engine = SimEngine(self.preset.cost, self.scheduler)
         self.time_scale = knobs.time_scale
         self.cache = SessionPrefixCache(
@@ -350,6 +329,7 @@ class SimBackend:
         return {r.rid: r.extend_tokens for r in pending[:limit]}
 
     def counters(self) -> EngineCounters:
+        self._counters.num_skip_ahead = self.scheduler.planner.num_skip_ahead
         return self._counters
 
     def describe(self) -> dict[str, Any]:
@@ -368,7 +348,7 @@ class SimBackend:
             "counters": {
                 "finished": self._counters.num_finished,
                 "aborted": self._counters.num_aborted,
-                "skip_ahead": self._counters.num_skip_ahead,
+                "skip_ahead": self.scheduler.planner.num_skip_ahead,
             },
         }
 

@@ -115,3 +115,11 @@ def test_a_pass_reads_a_bounded_part_of_the_queue_whatever_its_length():
         PassPlanner(cfg(lookahead=16)).plan(queue_snap)
         reads[n] = CountingQueue.reads
     assert reads[100] == reads[10_000] <= 1 + 16 + 1
+
+
+def test_skip_ahead_admissions_are_counted():
+    planner = PassPlanner()
+    plan = planner.plan(snap([cand("q0", 30), cand("doc", 90_000), cand("q1", 30), cand("q2", 30)], free_kv=60_000))
+    assert plan.admitted_rids == ["q0", "q1", "q2"] and plan.num_skip_ahead == 2
+    planner.plan(snap([cand("doc", 90_000), cand("q3", 30)], free_kv=60_000))
+    assert planner.num_skip_ahead == 3
