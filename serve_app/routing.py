@@ -33,6 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
+from scheduler.sim.request import TrafficClass
 from serve_app.config import RoutingKnobs
 from serve_app.engine_backend import ReplicaLoad
 
@@ -41,11 +42,6 @@ class Lane(StrEnum):
     LONG = "long"
     CHAT = "chat"
     BOTH = "both"
-
-
-class TrafficClass(StrEnum):
-    LONG = "long"
-    SHORT = "short"
 
 
 class RouteReason(StrEnum):

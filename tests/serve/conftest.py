@@ -8,7 +8,6 @@ Only the HTTP port (a free one on 127.0.0.1), replica count, time scale and a fe
 from __future__ import annotations
 
 import copy
-import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,19 +19,11 @@ import openai
 import pytest
 import yaml
 
+from benchmarks.serve_common import deployment, free_port
+
 REPO = Path(__file__).resolve().parents[2]
 APP_NAME = "fairshare"
 DEPLOY_TIMEOUT_S = 120
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def deployment(cfg: dict[str, Any], name: str) -> dict[str, Any]:
-    return next(d for d in cfg["applications"][0]["deployments"] if d["name"] == name)
 
 
 def serve_test_config(port: int) -> dict[str, Any]:
