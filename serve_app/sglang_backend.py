@@ -48,7 +48,7 @@ class SglangBackend:
         if self._engine is not None:
             return
         for field, value in self._policy.items():
-            os.environ[env_var_name(field)] = "" if value is None else str(value)
+            os.environ[env_var_name(field)] = "none" if value is None else str(value)
         import sglang  # here, not at module level: only GPU machines have it
 
         s = self.cfg.sglang
