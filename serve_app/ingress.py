@@ -103,7 +103,7 @@ class _Call:
             "X-Session-ID": self.session_id,
             "X-Route": self.start.get("reason", ""),
             "X-Traffic-Class": self.traffic_class,
-            # Time from the ingress receiving the request to the engine accepting it (routing and the hop).
+            # Ingress receipt to the engine's first item: routing, the hop and the engine's first pass.
             "Server-Timing": f"route;dur={(self.routed_s - self.received_s) * 1000:.3f}",
         }
 
