@@ -107,7 +107,7 @@ class PassPlanner:
             extra = _first_over_cut_limit(grants, snap.max_cut_requests, snap.continuing)
             if extra is None and len(grants) == len(sharers):
                 return grants, cap
-            if extra is not None and (done := _finishable(grants, sharers, budget, snap.continuing, finish)):
+            if extra is not None and (done := _finishable(grants, budget, snap.continuing, finish)):
                 # Spare budget can finish a half-prefilled request, freeing the cut for the new one.
                 finish.add(done)
                 continue
@@ -134,9 +134,7 @@ class PassPlanner:
         return align(shares, demands, snap.granule_tokens)
 
 
-def _finishable(
-    grants: list[Grant], sharers: list[Candidate], budget: int, continuing: Sequence[Candidate], finish: set[str]
-) -> str | None:
+def _finishable(grants: list[Grant], budget: int, continuing: Sequence[Candidate], finish: set[str]) -> str | None:
     """A half-prefilled request, still cut, that the pass's spare budget could finish."""
     spare = budget - sum(g.tokens for g in grants)
     by_rid = {g.rid: g for g in grants}
