@@ -50,6 +50,8 @@ class ServeHandle:
     base_url: str
     model: str
     config: dict[str, Any]
+    metrics_url: str
+    """Ray's Prometheus endpoint on this node (the app's metrics appear there, prefixed `ray_`)."""
 
     @property
     def client(self) -> openai.OpenAI:
@@ -91,13 +93,25 @@ def served() -> Iterator[ServeHandle]:
     from ray import serve
     from ray.serve._private.api import serve_start
 
-    port = free_port()
+    port, metrics_port = free_port(), free_port()
     cfg = serve_test_config(port)
-    ray.init(address="local", include_dashboard=False, num_cpus=4, namespace="serve", log_to_driver=False)
+    ray.init(
+        address="local",
+        include_dashboard=False,
+        num_cpus=4,
+        namespace="serve",
+        log_to_driver=False,
+        _metrics_export_port=metrics_port,
+    )
     try:
         serve_start(http_options=cfg["http_options"], proxy_location=cfg["proxy_location"])
         deploy(cfg)
-        yield ServeHandle(f"http://127.0.0.1:{port}", "sim-seed000-12gb-27b", copy.deepcopy(cfg))
+        yield ServeHandle(
+            f"http://127.0.0.1:{port}",
+            "sim-seed000-12gb-27b",
+            copy.deepcopy(cfg),
+            f"http://127.0.0.1:{metrics_port}/metrics",
+        )
     finally:
         serve.shutdown()
         ray.shutdown()

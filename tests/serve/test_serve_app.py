@@ -273,3 +273,46 @@ def test_overload_answers_429_with_retry_after(served: ServeHandle) -> None:
     err = shed[0]
     assert err.response.headers["retry-after"] == "1"
     assert err.body["code"] == "rate_limit_exceeded"
+
+
+def _scrape_until(url: str, wanted: list[str], timeout_s: float = 45.0) -> str:
+    """Ray exports metrics every few seconds: poll its Prometheus endpoint until every line prefix appears."""
+    deadline = time.monotonic() + timeout_s
+    text = ""
+    while time.monotonic() < deadline:
+        text = httpx.get(url, timeout=10).text
+        if all(any(line.startswith(w) for line in text.splitlines()) for w in wanted):
+            break
+        time.sleep(1)
+    return text
+
+
+def test_metrics_are_exported_to_prometheus(served: ServeHandle) -> None:
+    chat(served, SHORT, session="metrics-chat", max_tokens=4)
+    for _ in served.client.chat.completions.create(
+        model=served.model,
+        messages=[{"role": "user", "content": doc(6000, seed="metrics")}],
+        max_tokens=4,
+        stream=True,
+        extra_headers={"X-Session-ID": "metrics-doc"},
+    ):
+        pass
+    wanted = [
+        "ray_fairshare_ttft_seconds_bucket",
+        "ray_fairshare_itl_seconds_bucket",
+        "ray_fairshare_requests_total",
+        "ray_fairshare_routing_decisions_total",
+        "ray_fairshare_engine_waiting_requests",
+        "ray_fairshare_engine_kv_used_tokens",
+    ]
+    text = _scrape_until(served.metrics_url, wanted)
+    missing = [w for w in wanted if not any(line.startswith(w) for line in text.splitlines())]
+    assert missing == []
+    ttft_lanes = {
+        m
+        for line in text.splitlines()
+        if line.startswith("ray_fairshare_ttft_seconds_count")
+        for m in ("chat", "long")
+        if f'lane="{m}"' in line
+    }
+    assert ttft_lanes == {"chat", "long"}
