@@ -73,7 +73,7 @@ class AdmissionScan:
 
     def may_overtake(self, extend_tokens: int) -> bool:
         """May a request that fits be admitted past the requests rejected before it?"""
-        return not self._reserved_ahead or extend_tokens <= self._cfg.short_request_tokens
+        return not self._reserved_ahead or self._cfg.is_short(extend_tokens)
 
     def on_admitted(self, rid: str) -> None:
         self._ledger.forget(rid)

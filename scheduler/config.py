@@ -105,6 +105,10 @@ class PolicyConfig(BaseSettings):
             return self.per_request_cap_tokens
         return max(1, self.chunk_budget_tokens // self.prefill_concurrency)
 
+    def is_short(self, uncached_prompt_tokens: int) -> bool:
+        """The one test of what counts as a short (interactive) request."""
+        return uncached_prompt_tokens <= self.short_request_tokens
+
     def describe_cap(self) -> str:
         """The start-up line, in the seed's wording."""
         if self.per_request_cap_tokens is not None:
@@ -114,6 +118,12 @@ class PolicyConfig(BaseSettings):
     def with_overrides(self, **changes: object) -> PolicyConfig:
         """A validated copy with some fields changed (config objects are frozen)."""
         return type(self)(**{**self.model_dump(), **changes})
+
+
+def default_interactive_pass_tokens(limit_tokens: int) -> int:
+    """The default interactive pass budget, no bigger than `limit_tokens` (an engine's smaller chunk
+    budget, or a quiet pass size): the config refuses an interactive pass above the chunk budget."""
+    return min(PolicyConfig.model_fields["interactive_pass_tokens"].default, limit_tokens)
 
 
 def env_var_name(field: str) -> str:

@@ -38,7 +38,7 @@ class PassPlanner:
     def plan(self, snap: QueueSnapshot) -> PassPlan:
         plan = PassPlan()
         admitted, past_rejection = self._scan(snap, plan)
-        short_tokens = sum(c.extend_tokens for c in admitted if c.extend_tokens <= self.cfg.short_request_tokens)
+        short_tokens = sum(c.extend_tokens for c in admitted if self.cfg.is_short(c.extend_tokens))
         plan.pass_budget_tokens = self.sizer.next_budget(
             self.cfg, short_tokens, snap.num_decoding, snap.num_short_decoding
         )
@@ -125,7 +125,7 @@ class PassPlanner:
         # request counts as long whatever is left of it: it was cut because it was big.
         continuing = {c.rid for c in snap.continuing}
         whole = [
-            (c.rid not in continuing and d <= self.cfg.short_request_tokens) or c.rid in finish
+            (c.rid not in continuing and self.cfg.is_short(d)) or c.rid in finish
             for c, d in zip(sharers, demands, strict=True)
         ]
         shares = water_fill([d if w else min(d, cap) for d, w in zip(demands, whole, strict=True)], budget)

@@ -97,3 +97,18 @@ def test_bad_workload_file_names_the_problem():
         load_workload_from_text(
             "name: x\ngroups:\n  - {name: g, count: 1, prompt_tokens: 5, interval_s: 1, rate_per_s: 1}\n"
         )
+
+
+def test_decode_steps_per_prefill_runs_decode_only_passes_after_each_prefill_pass():
+    wl = load_workload_from_text("""
+name: interval
+groups:
+  - {name: chat, count: 2, prompt_tokens: 100, output_tokens: 50}
+  - {name: doc, traffic_class: long, count: 1, prompt_tokens: 20000, output_tokens: 4, arrival_s: 0.5}
+""")
+    kinds = [s.kind.value for s in run_spec(wl, "baseline:decode_steps_per_prefill=2", SEED000).steps]
+    first_doc_pass = kinds.index("prefill", 1)
+    # Each prefill pass of the document is followed by two decode-only passes of the chats.
+    assert kinds[first_doc_pass : first_doc_pass + 6] == ["prefill", "decode", "decode"] * 2
+    plain = [s.kind.value for s in run_spec(wl, "baseline", SEED000).steps]
+    assert plain[first_doc_pass : first_doc_pass + 3] == ["prefill"] * 3

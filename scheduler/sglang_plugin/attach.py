@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler.config import PolicyConfig, env_var_name
+from scheduler.config import PolicyConfig, default_interactive_pass_tokens, env_var_name
 from scheduler.planner import PassPlanner
 from scheduler.sglang_plugin.adder import PassRun
 from scheduler.sglang_plugin.env import explicit_policy_fields, explicit_policy_value
@@ -48,8 +48,7 @@ def policy_config_for(sched: Any) -> PolicyConfig:
         engine["chunk_budget_tokens"] = sched.chunked_prefill_size if chunking else sched.max_prefill_tokens
     budget = engine.get("chunk_budget_tokens") or explicit_policy_value("chunk_budget_tokens")
     if "interactive_pass_tokens" not in explicit:
-        default = PolicyConfig.model_fields["interactive_pass_tokens"].default
-        engine["interactive_pass_tokens"] = min(default, budget)
+        engine["interactive_pass_tokens"] = default_interactive_pass_tokens(budget)
     if sched.enable_priority_scheduling:
         engine["skip_ahead"] = False  # overtaking by arrival would defeat priorities
     if not chunking:

@@ -179,7 +179,7 @@ def build_snapshot(sched: Any, adder: PrefillAdder, cfg: PolicyConfig) -> tuple[
         free_running_slots=free_slots,
         continuing=continuing,
         num_decoding=len(running_reqs),
-        num_short_decoding=sum(uncached_prompt_tokens(r) <= cfg.short_request_tokens for r in running_reqs),
+        num_short_decoding=sum(cfg.is_short(uncached_prompt_tokens(r)) for r in running_reqs),
         max_cut_requests=1,  # sglang tracks one half-prefilled request (`Scheduler.chunked_req`)
         granule_tokens=granule_tokens(sched, adder),
     )

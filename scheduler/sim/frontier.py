@@ -14,6 +14,7 @@ from pathlib import Path
 from pydantic import BaseModel
 from tqdm import tqdm
 
+from scheduler.config import default_interactive_pass_tokens
 from scheduler.sim.experiments import UNCHUNKED, long_tok_per_s, run_spec, single_session
 from scheduler.sim.presets import Preset
 from scheduler.sim.workload import seed000_lone
@@ -59,7 +60,11 @@ def sweep(preset: Preset) -> Frontier:
     unchunked = long_tok_per_s(run_spec(seed000_lone(), UNCHUNKED, preset))
     knobs = [("seed000", f, f"seed000:per_request_cap_tokens={f}") for f in FORK_CAPS]
     knobs += [
-        ("fairshare", q, f"fairshare:quiet_pass_tokens={q},interactive_pass_tokens={min(q, 512)}")
+        (
+            "fairshare",
+            q,
+            f"fairshare:quiet_pass_tokens={q},interactive_pass_tokens={default_interactive_pass_tokens(q)}",
+        )
         for q in OUR_QUIET_PASSES
     ]
     # disable=None: a progress bar on a terminal only.

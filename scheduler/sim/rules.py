@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from scheduler.config import PolicyConfig
+from scheduler.config import PolicyConfig, default_interactive_pass_tokens
 from scheduler.sim.engine import StepScheduler
 from scheduler.sim.presets import Preset
 from scheduler.sim.schedulers import PolicyScheduler, VllmScheduler
@@ -61,9 +61,7 @@ def policy_for(rules: RuleSet, preset: Preset, **overrides: Any) -> tuple[Policy
     else:
         raise ValueError(f"{rules.value} is not a sglang-like rule set")
     base["max_running_requests"] = preset.max_running_requests
-    base["interactive_pass_tokens"] = min(
-        PolicyConfig.model_fields["interactive_pass_tokens"].default, base["chunk_budget_tokens"]
-    )
+    base["interactive_pass_tokens"] = default_interactive_pass_tokens(base["chunk_budget_tokens"])
     max_cut = int(overrides.pop("max_cut_requests", max_cut))
     return PolicyConfig(**{**base, **overrides}), max_cut
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from scheduler.config import PolicyConfig
-from scheduler.interleave import PassKind, next_pass_kind
+from scheduler.interleave import DecodeInterleave, PassKind
 from scheduler.planner import PassPlanner
 from scheduler.sim.request import Phase, SimRequest
 from scheduler.sim.step_plan import StepPlan
@@ -47,7 +47,7 @@ class PolicyScheduler:
     def __init__(self, cfg: PolicyConfig, max_cut_requests: int = 1) -> None:
         self.planner = PassPlanner(cfg)
         self.max_cut_requests = max_cut_requests
-        self._decode_passes_owed = 0
+        self.interleave = DecodeInterleave()
 
     @property
     def cfg(self) -> PolicyConfig:
@@ -66,8 +66,7 @@ class PolicyScheduler:
     def plan_step(self, engine: SimEngine) -> StepPlan:
         decoding_reqs = list(engine.iter_decoding())
         decoding = [r.rid for r in decoding_reqs]
-        if decoding and self._decode_passes_owed > 0:
-            self._decode_passes_owed -= 1
+        if self.interleave.decode_due(len(decoding)):
             return StepPlan(PassKind.DECODE, decode=decoding)
         snap = QueueSnapshot(
             waiting=CandidateView(engine.waiting),
@@ -75,15 +74,11 @@ class PolicyScheduler:
             free_running_slots=engine.free_running_slots,
             continuing=[to_candidate(r) for r in engine.running if r.phase is Phase.PREFILLING],
             num_decoding=len(decoding),
-            num_short_decoding=sum(
-                r.prompt_tokens - r.cached_tokens <= self.cfg.short_request_tokens for r in decoding_reqs
-            ),
+            num_short_decoding=sum(self.cfg.is_short(r.prompt_tokens - r.cached_tokens) for r in decoding_reqs),
             max_cut_requests=self.max_cut_requests,
         )
         plan = self.planner.plan(snap)
-        kind = next_pass_kind(self.cfg, bool(plan.grants), len(decoding), 0)
-        if kind in (PassKind.PREFILL, PassKind.MIXED):
-            self._decode_passes_owed = self.cfg.decode_steps_per_prefill
+        kind = self.interleave.next_kind(self.cfg, bool(plan.grants), len(decoding))
         rows = decoding if kind in (PassKind.MIXED, PassKind.DECODE) else []
         return StepPlan(kind, prefill={g.rid: g.tokens for g in plan.grants}, decode=rows)
 
