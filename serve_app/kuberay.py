@@ -27,7 +27,7 @@ from serve_app.check import problems
 
 REPO = Path(__file__).resolve().parents[1]
 ENGINE = "Engine"
-CLUSTER_HOST = "0.0.0.0"  # noqa: S104 -- inside a pod; the Service decides who reaches it
+CLUSTER_HOST = "0.0.0.0"  # inside a pod: the Service in front decides who reaches it
 RAY_SERVICE_NAME = "fairshare"
 PATCH_NAME = "serve-config.yaml"
 
@@ -117,14 +117,14 @@ def patch_path(name: str, repo: Path = REPO) -> Path:
     return repo / "k8s" / "overlays" / name / PATCH_NAME
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, repo: Path = REPO) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args not in ([], ["--check"]):
         print("usage: python -m serve_app.kuberay [--check]", file=sys.stderr)
         return 2
     stale = []
     for name, overlay in OVERLAYS.items():
-        text, path = patch_text(name, overlay), patch_path(name)
+        text, path = patch_text(name, overlay, repo), patch_path(name, repo)
         if path.exists() and path.read_text() == text:
             continue
         stale.append(path)
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
             path.write_text(text)
     verb = "stale (run `python -m serve_app.kuberay`)" if args else "written"
     for path in stale:
-        print(f"{path.relative_to(REPO)}: {verb}")
+        print(f"{path.relative_to(repo)}: {verb}")
     return 1 if stale and args else 0
 
 
