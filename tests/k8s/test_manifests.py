@@ -389,20 +389,6 @@ def test_a_broken_overlay_breaks_its_rule(breakage: str) -> None:
     assert any(message in line for line in found), found
 
 
-def test_rayversion_is_the_pinned_ray() -> None:
-    pins = _pins(REPO / "pyproject.toml")
-    for name in OVERLAYS:
-        assert rules.ray_service(rendered(name))["spec"]["rayClusterConfig"]["rayVersion"] == pins["ray"]
-
-
-def _pins(path: Path) -> dict[str, str]:
-    import re
-
-    return {
-        m[1]: m[2] for m in re.finditer(r'"?([a-z][a-z0-9_-]*)(?:\[[a-z,]+\])?==([0-9][^"\s]*)"?', path.read_text())
-    }
-
-
 # -- kustomize -------------------------------------------------------------------------------------------
 
 
