@@ -64,21 +64,23 @@ def serve_config(raw: dict[str, Any], scaling: EngineScaling) -> dict[str, Any]:
     """The cluster's Serve config: `raw` (a config file's content) with the changes named in the module doc."""
     out = copy.deepcopy(raw)
     out.setdefault("http_options", {})["host"] = CLUSTER_HOST
-    for app in out["applications"]:
-        for deployment in app.get("deployments", []):
-            if deployment["name"] != ENGINE:
-                continue
-            replicas = deployment.pop("num_replicas")
-            if scaling.max_replicas < replicas:
-                raise ValueError(f"max_replicas={scaling.max_replicas} is below the file's num_replicas={replicas}")
-            deployment["autoscaling_config"] = {
-                "min_replicas": replicas,
-                "initial_replicas": replicas,
-                "max_replicas": scaling.max_replicas,
-                "target_ongoing_requests": scaling.target_ongoing_requests,
-                "upscale_delay_s": scaling.upscale_delay_s,
-                "downscale_delay_s": scaling.downscale_delay_s,
-            }
+    engines = [d for app in out["applications"] for d in app.get("deployments", []) if d.get("name") == ENGINE]
+    if not engines:
+        raise ValueError(f"no `{ENGINE}` deployment to scale: name it in the config file's deployments")
+    for deployment in engines:
+        if "autoscaling_config" in deployment:
+            continue  # the file scales it already: served as written
+        replicas = deployment.pop("num_replicas", 1)  # Serve's default
+        if scaling.max_replicas < replicas:
+            raise ValueError(f"max_replicas={scaling.max_replicas} is below the file's num_replicas={replicas}")
+        deployment["autoscaling_config"] = {
+            "min_replicas": replicas,
+            "initial_replicas": replicas,
+            "max_replicas": scaling.max_replicas,
+            "target_ongoing_requests": scaling.target_ongoing_requests,
+            "upscale_delay_s": scaling.upscale_delay_s,
+            "downscale_delay_s": scaling.downscale_delay_s,
+        }
     return out
 
 
