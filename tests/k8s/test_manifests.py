@@ -3,7 +3,7 @@ in `rules.py`, its `serveConfigV2` is the Serve config file it names, and a brok
 
 from __future__ import annotations
 
-import copy
+import json
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -22,13 +22,11 @@ from serve_app.check import problems
 from serve_app.config import AppConfig, validate
 from tests.k8s import rules
 from tests.k8s.kustomize import KustomizeError, render
+from tests.k8s.overlays import DIRECTORIES, K8S, OVERLAYS, rendered
 from tests.k8s.schemas import UPSTREAM, VENDORED, load_crd, schema_from_crd
 from tests.k8s.schemas import validate as validate_resource
 
 REPO = Path(__file__).resolve().parents[2]
-K8S = REPO / "k8s"
-OVERLAYS = sorted(kuberay.OVERLAYS)
-DIRECTORIES = {"base": K8S / "base", **{name: K8S / "overlays" / name for name in OVERLAYS}}
 KINDS = {"base": {"RayService"}, "gpu": {"RayService", "PersistentVolumeClaim", "Job"}, "cpu-demo": {"RayService"}}
 RULES = [
     rules.env_problems,
@@ -40,15 +38,6 @@ RULES = [
     rules.service_problems,
     rules.storage_problems,
 ]
-
-_rendered: dict[str, list[dict[str, Any]]] = {}
-
-
-def rendered(name: str) -> list[dict[str, Any]]:
-    """A fresh copy of the overlay's resources (tests mutate them)."""
-    if name not in _rendered:
-        _rendered[name] = render(DIRECTORIES[name])
-    return copy.deepcopy(_rendered[name])
 
 
 def test_every_manifest_parses() -> None:
@@ -136,6 +125,15 @@ def _head(rs: dict[str, Any]) -> dict[str, Any]:
 
 def _worker(rs: dict[str, Any]) -> dict[str, Any]:
     return _group(rs)["template"]["spec"]["containers"][0]
+
+
+def test_the_crd_alone_accepts_a_misspelled_field() -> None:
+    """Why the schemas are closed: the API server would prune the field and the setting would vanish."""
+    rs = rules.ray_service(rendered("gpu"))
+    _rename(_worker(rs), "resources", "resource")
+    jsonschema.Draft7Validator(json.loads(VENDORED.read_text())).validate(rs)
+    with pytest.raises(jsonschema.ValidationError, match="'resource' was unexpected"):
+        validate_resource(rs)
 
 
 @pytest.mark.parametrize("mutation", sorted(MUTATIONS))
@@ -427,6 +425,4 @@ def test_renderer_refuses_what_it_does_not_implement(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(not UPSTREAM.exists(), reason="the workspace's copy of the KubeRay CRD is not present")
 def test_vendored_schema_is_kuberays_crd() -> None:
-    import json
-
     assert json.loads(VENDORED.read_text()) == schema_from_crd(load_crd())

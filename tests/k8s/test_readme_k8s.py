@@ -11,8 +11,8 @@ from pydantic import TypeAdapter
 
 from serve_app.config import AppConfig
 from tests.k8s import rules
+from tests.k8s.overlays import rendered
 from tests.k8s.schemas import validate
-from tests.k8s.test_manifests import rendered
 
 REPO = Path(__file__).resolve().parents[2]
 SECTION = (REPO / "README.md").read_text().split("## Kubernetes (KubeRay)", 1)[1].split("\n## ", 1)[0]
