@@ -53,9 +53,9 @@ class Overlay(BaseModel):
 
 
 OVERLAYS: dict[str, Overlay] = {
-    # sglang admits up to max_running_requests (32) at once; scale before replicas queue.
+    # Below sglang's max_running_requests in config.gpu.yaml: scale before requests queue in the engine.
     "gpu": Overlay(source="config.gpu.yaml", scaling=EngineScaling(max_replicas=8, target_ongoing_requests=24)),
-    # The sim preset's engine runs 10 requests at once (PolicyConfig.max_running_requests).
+    # Below the sim engine's concurrency limit (PolicyConfig.max_running_requests, 10).
     "cpu-demo": Overlay(source="config.yaml", scaling=EngineScaling(max_replicas=4, target_ongoing_requests=8)),
 }
 

@@ -88,8 +88,8 @@ def test_image_installs_the_package_as_a_non_root_user_without_weights(name: str
     assert any(op == "RUN" and "pip install" in rest and "fairshare_serve-*.whl" in rest for op, rest in runtime)
     assert all(rest.startswith("--from=wheel") for op, rest in runtime if op in ("COPY", "ADD"))
     if name == "Dockerfile":  # the build fails unless sglang will find the plugin's entry point
-        ((group, entries),) = pyproject()["project"]["entry-points"].items()
-        (entry,) = entries
+        group = "sglang.srt.plugins"
+        (entry,) = pyproject()["project"]["entry-points"][group]
         check = f"entry_points(group='{group}', name='{entry}')"
         assert any(op == "RUN" and check in rest for op, rest in runtime), check
     users = [rest for op, rest in runtime if op == "USER"]

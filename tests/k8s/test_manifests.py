@@ -193,7 +193,10 @@ def test_serve_config_is_the_config_file_with_only_the_cluster_changes(name: str
             scaling = {k[-1]: got.pop(k) for k in list(got) if k[: len(prefix) + 1] == (*prefix, "autoscaling_config")}
             assert scaling["min_replicas"] == scaling["initial_replicas"] == replicas
             assert scaling["max_replicas"] >= replicas
-            assert scaling["target_ongoing_requests"] > 0
+            assert 0 < scaling["target_ongoing_requests"] <= deployment.get("max_ongoing_requests", 5)
+            running = app.get("args", {}).get("sglang", {}).get("max_running_requests")
+            if app.get("args", {}).get("backend") == "sglang" and running:
+                assert scaling["target_ongoing_requests"] <= running, "scale before sglang queues requests"
     assert got == want
 
 
@@ -218,6 +221,7 @@ def test_generator_check_mode_reports_a_stale_patch(tmp_path: Path, capsys) -> N
     shutil.copytree(K8S, tmp_path / "k8s")
     for name in ("config.yaml", "config.gpu.yaml"):
         shutil.copy(REPO / name, tmp_path / name)
+    assert kuberay.main([], tmp_path) == 0
     assert kuberay.main(["--check"], tmp_path) == 0
     config = tmp_path / "config.yaml"
     config.write_text(config.read_text().replace("default_max_tokens: 256", "default_max_tokens: 300"))
