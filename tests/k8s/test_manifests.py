@@ -273,7 +273,11 @@ def _drop_plugin_switch(resources: list[dict[str, Any]]) -> None:
 
 
 BREAKAGES: dict[str, tuple[Callable, Callable[[list[dict[str, Any]]], None], str]] = {
-    "misspelled policy variable": (rules.env_problems, lambda r: _set_env(r, "FAIRSHARE_SKIP_AHEED", "false"), "not a"),
+    "misspelled policy variable": (
+        rules.env_problems,
+        lambda r: _set_env(r, "FAIRSHARE_SKIP_AHEED", "false"),
+        "is not a PolicyConfig field",
+    ),
     "policy value of the wrong type": (
         rules.env_problems,
         lambda r: _set_env(r, "FAIRSHARE_LOOKAHEAD", "many"),
