@@ -1,0 +1,436 @@
+"""`k8s/`: every manifest parses, each rendered overlay validates against KubeRay's CRD (closed) and the rules
+in `rules.py`, its `serveConfigV2` is the Serve config file it names, and a broken copy of any of it fails."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+from ray.serve import Application
+from ray.serve.schema import ServeDeploySchema
+
+from serve_app import kuberay
+from serve_app.app import build_app
+from serve_app.check import problems
+from serve_app.config import AppConfig, validate
+from tests.k8s import rules
+from tests.k8s.kustomize import KustomizeError, render
+from tests.k8s.overlays import DIRECTORIES, K8S, OVERLAYS, rendered
+from tests.k8s.schemas import UPSTREAM, VENDORED, load_crd, schema_from_crd
+from tests.k8s.schemas import validate as validate_resource
+
+REPO = Path(__file__).resolve().parents[2]
+KINDS = {"base": {"RayService"}, "gpu": {"RayService", "PersistentVolumeClaim", "Job"}, "cpu-demo": {"RayService"}}
+RULES = [
+    rules.env_problems,
+    rules.capacity_problems,
+    rules.gpu_problems,
+    rules.shutdown_problems,
+    rules.probe_problems,
+    rules.resource_problems,
+    rules.service_problems,
+    rules.storage_problems,
+]
+
+
+def test_every_manifest_parses() -> None:
+    files = sorted(K8S.rglob("*.yaml"))
+    assert len(files) >= 10
+    for path in files:
+        docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+        assert docs, path
+        for doc in docs:
+            if isinstance(doc, list):  # a JSON patch
+                assert all({"op", "path"} <= set(op) for op in doc), path
+            else:
+                assert {"apiVersion", "kind"} <= set(doc), path
+
+
+def test_kustomizations_match_the_kinds_documented() -> None:
+    assert set(DIRECTORIES) == {"base"} | {p.name for p in (K8S / "overlays").iterdir() if p.is_dir()}
+    for name in DIRECTORIES:
+        assert {r["kind"] for r in rendered(name)} == KINDS[name]
+
+
+@pytest.mark.parametrize("name", sorted(DIRECTORIES))
+def test_rendered_resources_validate_against_the_closed_schemas(name: str) -> None:
+    for resource in rendered(name):
+        validate_resource(resource)
+
+
+MUTATIONS: dict[str, tuple[str, Callable[[dict[str, Any]], None]]] = {
+    # misspelled fields, at every depth
+    "spec field": (
+        "RayService",
+        lambda r: _rename(r["spec"], "rayClusterDeletionDelaySeconds", "rayClusterDeletionDelay"),
+    ),
+    "cluster field": (
+        "RayService",
+        lambda r: _rename(_cluster(r), "enableInTreeAutoscaling", "enableInTreeAutoScaling"),
+    ),
+    "group field": ("RayService", lambda r: _rename(_group(r), "minReplicas", "minReplica")),
+    "container field": ("RayService", lambda r: _rename(_worker(r), "resources", "resource")),
+    "probe field": ("RayService", lambda r: _rename(_head(r)["livenessProbe"], "periodSeconds", "periodSecond")),
+    "service field": ("RayService", lambda r: _rename(r["spec"]["serveService"]["spec"]["ports"][0], "port", "prot")),
+    "metadata field": ("RayService", lambda r: _rename(r["metadata"], "name", "nmae")),
+    "autoscaler field": (
+        "RayService",
+        lambda r: _rename(_cluster(r)["autoscalerOptions"], "idleTimeoutSeconds", "idleTimeout"),
+    ),
+    "job field": ("Job", lambda r: _rename(r["spec"], "backoffLimit", "backofLimit")),
+    "job pod field": ("Job", lambda r: _rename(r["spec"]["template"]["spec"], "restartPolicy", "restartPolicies")),
+    "claim field": ("PersistentVolumeClaim", lambda r: _rename(r["spec"], "accessModes", "accessMode")),
+    # wrong types
+    "replicas as text": ("RayService", lambda r: _group(r).update(maxReplicas="8")),
+    "env value as bool": ("RayService", lambda r: _worker(r)["env"][0].update(value=True)),
+    "grace period as text": (
+        "RayService",
+        lambda r: _group(r)["template"]["spec"].update(terminationGracePeriodSeconds="180"),
+    ),
+    "memory in GB": ("RayService", lambda r: _worker(r)["resources"]["limits"].update(memory="64GB")),
+    "image as number": ("RayService", lambda r: _head(r).update(image=5)),
+    "ray start param as int": (
+        "RayService",
+        lambda r: _cluster(r)["headGroupSpec"]["rayStartParams"].update({"num-gpus": 0}),
+    ),
+    "serveConfigV2 as a mapping": ("RayService", lambda r: r["spec"].update(serveConfigV2={"applications": []})),
+    "tolerations as a mapping": ("RayService", lambda r: _group(r)["template"]["spec"].update(tolerations={})),
+    "wrong apiVersion": ("RayService", lambda r: r.update(apiVersion="ray.io/v1alpha1")),
+    "claim size as a list": ("PersistentVolumeClaim", lambda r: r["spec"]["resources"].update(requests=[])),
+}
+
+
+def _rename(mapping: dict[str, Any], old: str, new: str) -> None:
+    mapping[new] = mapping.pop(old)
+
+
+def _cluster(rs: dict[str, Any]) -> dict[str, Any]:
+    return rs["spec"]["rayClusterConfig"]
+
+
+def _group(rs: dict[str, Any]) -> dict[str, Any]:
+    return _cluster(rs)["workerGroupSpecs"][0]
+
+
+def _head(rs: dict[str, Any]) -> dict[str, Any]:
+    return _cluster(rs)["headGroupSpec"]["template"]["spec"]["containers"][0]
+
+
+def _worker(rs: dict[str, Any]) -> dict[str, Any]:
+    return _group(rs)["template"]["spec"]["containers"][0]
+
+
+def test_the_crd_alone_accepts_a_misspelled_field() -> None:
+    """Why the schemas are closed: the API server would prune the field and the setting would vanish."""
+    rs = rules.ray_service(rendered("gpu"))
+    _rename(_worker(rs), "resources", "resource")
+    jsonschema.Draft7Validator(json.loads(VENDORED.read_text())).validate(rs)
+    with pytest.raises(jsonschema.ValidationError, match="'resource' was unexpected"):
+        validate_resource(rs)
+
+
+@pytest.mark.parametrize("mutation", sorted(MUTATIONS))
+def test_a_misspelled_field_or_a_wrong_type_is_rejected(mutation: str) -> None:
+    kind, mutate = MUTATIONS[mutation]
+    (resource,) = [r for r in rendered("gpu") if r["kind"] == kind]
+    validate_resource(resource)
+    mutate(resource)
+    with pytest.raises(jsonschema.ValidationError):
+        validate_resource(resource)
+
+
+def test_an_unknown_kind_is_rejected() -> None:
+    with pytest.raises(jsonschema.ValidationError, match="no schema for kind 'ConfigMap'"):
+        validate_resource({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}})
+
+
+# -- serveConfigV2 ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", OVERLAYS)
+def test_serve_config_validates_with_serve_and_builds_with_our_config(name: str) -> None:
+    config = rules.serve_config(rules.ray_service(rendered(name)))
+    schema = ServeDeploySchema.model_validate(config)
+    assert problems(config) == []
+    for app in schema.applications:
+        validate(AppConfig, app.args, "args")
+        assert isinstance(build_app(app.args), Application)
+
+
+def _leaves(node: Any, path: tuple = ()) -> dict[tuple, Any]:
+    """Every scalar by path; applications and deployments are keyed by name, so their order does not matter."""
+    if isinstance(node, dict):
+        return {k: v for key, value in node.items() for k, v in _leaves(value, (*path, key)).items()}
+    if isinstance(node, list) and all(isinstance(v, dict) and "name" in v for v in node) and node:
+        return {k: v for item in node for k, v in _leaves(item, (*path, item["name"])).items()}
+    if isinstance(node, list):
+        return {k: v for i, item in enumerate(node) for k, v in _leaves(item, (*path, i)).items()}
+    return {path: node}
+
+
+@pytest.mark.parametrize("name", OVERLAYS)
+def test_serve_config_is_the_config_file_with_only_the_cluster_changes(name: str) -> None:
+    """Derived from the file, not from a copy of it: a knob added to the file must reach the manifest."""
+    source = yaml.safe_load((REPO / kuberay.OVERLAYS[name].source).read_text())
+    cluster = rules.serve_config(rules.ray_service(rendered(name)))
+    want, got = _leaves(source), _leaves(cluster)
+    host = ("http_options", "host")
+    assert got.pop(host) == "0.0.0.0"
+    want.pop(host, None)
+    for app in source["applications"]:
+        for deployment in app.get("deployments", []):
+            if deployment["name"] != kuberay.ENGINE or "autoscaling_config" in deployment:
+                continue
+            prefix = ("applications", app["name"], "deployments", deployment["name"])
+            replicas = want.pop((*prefix, "num_replicas"), 1)
+            scaling = {k[-1]: got.pop(k) for k in list(got) if k[: len(prefix) + 1] == (*prefix, "autoscaling_config")}
+            assert scaling["min_replicas"] == scaling["initial_replicas"] == replicas
+            assert scaling["max_replicas"] >= replicas
+            assert 0 < scaling["target_ongoing_requests"] <= deployment.get("max_ongoing_requests", 5)
+            running = app.get("args", {}).get("sglang", {}).get("max_running_requests")
+            if app.get("args", {}).get("backend") == "sglang" and running:
+                assert scaling["target_ongoing_requests"] <= running, "scale before sglang queues requests"
+    assert got == want
+
+
+@pytest.mark.parametrize("name", OVERLAYS)
+def test_checked_in_serve_config_patch_is_up_to_date(name: str) -> None:
+    path = kuberay.patch_path(name)
+    assert path.read_text() == kuberay.patch_text(name, kuberay.OVERLAYS[name]), (
+        f"{path.relative_to(REPO)} is stale: run `python -m serve_app.kuberay`"
+    )
+
+
+def test_generator_refuses_a_config_that_fails_the_check(tmp_path: Path) -> None:
+    raw = yaml.safe_load((REPO / "config.gpu.yaml").read_text())
+    engine = next(d for d in raw["applications"][0]["deployments"] if d["name"] == kuberay.ENGINE)
+    engine["user_config"]["long_lane_replica"] = 2  # a typo our EngineKnobs refuses
+    (tmp_path / "config.gpu.yaml").write_text(yaml.safe_dump(raw))
+    with pytest.raises(ValueError, match="long_lane_replica"):
+        kuberay.patch_text("gpu", kuberay.OVERLAYS["gpu"], repo=tmp_path)
+
+
+def test_generator_check_mode_reports_a_stale_patch(tmp_path: Path, capsys) -> None:
+    shutil.copytree(K8S, tmp_path / "k8s")
+    for name in ("config.yaml", "config.gpu.yaml"):
+        shutil.copy(REPO / name, tmp_path / name)
+    assert kuberay.main([], tmp_path) == 0
+    assert kuberay.main(["--check"], tmp_path) == 0
+    config = tmp_path / "config.yaml"
+    config.write_text(config.read_text().replace("default_max_tokens: 256", "default_max_tokens: 300"))
+    assert kuberay.main(["--check"], tmp_path) == 1
+    assert "k8s/overlays/cpu-demo/serve-config.yaml: stale" in capsys.readouterr().out
+    assert kuberay.main([], tmp_path) == 0
+    assert kuberay.main(["--check"], tmp_path) == 0
+
+
+@pytest.mark.parametrize(
+    "where, change",
+    [
+        ("deployment key Serve would drop", lambda d: d.update(max_ongoing_request=5)),
+        ("policy knob", lambda d: d["user_config"]["policy"].update(skip_ahed=False)),
+        ("wrong type", lambda d: d.update(max_queued_requests="many")),
+    ],
+)
+def test_a_broken_serve_config_in_the_manifest_is_caught(where: str, change: Callable) -> None:
+    rs = rules.ray_service(rendered("gpu"))
+    config = rules.serve_config(rs)
+    change(next(d for d in rules.deployments(config) if d["name"] == kuberay.ENGINE))
+    assert problems(config), where
+
+
+# -- the rules -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", OVERLAYS)
+@pytest.mark.parametrize("rule", RULES, ids=lambda f: f.__name__)
+def test_overlay_satisfies_rule(name: str, rule: Callable) -> None:
+    assert rule(rendered(name)) == []
+
+
+def _set_env(resources: list[dict[str, Any]], name: str, value: Any) -> None:
+    env = rules.ray_pods(rules.ray_service(resources))[1].ray_container["env"]
+    env[:] = [e for e in env if e["name"] != name] + [{"name": name, "value": value}]
+
+
+def _serve_deployment(resources: list[dict[str, Any]], deployment: str, **changes: Any) -> None:
+    rs = rules.ray_service(resources)
+    config = rules.serve_config(rs)
+    next(d for d in rules.deployments(config) if d["name"] == deployment).update(changes)
+    rs["spec"]["serveConfigV2"] = yaml.safe_dump(config)
+
+
+def _drop_plugin_switch(resources: list[dict[str, Any]]) -> None:
+    head = rules.ray_pods(rules.ray_service(resources))[0].ray_container
+    head["env"] = [e for e in head["env"] if e["name"] != "FAIRSHARE_PLUGIN_FORCE"]
+
+
+BREAKAGES: dict[str, tuple[Callable, Callable[[list[dict[str, Any]]], None], str]] = {
+    "misspelled policy variable": (
+        rules.env_problems,
+        lambda r: _set_env(r, "FAIRSHARE_SKIP_AHEED", "false"),
+        "is not a PolicyConfig field",
+    ),
+    "policy value of the wrong type": (
+        rules.env_problems,
+        lambda r: _set_env(r, "FAIRSHARE_LOOKAHEAD", "many"),
+        "lookahead",
+    ),
+    "policy values that contradict": (
+        rules.env_problems,
+        lambda r: (
+            _set_env(r, "FAIRSHARE_CHUNK_BUDGET_TOKENS", "256"),
+            _set_env(r, "FAIRSHARE_INTERACTIVE_PASS_TOKENS", "512"),
+        ),
+        "exceeds chunk_budget_tokens",
+    ),
+    "plugin switch not a boolean": (
+        rules.env_problems,
+        lambda r: _set_env(r, "FAIRSHARE_PLUGIN_ENABLED", "maybe"),
+        "boolean",
+    ),
+    "plugin switch missing": (rules.env_problems, _drop_plugin_switch, "FAIRSHARE_PLUGIN_FORCE missing"),
+    "too few GPU pods for Serve's maximum": (
+        rules.capacity_problems,
+        lambda r: _group(rules.ray_service(r)).update(maxReplicas=6),
+        "GPU at max",
+    ),
+    "too few GPU pods for Serve's minimum": (
+        rules.capacity_problems,
+        lambda r: _group(rules.ray_service(r)).update(minReplicas=2),
+        "GPU at min",
+    ),
+    "two GPUs per pod": (
+        rules.gpu_problems,
+        lambda r: _worker(rules.ray_service(r))["resources"]["limits"].update({rules.GPU: 2}),
+        "GPU per pod",
+    ),
+    "a head with GPUs": (
+        rules.gpu_problems,
+        lambda r: _cluster(rules.ray_service(r))["headGroupSpec"]["rayStartParams"].update({"num-gpus": "1"}),
+        "head advertises GPUs",
+    ),
+    "grace period shorter than the drain": (
+        rules.shutdown_problems,
+        lambda r: _serve_deployment(r, kuberay.ENGINE, graceful_shutdown_timeout_s=600),
+        "terminationGracePeriodSeconds",
+    ),
+    "old cluster deleted before its streams end": (
+        rules.shutdown_problems,
+        lambda r: rules.ray_service(r)["spec"].update(rayClusterDeletionDelaySeconds=30),
+        "rayClusterDeletionDelaySeconds",
+    ),
+    "readiness on the Serve app": (
+        rules.probe_problems,
+        lambda r: _worker(rules.ray_service(r))["readinessProbe"]["exec"].update(
+            command=["bash", "-c", "wget -q -O- http://localhost:8000/-/healthz"]
+        ),
+        "Ray's health endpoints",
+    ),
+    "liveness that kills a loading pod": (
+        rules.probe_problems,
+        lambda r: _worker(rules.ray_service(r))["livenessProbe"].update(failureThreshold=3),
+        "livenessProbe gives up",
+    ),
+    "no startup probe": (
+        rules.probe_problems,
+        lambda r: _head(rules.ray_service(r)).pop("startupProbe"),
+        "no startupProbe",
+    ),
+    "no memory limit": (
+        rules.resource_problems,
+        lambda r: _worker(rules.ray_service(r))["resources"]["limits"].pop("memory"),
+        "memory request and limit",
+    ),
+    "request above limit": (
+        rules.resource_problems,
+        lambda r: _head(rules.ray_service(r))["resources"]["requests"].update(memory="32Gi"),
+        "memory request above",
+    ),
+    "proxy on loopback": (rules.service_problems, lambda r: _serve_http(r, host="127.0.0.1"), "proxy host"),
+    "proxy port not the Service's": (rules.service_problems, lambda r: _serve_http(r, port=9000), "proxy port"),
+    "model path off the volume": (rules.storage_problems, lambda r: _model_path(r, "/data/model"), "no mounted claim"),
+    "model volume not mounted on the head": (
+        rules.storage_problems,
+        lambda r: _head(rules.ray_service(r)).pop("volumeMounts"),
+        "head: /models",
+    ),
+    "token not from a Secret": (
+        rules.storage_problems,
+        lambda r: next(x for x in r if x["kind"] == "Job")["spec"]["template"]["spec"]["containers"][0].update(
+            env=[{"name": "HF_TOKEN", "value": "hf_x"}]
+        ),
+        "HF_TOKEN",
+    ),
+}
+
+
+def _serve_http(resources: list[dict[str, Any]], **changes: Any) -> None:
+    rs = rules.ray_service(resources)
+    config = rules.serve_config(rs)
+    config["http_options"].update(changes)
+    rs["spec"]["serveConfigV2"] = yaml.safe_dump(config)
+
+
+def _model_path(resources: list[dict[str, Any]], path: str) -> None:
+    rs = rules.ray_service(resources)
+    config = rules.serve_config(rs)
+    config["applications"][0]["args"]["sglang"]["model_path"] = path
+    rs["spec"]["serveConfigV2"] = yaml.safe_dump(config)
+
+
+@pytest.mark.parametrize("breakage", sorted(BREAKAGES))
+def test_a_broken_overlay_breaks_its_rule(breakage: str) -> None:
+    rule, breaks, message = BREAKAGES[breakage]
+    resources = rendered("gpu")
+    breaks(resources)
+    found = rule(resources)
+    assert any(message in line for line in found), found
+
+
+# -- kustomize -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="cross-check with the real kustomize needs kubectl")
+@pytest.mark.parametrize("name", sorted(DIRECTORIES))
+def test_python_rendering_equals_kubectl_kustomize(name: str) -> None:
+    out = subprocess.run(
+        ["kubectl", "kustomize", str(DIRECTORIES[name])], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    real = [d for d in yaml.safe_load_all(out) if d is not None]
+
+    def key(r: dict[str, Any]) -> tuple[str, str]:
+        return r["kind"], r["metadata"]["name"]
+
+    assert {key(r): r for r in rendered(name)} == {key(r): r for r in real}
+
+
+def test_renderer_refuses_what_it_does_not_implement(tmp_path: Path) -> None:
+    (tmp_path / "r.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndata: {a: b}\n")
+    (tmp_path / "kustomization.yaml").write_text("resources: [r.yaml]\nnamePrefix: demo-\n")
+    with pytest.raises(KustomizeError, match="namePrefix"):
+        render(tmp_path)
+    (tmp_path / "p.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndata: {l: [1]}\n")
+    (tmp_path / "kustomization.yaml").write_text("resources: [r.yaml]\npatches: [{path: p.yaml}]\n")
+    with pytest.raises(KustomizeError, match="list"):
+        render(tmp_path)
+    (tmp_path / "kustomization.yaml").write_text(
+        "resources: [r.yaml]\npatches: [{patch: '[{op: add, path: /data/c, value: d}]', target: {kind: Secret}}]\n"
+    )
+    with pytest.raises(KustomizeError, match="no resource matches"):
+        render(tmp_path)
+
+
+# -- the vendored schema ---------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not UPSTREAM.exists(), reason="the workspace's copy of the KubeRay CRD is not present")
+def test_vendored_schema_is_kuberays_crd() -> None:
+    assert json.loads(VENDORED.read_text()) == schema_from_crd(load_crd())
