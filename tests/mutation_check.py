@@ -35,6 +35,7 @@ CORE_TESTS = (
     "tests/test_fcfs_reference.py",
     "tests/test_ledger.py",
     "tests/test_interleave.py",
+    "tests/test_traffic.py",
 )
 ROUTING_TESTS = ("tests/serve/test_routing.py",)
 
@@ -89,7 +90,7 @@ MUTANTS = [
         "load.prefill_tokens > self.knobs.busy_prefill_tokens",
         "busy bound",
     ),
-    _r("R12", "(self.knobs.chat_spill and self.chat_saturated)", "self.knobs.chat_spill", "spill before saturation"),
+    _r("R12", "(self.knobs.chat_spill and self.chat_saturated)", "self.chat_saturated", "chat_spill=false ignored"),
     _r("R13", "v.stats_time_s <= rec.settled_s", "True", "stale estimate beats fresh stats"),
     _r(
         "R14",
