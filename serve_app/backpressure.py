@@ -15,7 +15,7 @@ chooses among those); when none does it is shed with 429 and a `Retry-After` siz
 the least-loaded replica needs to drain the excess; with no replica at all the answer is 503.
 
 The policy sees only plain records (no Ray, no HTTP), so every decision is tested with synthetic
-loads; the ingress turns a `Shed` into an OpenAI error body (`Shed.error_body`).
+loads; the ingress answers a `Shed` with `Shed.error()`.
 """
 
 from __future__ import annotations
@@ -24,11 +24,12 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Self
+from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from serve_app.engine_backend import ReplicaLoad
+from serve_app.protocol import OpenAIError
 
 MAX_QUEUE_DELAY_S = 60.0
 """Default bound on the prefill work queued on a replica, in seconds of prefill at its rate."""
@@ -147,9 +148,9 @@ class Shed:
     def headers(self) -> dict[str, str]:
         return {"Retry-After": str(self.retry_after_s)}
 
-    def error_body(self) -> dict[str, Any]:
-        """OpenAI's error body."""
-        return {"error": {"message": self.message, "type": self.error_type, "param": None, "code": self.code}}
+    def error(self) -> OpenAIError:
+        """The answer: status, `Retry-After` and OpenAI's error body."""
+        return OpenAIError(self.status, self.message, type=self.error_type, code=self.code, headers=self.headers)
 
 
 def decide(

@@ -68,14 +68,16 @@ def test_no_replica_is_503_with_retry_after() -> None:
     shed = decide({}, 30, LIMITS)
     assert isinstance(shed, Shed)
     assert (shed.status, shed.reason, shed.headers) == (503, ShedReason.NO_REPLICA, {"Retry-After": "1"})
-    assert shed.error_body()["error"]["code"] == "service_unavailable"
+    assert shed.error().body()["error"]["code"] == "service_unavailable"
 
 
 def test_all_full_is_429_with_an_openai_error_body() -> None:
     shed = decide({"a": load(waiting=4), "b": load(decoding=8)}, 30, LIMITS)
     assert isinstance(shed, Shed)
     assert shed.status == 429 and shed.reason is ShedReason.QUEUED
-    body = shed.error_body()["error"]
+    error = shed.error()
+    assert (error.status, error.headers) == (429, {"Retry-After": "1"})
+    body = error.body()["error"]
     assert set(body) == {"message", "type", "param", "code"}
     assert body["code"] == "rate_limit_exceeded" and "4 requests waiting" in body["message"]
 
