@@ -12,9 +12,10 @@ import statistics
 import time
 
 from scheduler.planner import PassPlanner
-from scheduler.sim.request import SimRequest, TrafficClass
+from scheduler.sim.request import SimRequest
 from scheduler.sim.schedulers import CandidateView
 from scheduler.snapshot import Candidate, QueueSnapshot
+from scheduler.traffic import TrafficClass
 
 SIZES = (100, 1_000, 10_000)
 REPEATS = 7

@@ -1,4 +1,8 @@
-"""Shared by the Serve benchmarks: a local Ray + Serve on 127.0.0.1 running config.yaml with overrides."""
+"""Shared by the Serve benchmarks: a local Ray + Serve on 127.0.0.1 running config.seed000.yaml with overrides.
+
+The benchmarks run on the source article's card (`config.seed000.yaml`, `config.yaml` with the seed000
+preset) so their figures compare with the article's and with earlier runs.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +17,8 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 APP = "fairshare"
+CONFIG_FILE = "config.seed000.yaml"
+SEED000_MODEL = "sim-seed000-12gb-27b"
 
 
 def free_port() -> int:
@@ -26,7 +32,7 @@ def deployment(cfg: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 def app_config(port: int, *, num_replicas: int, time_scale: float, **engine_knobs: Any) -> dict[str, Any]:
-    cfg = copy.deepcopy(yaml.safe_load((REPO / "config.yaml").read_text()))
+    cfg = copy.deepcopy(yaml.safe_load((REPO / CONFIG_FILE).read_text()))
     cfg["http_options"] = {"host": "127.0.0.1", "port": port}
     engine = deployment(cfg, "Engine")
     engine["num_replicas"] = num_replicas
@@ -75,6 +81,18 @@ def stop() -> None:
 
     serve.shutdown()
     ray.shutdown()
+
+
+def server_timing(header: str) -> dict[str, float]:
+    """`Server-Timing: route;dur=1.2, ttft;dur=3.4` -> {"route": 1.2, "ttft": 3.4} (milliseconds)."""
+    out: dict[str, float] = {}
+    for part in header.split(","):
+        name, _, params = part.strip().partition(";")
+        for param in params.split(";"):
+            key, _, value = param.strip().partition("=")
+            if key == "dur" and name:
+                out[name] = float(value)
+    return out
 
 
 def pct(xs: list[float], q: float) -> float:

@@ -1,13 +1,14 @@
 """Serving overhead of the app (ingress + lane router + engine hop), with the sim engine at zero cost.
 
 Two apps in one Serve instance on 127.0.0.1, measured in the same run, alternating phases:
-- `fairshare`: config.yaml as shipped (2 engine replicas, lanes, session routing), `time_scale: 0`,
+- `fairshare`: config.seed000.yaml as shipped (2 engine replicas, lanes, session routing), `time_scale: 0`,
   so the engine adds no time and everything measured is serving overhead;
 - `echo`: a bare Serve FastAPI deployment that streams the same OpenAI SSE chunks itself.
 
 50 concurrent client streams (closed loop), each request asks for 16 tokens. Printed:
-- ingress+router added latency: the app's `Server-Timing: route` (ingress receipt -> engine
-  replica's first item: tokenizing, routing, the handle hop), p50/p99;
+- ingress+router added latency: the app's `Server-Timing: ttft` (ingress receipt -> engine
+  replica's first item: tokenizing, routing, the handle hop; the engine costs nothing), p50/p99, and
+  its `route` part (ingress receipt -> the router's decision: tokenizing and routing);
 - client-side time to first token for both apps and the difference of their p50/p99;
 - throughput (requests/s) of the app as a ratio to the echo app's.
 
@@ -33,7 +34,7 @@ from benchmarks import serve_common as sc
 
 MAX_TOKENS = 16
 CONTENT = re.compile(rb'"content":"[^"]')
-MODEL = "sim-seed000-12gb-27b"
+MODEL = sc.SEED000_MODEL
 echo_api = FastAPI()
 
 
@@ -75,12 +76,15 @@ async def one(session: aiohttp.ClientSession, url: str, i: int, out: dict) -> No
                 ttft = time.perf_counter() - t0
     out["ttft"].append(ttft if ttft is not None else time.perf_counter() - t0)
     out["e2e"].append(time.perf_counter() - t0)
-    if timing.startswith("route;dur="):
-        out["route_ms"].append(float(timing.split("=", 1)[1]))
+    timings = sc.server_timing(timing)
+    if "ttft" in timings:
+        out["first_item_ms"].append(timings["ttft"])
+    if "route" in timings:
+        out["route_ms"].append(timings["route"])
 
 
 async def phase(url: str, seconds: float, concurrency: int, think_s: float = 0.0) -> dict:
-    out: dict = {"ttft": [], "e2e": [], "route_ms": [], "errors": 0}
+    out: dict = {"ttft": [], "e2e": [], "first_item_ms": [], "route_ms": [], "errors": 0}
     stop_at = time.perf_counter() + seconds
     conn = aiohttp.TCPConnector(limit=concurrency * 2)
     async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=60)) as session:
@@ -103,7 +107,7 @@ async def phase(url: str, seconds: float, concurrency: int, think_s: float = 0.0
 def merge(a: dict | None, b: dict) -> dict:
     if a is None:
         return copy.deepcopy(b)
-    for k in ("ttft", "e2e", "route_ms"):
+    for k in ("ttft", "e2e", "first_item_ms", "route_ms"):
         a[k] += b[k]
     a["errors"] += b["errors"]
     a["elapsed_s"] += b["elapsed_s"]
@@ -153,8 +157,12 @@ def main() -> None:
         f"{len(lat_app['e2e'])} requests to the app ({lat_app['errors']} errors), {len(lat_echo['e2e'])} to echo"
     )
     print(
-        f"  ingress+router added latency (Server-Timing route): p50 {sc.pct(lat_app['route_ms'], 50):.2f} ms, "
-        f"p99 {sc.pct(lat_app['route_ms'], 99):.2f} ms   [target p50 <= 5 ms]"
+        f"  ingress+router added latency (Server-Timing ttft): p50 {sc.pct(lat_app['first_item_ms'], 50):.2f} ms, "
+        f"p99 {sc.pct(lat_app['first_item_ms'], 99):.2f} ms   [target p50 <= 5 ms]"
+    )
+    print(
+        f"    of which receipt -> decision (Server-Timing route): p50 {sc.pct(lat_app['route_ms'], 50):.2f} ms, "
+        f"p99 {sc.pct(lat_app['route_ms'], 99):.2f} ms"
     )
     for q in (50, 99):
         a, e = sc.pct(lat_app["ttft"], q) * 1000, sc.pct(lat_echo["ttft"], q) * 1000
@@ -166,8 +174,8 @@ def main() -> None:
         f"ratio {rps['fairshare'] / rps['echo']:.2f}x   [target >= 0.7x]"
     )
     for q in (50, 99):
-        a, e = sc.pct(sat_app["route_ms"], q), sc.pct(sat_app["ttft"], q) * 1000
-        print(f"  saturated: route p{q} {a:.1f} ms, app TTFT p{q} {e:.1f} ms (queueing at full load)")
+        a, e = sc.pct(sat_app["first_item_ms"], q), sc.pct(sat_app["ttft"], q) * 1000
+        print(f"  saturated: first item p{q} {a:.1f} ms, app TTFT p{q} {e:.1f} ms (queueing at full load)")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,8 @@ from typing import Self
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from scheduler.traffic import TrafficClass, classify
+
 ENV_PREFIX = "FAIRSHARE_"
 
 
@@ -106,8 +108,8 @@ class PolicyConfig(BaseSettings):
         return max(1, self.chunk_budget_tokens // self.prefill_concurrency)
 
     def is_short(self, uncached_prompt_tokens: int) -> bool:
-        """The one test of what counts as a short (interactive) request."""
-        return uncached_prompt_tokens <= self.short_request_tokens
+        """Whether a request counts as short (interactive): `scheduler.traffic.classify` with this config's knob."""
+        return classify(uncached_prompt_tokens, self.short_request_tokens) is TrafficClass.SHORT
 
     def describe_cap(self) -> str:
         """The start-up line, in the seed's wording."""

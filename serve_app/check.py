@@ -23,8 +23,7 @@ from serve_app.config import (
     EngineKnobs,
     RoutingKnobs,
     describe_validation_error,
-    policy_config,
-    sim_base_policy,
+    engine_policy,
     validate,
 )
 
@@ -59,9 +58,9 @@ def problems(raw: dict[str, Any]) -> list[str]:
             except ConfigError as e:
                 out.append(str(e))
                 continue
-            if isinstance(knobs, EngineKnobs) and cfg.backend == "sim":
+            if isinstance(knobs, EngineKnobs):
                 try:
-                    policy_config(sim_base_policy(cfg.sim)[0], knobs.policy, f"{where}.{name}.user_config.policy")
+                    engine_policy(cfg, knobs.policy, f"{where}.{name}.user_config.policy")
                 except ConfigError as e:
                     out.append(str(e))
     return out

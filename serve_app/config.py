@@ -6,8 +6,9 @@ Three objects, one per place they are set in `config.yaml`:
   the life of a deployment; `build_app` validates it before anything starts.
 - `EngineKnobs`: the `Engine` deployment's `user_config` (scheduler policy, lane sizes, the
   simulator's time scale). Applied live by `reconfigure()`; replicas are not restarted.
-- `RoutingKnobs`: the `Ingress` deployment's `user_config` (traffic-class threshold and
-  hysteresis, load bounds, spill). Applied live; carried to the router with each request.
+- `RoutingKnobs`: the `Ingress` deployment's `user_config` (traffic-class hysteresis, load bounds,
+  spill). Applied live; carried to the router with each request. The short/long threshold is not
+  here: it is the engines' `PolicyConfig.short_request_tokens`, which replicas publish to routers.
 
 Every model forbids unknown keys, so a typo fails loudly instead of vanishing (Serve's own schema
 silently drops unknown deployment keys).
@@ -20,10 +21,12 @@ from typing import Any, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from scheduler.config import PolicyConfig
-from scheduler.sim.presets import PRESETS
-from scheduler.sim.rules import RuleSet, policy_for
+from scheduler.sglang_plugin.server_args import POLICY_FIELD_TO_SERVER_ARG
 
 Backend = Literal["sim", "sglang"]
+
+SGLANG_ARGS_OWNED_BY_POLICY = {arg: field for field, arg in POLICY_FIELD_TO_SERVER_ARG.items()}
+"""sglang arguments whose one switch is in the policy (the plugin writes them onto sglang's arguments)."""
 
 
 class ConfigError(ValueError):
@@ -56,7 +59,9 @@ class SimSettings(_Strict):
     """The `sim` backend: the simulator's engine, in real time."""
 
     preset: str = Field(
-        "seed000-12gb-27b", description=f"Calibrated engine preset, one of {sorted(PRESETS)}. Sets pass costs and KV."
+        "h100-8b",
+        description="Calibrated engine preset (`scheduler.sim.presets`): pass costs, KV pool and limits. `h100-8b` "
+        "is a current GPU; `seed000-12gb-27b` the source article's 12 GB card (`config.seed000.yaml`).",
     )
     rules: Literal["fairshare", "seed000", "baseline"] = Field(
         "fairshare",
@@ -74,9 +79,17 @@ class SimSettings(_Strict):
     @field_validator("preset")
     @classmethod
     def _known_preset(cls, preset: str) -> str:
+        from scheduler.sim.presets import PRESETS  # here: only the sim backend needs the simulator
+
         if preset not in PRESETS:
             raise ValueError(f"unknown preset; choose from {sorted(PRESETS)}")
         return preset
+
+    @property
+    def kv_pool_tokens(self) -> int:
+        from scheduler.sim.presets import PRESETS
+
+        return PRESETS[self.preset].cost.kv_pool_tokens
 
 
 class SglangSettings(_Strict):
@@ -90,10 +103,18 @@ class SglangSettings(_Strict):
         None, ge=1, description="sglang's chunk budget; also our `chunk_budget_tokens` unless the policy sets it."
     )
     max_running_requests: int | None = Field(None, ge=1, description="sglang's concurrency limit.")
-    enable_mixed_chunk: bool = Field(True, description="Decodes ride along in prefill passes (our default).")
     engine_args: dict[str, Any] = Field(
         default_factory=dict, description="Further `sglang.Engine(**kwargs)` arguments, passed through as is."
     )
+
+    @field_validator("engine_args")
+    @classmethod
+    def _policy_switches_live_in_the_policy(cls, args: dict[str, Any]) -> dict[str, Any]:
+        owned = sorted(set(args) & set(SGLANG_ARGS_OWNED_BY_POLICY))
+        if owned:
+            hint = ", ".join(f"{a} -> policy.{SGLANG_ARGS_OWNED_BY_POLICY[a]}" for a in owned)
+            raise ValueError(f"set these in Engine.user_config.policy instead ({hint})")
+        return args
 
 
 class AppConfig(_Strict):
@@ -137,7 +158,7 @@ class AppConfig(_Strict):
         if self.max_context_tokens is not None:
             return self.max_context_tokens
         if self.backend == "sim":
-            return PRESETS[self.sim.preset].cost.kv_pool_tokens
+            return self.sim.kv_pool_tokens
         return self.sglang.context_length
 
 
@@ -156,7 +177,9 @@ class EngineKnobs(_Strict):
     policy: dict[str, Any] = Field(
         default_factory=dict,
         description="Scheduler policy overrides: `scheduler.config.PolicyConfig` fields, on top of the rule "
-        "set's settings (sim) or the plugin's (sglang).",
+        "set's settings (sim) or the plugin's (sglang). The one place for the traffic threshold "
+        "(`short_request_tokens`, also the routers' lanes) and mixed decode (`mixed_decode`, sglang's "
+        "`enable_mixed_chunk`).",
     )
     session_cache_sessions: int = Field(
         4096, ge=0, description="sim only: sessions whose prefix the replica keeps cached (LRU, also bounded by KV)."
@@ -185,26 +208,30 @@ def policy_config(
         raise ConfigError(describe_validation_error(where, e)) from None
 
 
-def sim_base_policy(sim: SimSettings) -> tuple[PolicyConfig, int]:
-    """The rule set's policy and half-prefilled-request limit for the sim preset."""
-    return policy_for(RuleSet(sim.rules), PRESETS[sim.preset])
+def engine_policy(cfg: AppConfig, overrides: dict[str, Any], where: str = "Engine.user_config.policy") -> PolicyConfig:
+    """The policy an engine replica of this app runs with these overrides, validated before it starts.
+
+    sim: on top of the rule set's policy for its preset. sglang: on top of `PolicyConfig()` as the plugin
+    builds it in the replica's environment (`FAIRSHARE_*`); the plugin then fills what sglang's own
+    arguments set (chunk size, concurrency) unless the overrides name them.
+    """
+    if cfg.backend == "sim":
+        from serve_app.sim.policy import base_policy  # here: only the sim backend needs the simulator
+
+        return policy_config(base_policy(cfg.sim)[0], overrides, where)
+    return policy_config(PolicyConfig(), overrides, where)
 
 
 class RoutingKnobs(_Strict):
     """The `Ingress` deployment's `user_config`: routing policy, applied live."""
 
-    long_prompt_tokens: int = Field(
-        2048,
-        ge=1,
-        description="A request whose uncached prompt (tokens beyond what its session holds on the replica) "
-        "exceeds this is a long document; otherwise a chat. Matches PolicyConfig.short_request_tokens.",
-    )
     class_hysteresis: float = Field(
         0.5,
         ge=0,
         lt=1,
         description="A session classed long stays long until its uncached prompt falls below "
-        "long_prompt_tokens * (1 - this), so a session near the threshold does not bounce between lanes.",
+        "short_request_tokens * (1 - this), so a session near the threshold does not bounce between lanes. "
+        "The threshold itself is the engine's `PolicyConfig.short_request_tokens` (Engine.user_config.policy).",
     )
     busy_pending_requests: int = Field(
         4,

@@ -17,9 +17,9 @@ from typing import Any
 from ray import serve
 
 from serve_app.config import AppConfig, EngineKnobs, validate
-from serve_app.engine_backend import EngineBackend, GenerateRequest
+from serve_app.engine_backend import EngineBackend, EngineError, GenerateRequest, RequestError, StreamItem
 from serve_app.metrics import EngineMetrics
-from serve_app.routing import Lane, RouteDecision, RouteHint, TrafficClass, serving_lane
+from serve_app.routing import Lane, RouteTicket, RoutingStats
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ def lane_for(rank: int, world_size: int, long_lane_replicas: int) -> Lane:
 def make_backend(cfg: AppConfig, knobs: EngineKnobs) -> EngineBackend:
     # Imported here: the sglang backend imports sglang, which only GPU machines have.
     if cfg.backend == "sim":
-        from serve_app.sim_backend import SimBackend
+        from serve_app.sim.backend import SimBackend
 
         return SimBackend(cfg, knobs)
     from serve_app.sglang_backend import SglangBackend
@@ -59,9 +59,10 @@ class Engine:
     # -- Serve hooks -----------------------------------------------------------------------
     async def reconfigure(self, user_config: dict[str, Any]) -> None:
         knobs: EngineKnobs = validate(EngineKnobs, user_config, "Engine.user_config")
-        await self._ensure_started()
+        # Knobs first, then start: a backend that reads its policy once at start (sglang) gets this one.
         self.backend.reconfigure(knobs)
         self.knobs = knobs
+        await self._ensure_started()
         logger.info("replica %s: lane=%s knobs=%s", self.replica_id, self.lane.value, knobs.model_dump())
 
     async def _ensure_started(self) -> None:
@@ -75,16 +76,16 @@ class Engine:
         return lane_for(ctx.rank.rank, ctx.world_size, self.knobs.long_lane_replicas)
 
     def record_routing_stats(self) -> dict[str, Any]:
-        load = self.backend.load()
-        lane = self.lane
-        self._metrics.publish(lane.value, load, self.backend.counters())
-        return {
-            "lane": lane.value,
-            "load": load.to_dict(),
-            "time_s": time.time(),
-            "sessions": self.backend.recent_sessions(self.knobs.published_sessions),
-            "pending": self.backend.pending_requests(PUBLISHED_PENDING),
-        }
+        stats = RoutingStats(
+            lane=self.lane,
+            load=self.backend.load(),
+            short_request_tokens=self.backend.policy.short_request_tokens,
+            time_s=time.time(),
+            sessions=self.backend.recent_sessions(self.knobs.published_sessions),
+            pending=self.backend.pending_requests(PUBLISHED_PENDING),
+        )
+        self._metrics.publish(stats.lane.value, stats.load, self.backend.counters())
+        return stats.to_dict()
 
     def record_replica_metadata(self) -> dict[str, Any]:
         return {"lane": self.lane.value}
@@ -97,36 +98,22 @@ class Engine:
             await self.backend.shutdown()
 
     # -- requests --------------------------------------------------------------------------
-    async def generate(
-        self, request: GenerateRequest, route: RouteDecision | RouteHint | None = None
-    ) -> AsyncIterator[dict[str, Any]]:
-        """Stream of plain dicts `{"text", "n" (output tokens so far), "start"? (first: routing and cache),
-        "finish"? (last: finish reason)}`, or one `{"error": {...}}`."""
+    async def generate(self, request: GenerateRequest, route: RouteTicket | None = None) -> AsyncIterator[StreamItem]:
+        """The backend's `Chunk`s as they are; a request the engine refuses or aborts ends with one `EngineError`."""
         await self._ensure_started()
-        if isinstance(route, RouteDecision):
-            lane, cls, reason = route.lane.value, route.traffic_class.value, route.reason.value
-        else:
-            cls = request.traffic_class
-            lane, reason = serving_lane(self.lane, TrafficClass(cls)).value, "unrouted"
-        if cls != request.traffic_class:
-            request = _with_class(request, cls)
-        start = {"replica": self.replica_id, "lane": lane, "traffic_class": cls, "reason": reason}
+        decision = route.decision if route is not None else None
+        if decision is not None and decision.traffic_class is not request.traffic_class:
+            request = dataclasses.replace(request, traffic_class=decision.traffic_class)
         try:
             gen = self.backend.generate(request)
             async with contextlib.aclosing(gen):
                 async for chunk in gen:
-                    item: dict[str, Any] = {"text": chunk.text, "n": chunk.completion_tokens}
-                    if chunk.cached_tokens is not None:
-                        item["start"] = {**start, "cached_tokens": chunk.cached_tokens}
-                    if chunk.finish_reason is not None:
-                        item["finish"] = chunk.finish_reason
-                    yield item
-        except ValueError as e:
-            # The engine refused the request itself (e.g. it can never fit in KV): a client error.
-            yield {"error": {"status": 400, "message": str(e)}}
+                    yield chunk
+        except RequestError as e:
+            yield EngineError(e.status, e.message)
 
-    async def describe(self, route: RouteDecision | RouteHint | None = None) -> dict[str, Any]:
-        """Admin view of this replica (reach a given replica with `RouteHint(target_replica=...)`)."""
+    async def describe(self, route: RouteTicket | None = None) -> dict[str, Any]:
+        """Admin view of this replica (reach a given replica with a ticket whose hint names `target_replica`)."""
         return {
             "replica": self.replica_id,
             "lane": self.lane.value,
@@ -135,7 +122,3 @@ class Engine:
             "load": self.backend.load().to_dict(),
             **self.backend.describe(),
         }
-
-
-def _with_class(request: GenerateRequest, cls: str) -> GenerateRequest:
-    return dataclasses.replace(request, traffic_class=cls)

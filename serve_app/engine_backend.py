@@ -1,20 +1,34 @@
 """The one interface every engine backend implements, and the records that cross it.
 
 A backend lives inside one engine replica. The replica hands it a `GenerateRequest` and relays
-what `generate` yields; on client disconnect the replica's task is cancelled and the backend
-must drop the request from its queue and free its KV (`abort`). `load()` is what the replica
-publishes to routers; `cached_tokens(session)` is what the session already holds here.
+what `generate` yields (`Chunk`s) to the ingress as they are, across the process boundary; a
+request the engine refuses or aborts for a reason the client should hear ends its stream with one
+`EngineError` (the backend raises `RequestError`, the replica turns it into the record). On client
+disconnect the replica's task is cancelled and the backend must drop the request from its queue
+and free its KV (`abort`). `load()` is what the replica publishes to routers.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from scheduler.config import PolicyConfig
+from scheduler.traffic import TrafficClass
 from serve_app.config import EngineKnobs
 
 FinishReason = Literal["stop", "length"]
+
+
+class RequestError(Exception):
+    """The engine refused or aborted a request for a reason the client should hear (e.g. it can never fit in
+    KV, sglang aborted it). Any other exception from a backend is a bug: a 500, never a 4xx."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,8 +42,8 @@ class GenerateRequest:
     """Set when the ingress tokenized with the model's tokenizer (sglang); the sim counts only."""
     stop: tuple[str, ...] = ()
     temperature: float = 1.0
-    traffic_class: str = "short"
-    """The router's class for this request (`long` | `short`), for metrics and the sim's records."""
+    traffic_class: TrafficClass = TrafficClass.SHORT
+    """The router's class for this request, for metrics and the sim's records."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +59,18 @@ class Chunk:
     """Set on a stream's last chunk."""
     completion_tokens: int = 0
     """Output tokens so far, this chunk included."""
+
+
+@dataclass(frozen=True, slots=True)
+class EngineError:
+    """The last item of a stream the engine ended in error: an HTTP status and a message for the client."""
+
+    status: int
+    message: str
+
+
+StreamItem = Chunk | EngineError
+"""What the engine replica streams to the ingress."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +110,6 @@ class EngineCounters:
     num_aborted: int = 0
     num_skip_ahead: int = 0
     """Requests admitted ahead of an earlier request rejected for KV capacity."""
-    extra: dict[str, int] = field(default_factory=dict)
 
 
 class EngineBackend(Protocol):
@@ -94,8 +119,8 @@ class EngineBackend(Protocol):
         """Bring the engine up (called once, inside the replica's event loop)."""
 
     def generate(self, request: GenerateRequest) -> AsyncIterator[Chunk]:
-        """Yields `Chunk`s: the first has `cached_tokens`, the last `finish_reason`. Cancelling the iteration
-        aborts the request."""
+        """Yields `Chunk`s: the first has `cached_tokens`, the last `finish_reason`. Raises `RequestError` when
+        the engine refuses or aborts the request. Cancelling the iteration aborts the request."""
         ...
 
     def abort(self, rid: str) -> bool:
@@ -105,10 +130,14 @@ class EngineBackend(Protocol):
     def load(self) -> ReplicaLoad: ...
 
     def reconfigure(self, knobs: EngineKnobs) -> None:
-        """Apply live knobs; raise `ConfigError` on a bad value, leaving the old ones in force."""
+        """Apply knobs; raise `ConfigError` on a bad value, leaving the old ones in force. Called before `start`
+        (the replica's first `user_config`) and on every live change."""
         ...
 
-    def cached_tokens(self, session_id: str) -> int: ...
+    @property
+    def policy(self) -> PolicyConfig:
+        """The scheduler policy in force (routers classify traffic with its `short_request_tokens`)."""
+        ...
 
     def recent_sessions(self, limit: int) -> dict[str, int]:
         """Cached tokens of the `limit` most recently used sessions (published to routers)."""

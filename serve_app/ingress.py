@@ -1,10 +1,15 @@
 """The OpenAI-compatible ingress: validate, count the prompt, read the session, hand off to the engine lanes.
 
-Every error is an OpenAI error body (400 bad input, 404 unknown model or route, 429 + Retry-After
-when the engine lanes are full, 503 with no replica, 500 otherwise, never a stack trace). Responses
-carry `X-Lane`, `X-Replica`, `X-Session-ID`, `X-Route` and `X-Traffic-Class`.
+Chat and completions run one pipeline (`Ingress._serve`); `endpoints` says how each renders its prompt
+and writes its responses. Every error is an OpenAI error body (400 bad input, 404 unknown model or
+route, 429 + Retry-After when the engine lanes are full, 503 with no replica, the engine's status when it
+refuses or aborts a request, 500 otherwise, never a stack trace); once a stream has started, an error
+is an SSE error event followed by `[DONE]`. Every answered request, errors included, is counted in
+`fairshare_requests_total`. Responses carry `X-Lane`, `X-Replica`, `X-Session-ID`, `X-Route`,
+`X-Traffic-Class` and `Server-Timing`.
 """
 
+import asyncio
 import logging
 import time
 import uuid
@@ -20,23 +25,20 @@ from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from serve_app.config import AppConfig, RoutingKnobs, validate
-from serve_app.engine_backend import GenerateRequest
+from serve_app.endpoints import CHAT, COMPLETIONS, Endpoint, ResponseIds
+from serve_app.engine_backend import Chunk, EngineError, GenerateRequest
 from serve_app.metrics import IngressMetrics
-from serve_app.protocol import (
-    ChatCompletionRequest,
-    CompletionRequest,
-    OpenAIError,
-    now_s,
-    sse,
-    usage,
-)
-from serve_app.routing import RouteHint
+from serve_app.protocol import ChatCompletionRequest, CompletionRequest, OpenAIError, Usage, now_s, sse
+from serve_app.routing import RouteDecision, RouteHint, RouteTicket
 from serve_app.tokenizer import make_tokenizer
 
 logger = logging.getLogger(__name__)
 
 SESSION_HEADER = "X-Session-ID"
 RETRY_AFTER_S = 1
+CHAT_PATH = "/v1/chat/completions"
+COMPLETIONS_PATH = "/v1/completions"
+ENDPOINT_BY_PATH = {CHAT_PATH: CHAT.name, COMPLETIONS_PATH: COMPLETIONS.name}
 
 api = FastAPI(title="fairshare-serve", docs_url=None, redoc_url=None)
 
@@ -46,6 +48,15 @@ async def _openai_error(request: Request, exc: OpenAIError) -> JSONResponse:
     return exc.response()
 
 
+def _counted(request: Request, response: JSONResponse) -> JSONResponse:
+    """Count an error answered before a route ran (the routes count their own)."""
+    endpoint = ENDPOINT_BY_PATH.get(request.url.path)
+    metrics: IngressMetrics | None = getattr(request.app.state, "metrics", None)
+    if endpoint is not None and metrics is not None:
+        metrics.requests.inc(tags={"endpoint": endpoint, "status": str(response.status_code)})
+    return response
+
+
 @api.exception_handler(RequestValidationError)
 async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
     first = exc.errors()[0] if exc.errors() else {}
@@ -53,7 +64,7 @@ async def _validation_error(request: Request, exc: RequestValidationError) -> JS
     msgs = "; ".join(
         f"{'.'.join(str(p) for p in e.get('loc', ()) if p != 'body') or 'body'}: {e.get('msg')}" for e in exc.errors()
     )
-    return OpenAIError(400, msgs or "invalid request", param=".".join(loc) or None).response()
+    return _counted(request, OpenAIError(400, msgs or "invalid request", param=".".join(loc) or None).response())
 
 
 @api.exception_handler(StarletteHTTPException)
@@ -78,33 +89,53 @@ def _cancel(stream: DeploymentResponseGenerator) -> None:
 
 
 class _Call:
-    """One request on its way through: ids, routing headers, timing."""
+    """One request on its way through: ids, its route once decided, timing."""
 
-    def __init__(self, rid: str, session_id: str, prompt_tokens: int, received_s: float) -> None:
-        self.rid = rid
+    def __init__(self, ids: ResponseIds, session_id: str, prompt_tokens: int, received_s: float) -> None:
+        self.ids = ids
         self.session_id = session_id
         self.prompt_tokens = prompt_tokens
-        self.start: dict[str, Any] = {}
         self.received_s = received_s
-        self.routed_s = received_s
+        self.decision: RouteDecision | None = None
+        self.routed_s: float | None = None
+        self.first_item_s: float | None = None
+        self.cached_tokens = 0
 
     @property
     def lane(self) -> str:
-        return self.start.get("lane", "")
+        return self.decision.lane.value if self.decision else ""
 
     @property
     def traffic_class(self) -> str:
-        return self.start.get("traffic_class", "")
+        return self.decision.traffic_class.value if self.decision else ""
+
+    def routed(self, ticket: RouteTicket, first: Chunk) -> None:
+        self.decision, self.routed_s = ticket.decision, ticket.decided_at_s
+        self.first_item_s = time.perf_counter()
+        self.cached_tokens = first.cached_tokens or 0
+
+    def usage(self, completion_tokens: int) -> Usage:
+        return Usage.of(self.prompt_tokens, completion_tokens, self.cached_tokens)
+
+    def server_timing(self) -> str:
+        """`route`: receipt to the router's decision (tokenizing, routing). `ttft`: receipt to the engine's first
+        item (also the handle hop and the engine's first pass: with a zero-cost engine, the serving overhead)."""
+        parts = []
+        if self.routed_s is not None:
+            parts.append(f"route;dur={(self.routed_s - self.received_s) * 1000:.3f}")
+        if self.first_item_s is not None:
+            parts.append(f"ttft;dur={(self.first_item_s - self.received_s) * 1000:.3f}")
+        return ", ".join(parts)
 
     def headers(self) -> dict[str, str]:
+        d = self.decision
         return {
             "X-Lane": self.lane,
-            "X-Replica": self.start.get("replica", ""),
+            "X-Replica": d.replica_id if d else "",
             "X-Session-ID": self.session_id,
-            "X-Route": self.start.get("reason", ""),
+            "X-Route": d.reason.value if d else "",
             "X-Traffic-Class": self.traffic_class,
-            # Ingress receipt to the engine's first item: routing, the hop and the engine's first pass.
-            "Server-Timing": f"route;dur={(self.routed_s - self.received_s) * 1000:.3f}",
+            "Server-Timing": self.server_timing(),
         }
 
 
@@ -119,6 +150,7 @@ class Ingress:
         self.engine = engine
         self.knobs = RoutingKnobs()
         self.metrics = IngressMetrics()
+        api.state.metrics = self.metrics  # the exception handlers count the requests they answer
 
     def reconfigure(self, user_config: dict[str, Any]) -> None:
         self.knobs = validate(RoutingKnobs, user_config, "Ingress.user_config")
@@ -139,24 +171,20 @@ class Ingress:
     @api.get("/admin/replicas/{replica_id}")
     async def replica(self, replica_id: str) -> dict[str, Any]:
         hint = RouteHint(session_id=None, prompt_tokens=1, knobs=self.knobs, target_replica=replica_id)
-        info = await self.engine.describe.remote(route=hint)
+        info = await self.engine.describe.remote(route=RouteTicket(hint))
         if info.get("replica") != replica_id:
             raise OpenAIError(404, f"no engine replica {replica_id!r}", type="not_found_error")
         return info
 
-    @api.post("/v1/chat/completions")
+    @api.post(CHAT_PATH)
     async def chat_completions(self, body: ChatCompletionRequest, request: Request) -> Response:
-        self._check_model(body.model)
-        messages = [{"role": m.role, "content": m.text} for m in body.messages]
-        prompt = self.tokenizer.render_chat(messages)
-        return await self._serve(body, request, prompt, chat=True)
+        return await self._serve(CHAT, body, request)
 
-    @api.post("/v1/completions")
+    @api.post(COMPLETIONS_PATH)
     async def completions(self, body: CompletionRequest, request: Request) -> Response:
-        self._check_model(body.model)
-        return await self._serve(body, request, body.prompt_text, chat=False)
+        return await self._serve(COMPLETIONS, body, request)
 
-    # -- the common path -------------------------------------------------------------------
+    # -- the one pipeline --------------------------------------------------------------------
     def _check_model(self, model: str) -> None:
         if model != self.model_id:
             raise OpenAIError(
@@ -167,8 +195,10 @@ class Ingress:
                 param="model",
             )
 
-    async def _serve(self, body: ChatCompletionRequest | CompletionRequest, request: Request, prompt: str, chat: bool):
-        received_s = time.perf_counter()
+    def _prepare(self, endpoint: Endpoint, body: Any, request: Request, received_s: float):
+        """Validate what the schema cannot, count the prompt, and build the engine request and its route."""
+        self._check_model(body.model)
+        prompt = endpoint.prompt(body, self.tokenizer)
         token_ids = self.tokenizer.encode(prompt)
         prompt_tokens = len(token_ids) if token_ids is not None else self.tokenizer.count(prompt)
         max_tokens = body.output_limit or self.cfg.default_max_tokens
@@ -179,13 +209,12 @@ class Ingress:
                 f"This model's maximum context length is {limit} tokens; the request has {prompt_tokens} prompt "
                 f"tokens and max_tokens={max_tokens}.",
                 code="context_length_exceeded",
-                param="messages" if chat else "prompt",
+                param=endpoint.prompt_param,
             )
         session_id = request.headers.get(SESSION_HEADER) or body.user or f"sess-{uuid.uuid4().hex[:16]}"
-        rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
-        call = _Call(rid, session_id, prompt_tokens, received_s)
+        ids = ResponseIds(f"{endpoint.id_prefix}-{uuid.uuid4().hex}", now_s(), self.model_id)
         gen_req = GenerateRequest(
-            rid=rid,
+            rid=ids.id,
             prompt_text=prompt,
             prompt_tokens=prompt_tokens,
             max_tokens=max_tokens,
@@ -194,40 +223,50 @@ class Ingress:
             stop=body.stop_sequences,
             temperature=1.0 if body.temperature is None else body.temperature,
         )
-        hint = RouteHint(session_id=session_id, prompt_tokens=prompt_tokens, knobs=self.knobs, request_id=rid)
-        stream, first = await self._start(gen_req, hint)
-        call.start = first["start"]
-        call.routed_s = time.perf_counter()
-        if body.stream:
-            return StreamingResponse(
-                self._sse(stream, first, call, body, chat), media_type="text/event-stream", headers=call.headers()
-            )
-        completed = False
-        try:
-            response = await self._collect(stream, first, call, chat)
-            completed = True
-            return response
-        finally:
-            if not completed:  # cancelling a finished call would still cost a round trip
-                _cancel(stream)
-            self.metrics.requests.inc(
-                tags={"endpoint": "chat" if chat else "completions", "status": "200" if completed else "499"}
-            )
+        hint = RouteHint(session_id=session_id, prompt_tokens=prompt_tokens, knobs=self.knobs, request_id=ids.id)
+        return _Call(ids, session_id, prompt_tokens, received_s), gen_req, RouteTicket(hint)
 
-    async def _start(self, req: GenerateRequest, hint: RouteHint) -> tuple[DeploymentResponseGenerator, dict[str, Any]]:
-        """Send the request to the engine lanes; return the stream and its first item (routing, cache, tokens)."""
+    async def _serve(self, endpoint: Endpoint, body: Any, request: Request) -> Response:
+        received_s = time.perf_counter()
+        status = "500"
+        stream: DeploymentResponseGenerator | None = None
+        try:
+            call, gen_req, ticket = self._prepare(endpoint, body, request, received_s)
+            stream, first = await self._start(gen_req, ticket)
+            call.routed(ticket, first)
+            if body.stream:
+                status = "streaming"  # the stream counts itself when it ends
+                sse_events = self._sse(endpoint, stream, first, call, body.include_usage)
+                return StreamingResponse(sse_events, media_type="text/event-stream", headers=call.headers())
+            response = await self._collect(endpoint, stream, first, call)
+            status = "200"
+            return response
+        except OpenAIError as e:
+            status = str(e.status)
+            raise
+        except asyncio.CancelledError:
+            status = "499"  # the client went away
+            raise
+        finally:
+            if status != "streaming":
+                if stream is not None and status != "200":  # cancelling a finished call would cost a round trip
+                    _cancel(stream)
+                self.metrics.requests.inc(tags={"endpoint": endpoint.name, "status": status})
+
+    async def _start(self, req: GenerateRequest, ticket: RouteTicket) -> tuple[DeploymentResponseGenerator, Chunk]:
+        """Send the request to the engine lanes; return the stream and its first chunk (cache, first tokens)."""
         stream: DeploymentResponseGenerator | None = None
         try:
             # Serve raises BackPressureError from `.remote()` itself or from the first item.
-            stream = self.engine_stream.generate.remote(req, route=hint)
+            stream = self.engine_stream.generate.remote(req, route=ticket)
             item = await stream.__anext__()
-            if "error" in item:
-                raise OpenAIError(item["error"]["status"], item["error"]["message"])
-            return stream, item
         except BaseException as e:
             if stream is not None:
                 _cancel(stream)
             raise self._map_error(e) from None
+        if isinstance(item, EngineError):
+            raise OpenAIError.of_status(item.status, item.message)
+        return stream, item
 
     def _map_error(self, e: BaseException) -> BaseException:
         if isinstance(e, BackPressureError):
@@ -252,98 +291,68 @@ class Ingress:
             return OpenAIError(500, "The engine closed the stream.", type="server_error")
         return e
 
-    async def _items(self, stream: DeploymentResponseGenerator, first: dict[str, Any], call: _Call):
-        """The engine's items, first one included, with TTFT and ITL recorded."""
-        last_s = time.perf_counter()
+    async def _items(
+        self, stream: DeploymentResponseGenerator, first: Chunk, call: _Call
+    ) -> AsyncIterator[Chunk | EngineError]:
+        """The engine's items, first one included, up to the last (finished or an error); TTFT and ITL recorded."""
+        last_s = call.first_item_s or time.perf_counter()
         self.metrics.observe_ttft(call.lane, call.traffic_class, last_s - call.received_s)
         yield first
-        if "finish" in first:
+        if first.finish_reason is not None:
             return
-        n = first["n"]
+        n = first.completion_tokens
         async for item in stream:
+            if isinstance(item, EngineError):
+                yield item
+                return
             t = time.perf_counter()
-            if item["n"] > n:
-                self.metrics.observe_itl(call.lane, call.traffic_class, (t - last_s) / (item["n"] - n))
-            last_s, n = t, item["n"]
+            if item.completion_tokens > n:
+                self.metrics.observe_itl(call.lane, call.traffic_class, (t - last_s) / (item.completion_tokens - n))
+            last_s, n = t, item.completion_tokens
             yield item
-            if "finish" in item:
+            if item.finish_reason is not None:
                 return
 
     async def _collect(
-        self, stream: DeploymentResponseGenerator, first: dict[str, Any], call: _Call, chat: bool
+        self, endpoint: Endpoint, stream: DeploymentResponseGenerator, first: Chunk, call: _Call
     ) -> JSONResponse:
         parts: list[str] = []
-        last: dict[str, Any] = first
+        last = first
         async for item in self._items(stream, first, call):
-            parts.append(item["text"])
+            if isinstance(item, EngineError):
+                raise OpenAIError.of_status(item.status, item.message)
+            parts.append(item.text)
             last = item
-        text = "".join(parts)
-        choice: dict[str, Any] = {"index": 0, "finish_reason": last.get("finish"), "logprobs": None}
-        if chat:
-            choice["message"] = {"role": "assistant", "content": text}
-        else:
-            choice["text"] = text
-        body = {
-            "id": call.rid,
-            "object": "chat.completion" if chat else "text_completion",
-            "created": now_s(),
-            "model": self.model_id,
-            "choices": [choice],
-            "usage": usage(call.prompt_tokens, last["n"], call.start.get("cached_tokens", 0)),
-        }
-        return JSONResponse(body, headers=call.headers())
+        body = endpoint.response(call.ids, "".join(parts), last.finish_reason, call.usage(last.completion_tokens))
+        return JSONResponse(body.model_dump(), headers=call.headers())
 
     async def _sse(
-        self,
-        stream: DeploymentResponseGenerator,
-        first: dict[str, Any],
-        call: _Call,
-        body: ChatCompletionRequest | CompletionRequest,
-        chat: bool,
+        self, endpoint: Endpoint, stream: DeploymentResponseGenerator, first: Chunk, call: _Call, include_usage: bool
     ) -> AsyncIterator[str]:
-        created = now_s()
-        obj = "chat.completion.chunk" if chat else "text_completion"
-        include_usage = body.include_usage
-
-        def chunk(text: str | None, finish: str | None, role: bool = False) -> str:
-            choice: dict[str, Any] = {"index": 0, "finish_reason": finish, "logprobs": None}
-            if chat:
-                delta: dict[str, Any] = {"role": "assistant"} if role else {}
-                if text is not None:
-                    delta["content"] = text
-                choice["delta"] = delta
-            else:
-                choice["text"] = text or ""
-            data: dict[str, Any] = {"id": call.rid, "object": obj, "created": created, "model": self.model_id}
-            data["choices"] = [choice]
-            if include_usage:
-                data["usage"] = None
-            return sse(data)
-
-        finished = False
+        # Chunks carry `usage: null` only when the client asked for usage (OpenAI's shape).
+        exclude = None if include_usage else {"usage"}
+        status = "499"
         try:
             # One write per engine item: the SSE events of an item go out together.
-            events = [chunk("", None, role=True)] if chat else []
-            completion_tokens = 0
+            events = [sse(e, exclude=exclude) for e in endpoint.opening(call.ids)]
             async for item in self._items(stream, first, call):
-                if item["text"]:
-                    events.append(chunk(item["text"], None))
-                completion_tokens = item["n"]
-                if "finish" in item:
-                    events.append(chunk(None if chat else "", item["finish"]))
+                if isinstance(item, EngineError):
+                    # Headers are sent: the error goes in the stream, and the stream still ends properly.
+                    events += [sse(OpenAIError.of_status(item.status, item.message).body()), sse("[DONE]")]
+                    status = str(item.status)
+                elif item.text:
+                    events.append(sse(endpoint.delta(call.ids, item.text), exclude=exclude))
+                if isinstance(item, Chunk) and item.finish_reason is not None:
+                    events.append(sse(endpoint.finish(call.ids, item.finish_reason), exclude=exclude))
                     if include_usage:
-                        data = {"id": call.rid, "object": obj, "created": created, "model": self.model_id}
-                        data["choices"] = []
-                        data["usage"] = usage(call.prompt_tokens, completion_tokens, call.start.get("cached_tokens", 0))
-                        events.append(sse(data))
+                        events.append(sse(endpoint.usage(call.ids, call.usage(item.completion_tokens))))
                     events.append(sse("[DONE]"))
-                    finished = True
+                    status = "200"
                 yield "".join(events)
                 events = []
         finally:
             # On client disconnect Serve cancels this task; cancelling the engine call aborts the
             # request in the engine (queue slot and KV freed).
-            if not finished:
+            if status == "499":
                 _cancel(stream)
-            status = "200" if finished else "499"
-            self.metrics.requests.inc(tags={"endpoint": "chat" if chat else "completions", "status": status})
+            self.metrics.requests.inc(tags={"endpoint": endpoint.name, "status": status})

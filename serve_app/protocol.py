@@ -7,7 +7,7 @@ import time
 from typing import Any, Literal
 
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
 
 MAX_STOP_SEQUENCES = 4
 
@@ -31,6 +31,12 @@ class OpenAIError(Exception):
         self.code = code
         self.param = param
         self.headers = headers or {}
+
+    @classmethod
+    def of_status(cls, status: int, message: str) -> OpenAIError:
+        """An error the engine reported with only a status: the type follows the status class."""
+        kind = "server_error" if status >= 500 else "invalid_request_error"
+        return cls(status, message, type=kind)
 
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
@@ -150,17 +156,104 @@ class CompletionRequest(_Sampling):
         return self.max_tokens
 
 
-def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:
-    return {
-        "prompt_tokens": prompt_tokens,
-        "completion_tokens": completion_tokens,
-        "total_tokens": prompt_tokens + completion_tokens,
-        "prompt_tokens_details": {"cached_tokens": cached_tokens},
-    }
+# -- responses ------------------------------------------------------------------------------
 
 
-def sse(data: dict[str, Any] | str) -> str:
-    payload = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
+class PromptTokensDetails(BaseModel):
+    cached_tokens: int = 0
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    prompt_tokens_details: PromptTokensDetails
+
+    @classmethod
+    def of(cls, prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> Usage:
+        return cls(
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            total_tokens=prompt_tokens + completion_tokens,
+            prompt_tokens_details=PromptTokensDetails(cached_tokens=cached_tokens),
+        )
+
+
+FinishReason = Literal["stop", "length"]
+
+
+class _Response(BaseModel):
+    id: str
+    created: int
+    model: str
+
+
+class AssistantMessage(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    content: str
+
+
+class ChatChoice(BaseModel):
+    index: int = 0
+    message: AssistantMessage
+    finish_reason: FinishReason | None
+    logprobs: None = None
+
+
+class ChatCompletion(_Response):
+    object: Literal["chat.completion"] = "chat.completion"
+    choices: list[ChatChoice]
+    usage: Usage
+
+
+class ChatDelta(BaseModel):
+    """Fields that do not change are left out of the event (OpenAI sends `{}` in the finishing chunk)."""
+
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_unset(self, handler):
+        return {k: v for k, v in handler(self).items() if v is not None}
+
+
+class ChatChunkChoice(BaseModel):
+    index: int = 0
+    delta: ChatDelta
+    finish_reason: FinishReason | None = None
+    logprobs: None = None
+
+
+class ChatCompletionChunk(_Response):
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    choices: list[ChatChunkChoice]
+    usage: Usage | None = None
+
+
+class CompletionChoice(BaseModel):
+    index: int = 0
+    text: str
+    finish_reason: FinishReason | None = None
+    logprobs: None = None
+
+
+class Completion(_Response):
+    """A completion, and also each chunk of a streamed one (OpenAI uses the same object for both)."""
+
+    object: Literal["text_completion"] = "text_completion"
+    choices: list[CompletionChoice]
+    usage: Usage | None = None
+
+
+def sse(data: BaseModel | dict[str, Any] | str, *, exclude: set[str] | None = None) -> str:
+    """One server-sent event. Pydantic models are written with `exclude` left out (e.g. `usage` when the
+    client did not ask for it in chunks)."""
+    if isinstance(data, BaseModel):
+        payload = data.model_dump_json(exclude=exclude)
+    elif isinstance(data, dict):
+        payload = json.dumps(data, separators=(",", ":"))
+    else:
+        payload = data
     return f"data: {payload}\n\n"
 
 

@@ -1,9 +1,9 @@
 """`LanePolicy` as a Ray Serve request router (`request_router_config.request_router_class`).
 
 Serve runs one router per handle, in the caller's process: here, inside each ingress replica, for
-its handle to the `Engine` deployment. Each request's `route` kwarg carries the ingress's
-`RouteHint`; the router replaces it with its `RouteDecision` before Serve sends the request, so the
-replica learns its lane, the class and the reason (they come back as response headers).
+its handle to the `Engine` deployment. Each request's `route` kwarg is the ingress's `RouteTicket`;
+the router records its `RouteDecision` on it before Serve sends the request, so the ingress reads
+lane, class and reason from its own ticket and the replica receives them with the request.
 
 `choose_replicas` returns one rank holding one replica: the policy has already weighed load and
 affinity. If that replica is at Serve's `max_ongoing_requests`, Serve backs off and asks again,
@@ -18,8 +18,7 @@ import time
 from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, RunningReplica
 
 from serve_app import metrics
-from serve_app.engine_backend import ReplicaLoad
-from serve_app.routing import Lane, LanePolicy, ReplicaView, RouteHint
+from serve_app.routing import Lane, LanePolicy, ReplicaView, RouteHint, RouteTicket, RoutingStats
 
 logger = logging.getLogger(__name__)
 
@@ -37,18 +36,12 @@ class LaneRouter(RequestRouter):
             self.initialize_state()
 
     def _view(self, replica: RunningReplica) -> ReplicaView:
-        stats = replica.routing_stats or {}
-        lane_name = stats.get("lane") or replica.replica_metadata.get("lane") or Lane.BOTH.value
+        # Before its first stats arrive, a replica's lane comes from the metadata it gave at start.
+        lane = Lane(replica.replica_metadata.get("lane") or Lane.BOTH.value)
+        stats = RoutingStats.from_dict(replica.routing_stats, lane)
         queue_len = self.replica_queue_len_cache.get(replica.replica_id)
-        return ReplicaView(
-            replica_id=replica.replica_id.unique_id,
-            lane=Lane(lane_name),
-            load=ReplicaLoad.from_dict(stats.get("load")),
-            stats_time_s=float(stats.get("time_s", 0.0)),
-            sessions=stats.get("sessions") or {},
-            pending=stats.get("pending") or {},
-            full=queue_len is not None and queue_len >= replica.max_ongoing_requests,
-        )
+        full = queue_len is not None and queue_len >= replica.max_ongoing_requests
+        return ReplicaView.from_stats(replica.replica_id.unique_id, stats, full)
 
     async def choose_replicas(
         self,
@@ -60,9 +53,8 @@ class LaneRouter(RequestRouter):
             return []
         if pending_request is None:
             return [candidate_replicas]
-        hint = pending_request.kwargs.get(ROUTE_KWARG)
-        if not isinstance(hint, RouteHint):
-            hint = None
+        ticket = pending_request.kwargs.get(ROUTE_KWARG)
+        hint: RouteHint | None = ticket.hint if isinstance(ticket, RouteTicket) else None
         by_id = {r.replica_id.unique_id: r for r in candidate_replicas}
         decision = self.policy.decide(
             pending_request.metadata.internal_request_id,
@@ -72,8 +64,8 @@ class LaneRouter(RequestRouter):
         )
         if decision is None:
             return []
-        if hint is not None:
-            pending_request.kwargs[ROUTE_KWARG] = decision
+        if isinstance(ticket, RouteTicket):
+            ticket.record(decision, time.perf_counter())
         self._metrics.on_decision(decision)
         return [[by_id[decision.replica_id]]]
 

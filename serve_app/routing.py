@@ -1,14 +1,16 @@
 """Lane routing, as a pure policy: which replica serves a request, and why.
 
 Inputs are plain records (`RouteHint` from the ingress, a `ReplicaView` per replica built from
-what replicas publish), the clock is passed in, so the policy is tested without Ray.
+the `RoutingStats` replicas publish), the clock is passed in, so the policy is tested without Ray.
 
 The rules, in order:
 
 1. **Traffic class from uncached work.** A request's uncached prompt is what its session does
-   not already hold on the replica: `prompt - cached(session, replica)`. Above
-   `long_prompt_tokens` it is a long document, else a chat; a session classed long stays long
-   until its uncached prompt falls below `long_prompt_tokens * (1 - class_hysteresis)`.
+   not already hold on the replica: `prompt - cached(session, replica)`. The class is the policy
+   core's (`scheduler.traffic.classify`) with the replica's own `short_request_tokens` (the knob
+   its engine's planner uses, published with its load): above it a long document, else a chat. A
+   session classed long stays long until its uncached prompt falls below
+   `short_request_tokens * (1 - class_hysteresis)`.
 2. **Lanes.** Long documents go to the long lane (to the chat lane only if there is no long
    lane). Chats go to the chat lane; they may run in the long lane when their session's cache is
    there, or when every chat replica is busy (spill: the policy core keeps a chat fast beside a
@@ -32,8 +34,10 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from typing import Any
 
-from scheduler.sim.request import TrafficClass
+from scheduler.config import PolicyConfig
+from scheduler.traffic import TrafficClass, classify
 from serve_app.config import RoutingKnobs
 from serve_app.engine_backend import ReplicaLoad
 
@@ -54,9 +58,13 @@ class RouteReason(StrEnum):
     TARGETED = "targeted"  # the caller named the replica (admin and diagnostics)
 
 
+DEFAULT_SHORT_REQUEST_TOKENS = PolicyConfig.model_fields["short_request_tokens"].default
+"""A replica's threshold until it has published its own."""
+
+
 @dataclass(frozen=True, slots=True)
 class RouteHint:
-    """What the ingress knows of a request before routing (passed as a handle kwarg)."""
+    """What the ingress knows of a request before routing."""
 
     session_id: str | None
     prompt_tokens: int
@@ -68,7 +76,7 @@ class RouteHint:
 
 @dataclass(frozen=True, slots=True)
 class RouteDecision:
-    """The router's choice, handed to the chosen replica in place of the hint."""
+    """The router's choice and why."""
 
     replica_id: str
     lane: Lane
@@ -77,6 +85,64 @@ class RouteDecision:
     reason: RouteReason
     uncached_tokens: int
     session_id: str | None
+
+
+@dataclass(slots=True)
+class RouteTicket:
+    """A request's route, passed as the `route` handle kwarg.
+
+    The ingress creates it with the hint; the router (in the ingress process, before Serve sends the
+    request) records its decision on it. Serve then pickles the ticket with the request, so the decision
+    travels once, ingress to engine replica, and the ingress reads it from its own ticket. On a retry
+    (the chosen replica was full) the router decides again and the last decision is the one sent.
+    """
+
+    hint: RouteHint
+    decision: RouteDecision | None = None
+    decided_at_s: float | None = None
+    """`time.perf_counter()` in the ingress process when the decision was made."""
+
+    def record(self, decision: RouteDecision, at_s: float) -> None:
+        self.decision, self.decided_at_s = decision, at_s
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingStats:
+    """What a replica publishes to routers (`record_routing_stats`; Serve carries it as a dict)."""
+
+    lane: Lane
+    load: ReplicaLoad
+    short_request_tokens: int
+    """The replica's `PolicyConfig.short_request_tokens`: routers classify with the engine's own knob."""
+    time_s: float
+    """Wall time of publication."""
+    sessions: dict[str, int] = field(default_factory=dict)
+    """Cached tokens of recently used sessions."""
+    pending: dict[str, int] = field(default_factory=dict)
+    """Pending requests (no first token yet): request id -> uncached tokens still to prefill."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "lane": self.lane.value,
+            "load": self.load.to_dict(),
+            "short_request_tokens": self.short_request_tokens,
+            "time_s": self.time_s,
+            "sessions": dict(self.sessions),
+            "pending": dict(self.pending),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | None, lane: Lane = Lane.BOTH) -> RoutingStats:
+        """Parse published stats; a replica that has published nothing yet reads as idle, time 0."""
+        d = d or {}
+        return cls(
+            lane=Lane(d.get("lane") or lane),
+            load=ReplicaLoad.from_dict(d.get("load")),
+            short_request_tokens=int(d.get("short_request_tokens", DEFAULT_SHORT_REQUEST_TOKENS)),
+            time_s=float(d.get("time_s", 0.0)),
+            sessions=dict(d.get("sessions") or {}),
+            pending=dict(d.get("pending") or {}),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +158,20 @@ class ReplicaView:
     """Published pending requests (no first token yet): request id -> uncached tokens still to prefill."""
     full: bool = False
     """Serve's own limit: the replica has max_ongoing_requests in flight."""
+    short_request_tokens: int = DEFAULT_SHORT_REQUEST_TOKENS
+
+    @classmethod
+    def from_stats(cls, replica_id: str, stats: RoutingStats, full: bool = False) -> ReplicaView:
+        return cls(
+            replica_id,
+            stats.lane,
+            stats.load,
+            stats.time_s,
+            stats.sessions,
+            stats.pending,
+            full,
+            stats.short_request_tokens,
+        )
 
 
 @dataclass(slots=True)
@@ -118,13 +198,6 @@ class _InFlight:
     prompt_tokens: int
     uncached_tokens: int
     decided_s: float
-
-
-def classify(uncached_tokens: int, previous: TrafficClass | None, knobs: RoutingKnobs) -> TrafficClass:
-    threshold = knobs.long_prompt_tokens
-    if previous is TrafficClass.LONG:
-        threshold = int(threshold * (1 - knobs.class_hysteresis))
-    return TrafficClass.LONG if uncached_tokens > threshold else TrafficClass.SHORT
 
 
 def serving_lane(lane: Lane, cls: TrafficClass) -> Lane:
@@ -160,10 +233,6 @@ class LanePolicy:
                 # Its prompt (at least) is now cached there.
                 rec.cached_tokens = max(rec.cached_tokens, entry.prompt_tokens)
                 rec.settled_s = now_s
-
-    def num_in_flight(self, replica_id: str) -> int:
-        with self._lock:
-            return sum(e.replica_id == replica_id for e in self._in_flight.values())
 
     def session_replica(self, session_id: str) -> str | None:
         with self._lock:
@@ -212,89 +281,31 @@ class LanePolicy:
         knobs = hint.knobs
         with self._lock:
             self._expire(now_s, knobs)
-            decision = self._decide(hint, views, now_s)
+            decision = self._decide(hint, views)
             self._record(request_id, hint, decision, now_s, knobs)
         return decision
 
-    def _decide(self, hint: RouteHint, views: Sequence[ReplicaView], now_s: float) -> RouteDecision:
-        knobs = hint.knobs
+    def _decide(self, hint: RouteHint, views: Sequence[ReplicaView]) -> RouteDecision:
         by_id = {v.replica_id: v for v in views}
         if hint.target_replica is not None and hint.target_replica in by_id:
             v = by_id[hint.target_replica]
-            cls = classify(hint.prompt_tokens, None, knobs)
+            cls = classify(hint.prompt_tokens, v.short_request_tokens)
             return RouteDecision(v.replica_id, serving_lane(v.lane, cls), cls, RouteReason.TARGETED, 0, hint.session_id)
 
         usable = [v for v in views if not v.full] or list(views)
         sid = hint.session_id
         rec = self._sessions.get(sid) if sid else None
-        previous_cls = rec.traffic_class if rec else None
         pinned = self._pinned(sid, rec, usable)
-        loads = {v.replica_id: self.effective_load(v) for v in usable}
-        has_long_lane = any(v.lane is not Lane.CHAT for v in usable)
-        has_chat_lane = any(v.lane is not Lane.LONG for v in usable)
-        chat_lane = [v for v in usable if v.lane is not Lane.LONG]
-
-        def cls_on(v: ReplicaView) -> tuple[TrafficClass, int]:
-            uncached = max(1, hint.prompt_tokens - self._cached_on(sid, rec, v))
-            return classify(uncached, previous_cls, knobs), uncached
-
-        def busy(v: ReplicaView, cls: TrafficClass) -> bool:
-            load = loads[v.replica_id]
-            if cls is TrafficClass.LONG:
-                return load.prefill_tokens >= knobs.busy_prefill_tokens
-            return load.num_pending >= knobs.busy_pending_requests
-
-        chat_saturated = bool(chat_lane) and all(busy(v, TrafficClass.SHORT) for v in chat_lane)
-
-        def home(v: ReplicaView, cls: TrafficClass) -> bool:
-            """The class's own lane (or the other one when its own has no replica)."""
-            if v.lane is Lane.BOTH:
-                return True
-            if cls is TrafficClass.LONG:
-                return v.lane is Lane.LONG or not has_long_lane
-            return v.lane is Lane.CHAT or not has_chat_lane
-
-        def allowed(v: ReplicaView, cls: TrafficClass, is_pinned: bool) -> bool:
-            if home(v, cls):
-                return True
-            # A chat outside the chat lane: where its cache is, or as a spill when the chat lane is saturated.
-            return cls is TrafficClass.SHORT and (is_pinned or (knobs.chat_spill and chat_saturated))
-
+        c = _Candidates(hint, rec, usable, {v.replica_id: self.effective_load(v) for v in usable})
         if pinned is not None:
-            pinned_cls, pinned_uncached = cls_on(pinned)
-            if allowed(pinned, pinned_cls, True):
-                alternatives = [v for v in usable if v is not pinned]
-                better = [v for v in alternatives if allowed(v, cls_on(v)[0], False) and not busy(v, cls_on(v)[0])]
-                if not busy(pinned, pinned_cls) or not better:
-                    return self._decision(pinned, pinned_cls, pinned_uncached, RouteReason.AFFINITY, sid)
-                return self._best(better, cls_on, home, busy, loads, sid, RouteReason.GAVE_WAY)
-            candidates = [v for v in usable if allowed(v, cls_on(v)[0], False)]
-            return self._best(candidates or usable, cls_on, home, busy, loads, sid, RouteReason.MOVED)
-
-        candidates = [v for v in usable if allowed(v, cls_on(v)[0], False)]
-        return self._best(candidates or usable, cls_on, home, busy, loads, sid, RouteReason.LEAST_LOADED)
-
-    def _best(self, candidates, cls_on, home, busy, loads, sid, reason: RouteReason) -> RouteDecision:
-        def key(v: ReplicaView):
-            cls, _ = cls_on(v)
-            load = loads[v.replica_id]
-            if cls is TrafficClass.LONG:
-                by_load = (load.prefill_tokens, load.num_pending, load.num_decoding)
-            else:
-                by_load = (load.num_pending, load.num_decoding, load.prefill_tokens)
-            return (busy(v, cls), not home(v, cls), by_load, v.replica_id)
-
-        best = min(candidates, key=key)
-        cls, uncached = cls_on(best)
-        mismatched = best.lane is not Lane.BOTH and (best.lane is Lane.LONG) != (cls is TrafficClass.LONG)
-        if mismatched and reason is not RouteReason.GAVE_WAY:
-            # Outside its own lane: a chat spilled to a saturated chat lane's neighbour, or the lane is missing.
-            reason = RouteReason.NO_LANE if home(best, cls) else RouteReason.SPILL
-        return self._decision(best, cls, uncached, reason, sid)
-
-    @staticmethod
-    def _decision(v: ReplicaView, cls: TrafficClass, uncached: int, reason: RouteReason, sid) -> RouteDecision:
-        return RouteDecision(v.replica_id, serving_lane(v.lane, cls), cls, reason, uncached, sid)
+            pinned_cls = c.traffic_class(pinned)
+            if c.allowed(pinned, pinned_cls, is_pinned=True):
+                better = [v for v in usable if v is not pinned and c.takes(v) and not c.busy(v, c.traffic_class(v))]
+                if not c.busy(pinned, pinned_cls) or not better:
+                    return c.decision(pinned, RouteReason.AFFINITY)
+                return c.best(better, RouteReason.GAVE_WAY)
+            return c.best([v for v in usable if c.takes(v)] or usable, RouteReason.MOVED)
+        return c.best([v for v in usable if c.takes(v)] or usable, RouteReason.LEAST_LOADED)
 
     def _pinned(self, sid: str | None, rec: _Session | None, usable: Sequence[ReplicaView]) -> ReplicaView | None:
         if not sid:
@@ -306,15 +317,6 @@ class LanePolicy:
         # Unknown here (another ingress replica routed it, or this router restarted): where is it cached?
         holders = [(v.sessions.get(sid, 0), v.replica_id, v) for v in usable if v.sessions.get(sid, 0) > 0]
         return max(holders)[2] if holders else None
-
-    @staticmethod
-    def _cached_on(sid: str | None, rec: _Session | None, v: ReplicaView) -> int:
-        if not sid:
-            return 0
-        if rec is not None and rec.replica_id == v.replica_id and v.stats_time_s <= rec.settled_s:
-            # Published stats predate the session's last finished request there: trust our own estimate.
-            return rec.cached_tokens
-        return v.sessions.get(sid, 0)
 
     def _record(self, request_id: str, hint: RouteHint, d: RouteDecision, now_s: float, knobs: RoutingKnobs) -> None:
         self._in_flight[request_id] = _InFlight(
@@ -343,3 +345,87 @@ class LanePolicy:
             if now_s - rec.last_used_s <= knobs.session_ttl_s:
                 break
             del self._sessions[sid]
+
+
+def _cached_on(sid: str | None, rec: _Session | None, v: ReplicaView) -> int:
+    if not sid:
+        return 0
+    if rec is not None and rec.replica_id == v.replica_id and v.stats_time_s <= rec.settled_s:
+        # Published stats predate the session's last finished request there: trust our own estimate.
+        return rec.cached_tokens
+    return v.sessions.get(sid, 0)
+
+
+class _Candidates:
+    """One decision's view of the usable replicas: each rule of the module docstring as a named method."""
+
+    def __init__(
+        self, hint: RouteHint, rec: _Session | None, usable: Sequence[ReplicaView], loads: Mapping[str, ReplicaLoad]
+    ) -> None:
+        self.hint = hint
+        self.knobs = hint.knobs
+        self.rec = rec
+        self.loads = loads
+        self.has_long_lane = any(v.lane is not Lane.CHAT for v in usable)
+        self.has_chat_lane = any(v.lane is not Lane.LONG for v in usable)
+        chat_lane = [v for v in usable if v.lane is not Lane.LONG]
+        self.chat_saturated = bool(chat_lane) and all(self.busy(v, TrafficClass.SHORT) for v in chat_lane)
+
+    def uncached_tokens(self, v: ReplicaView) -> int:
+        return max(1, self.hint.prompt_tokens - _cached_on(self.hint.session_id, self.rec, v))
+
+    def traffic_class(self, v: ReplicaView) -> TrafficClass:
+        """Rule 1: the class on this replica (its cache and its engine's threshold)."""
+        previous = self.rec.traffic_class if self.rec else None
+        return classify(self.uncached_tokens(v), v.short_request_tokens, previous, self.knobs.class_hysteresis)
+
+    def busy(self, v: ReplicaView, cls: TrafficClass) -> bool:
+        """Rule 3's bound: what the class waits for on that replica."""
+        load = self.loads[v.replica_id]
+        if cls is TrafficClass.LONG:
+            return load.prefill_tokens >= self.knobs.busy_prefill_tokens
+        return load.num_pending >= self.knobs.busy_pending_requests
+
+    def home(self, v: ReplicaView, cls: TrafficClass) -> bool:
+        """Rule 2: the class's own lane (or the other one when its own has no replica)."""
+        if v.lane is Lane.BOTH:
+            return True
+        if cls is TrafficClass.LONG:
+            return v.lane is Lane.LONG or not self.has_long_lane
+        return v.lane is Lane.CHAT or not self.has_chat_lane
+
+    def allowed(self, v: ReplicaView, cls: TrafficClass, is_pinned: bool = False) -> bool:
+        if self.home(v, cls):
+            return True
+        # A chat outside the chat lane: where its cache is, or as a spill when the chat lane is saturated.
+        return cls is TrafficClass.SHORT and (is_pinned or (self.knobs.chat_spill and self.chat_saturated))
+
+    def takes(self, v: ReplicaView) -> bool:
+        """Whether `v` may serve the request when it is not the session's pinned replica."""
+        return self.allowed(v, self.traffic_class(v))
+
+    def best(self, candidates: Sequence[ReplicaView], reason: RouteReason) -> RouteDecision:
+        """Rule 4: not busy first, then its own lane, then least loaded by what the class waits for."""
+
+        def key(v: ReplicaView):
+            cls = self.traffic_class(v)
+            load = self.loads[v.replica_id]
+            if cls is TrafficClass.LONG:
+                by_load = (load.prefill_tokens, load.num_pending, load.num_decoding)
+            else:
+                by_load = (load.num_pending, load.num_decoding, load.prefill_tokens)
+            return (self.busy(v, cls), not self.home(v, cls), by_load, v.replica_id)
+
+        chosen = min(candidates, key=key)
+        cls = self.traffic_class(chosen)
+        mismatched = chosen.lane is not Lane.BOTH and (chosen.lane is Lane.LONG) != (cls is TrafficClass.LONG)
+        if mismatched and reason is not RouteReason.GAVE_WAY:
+            # Outside its own lane: a chat spilled to a saturated chat lane's neighbour, or the lane is missing.
+            reason = RouteReason.NO_LANE if self.home(chosen, cls) else RouteReason.SPILL
+        return self.decision(chosen, reason)
+
+    def decision(self, v: ReplicaView, reason: RouteReason) -> RouteDecision:
+        cls = self.traffic_class(v)
+        return RouteDecision(
+            v.replica_id, serving_lane(v.lane, cls), cls, reason, self.uncached_tokens(v), self.hint.session_id
+        )

@@ -4,8 +4,11 @@
 (entry point `sglang.srt.plugins: fairshare`) runs the policy core inside sglang's scheduler. The
 policy is read there from `FAIRSHARE_*` environment variables (`scheduler.config`), which this
 backend sets from `Engine.user_config.policy` before the engine starts; the child inherits them.
+The replica applies its first `user_config` before `start`, so the policy is validated (as a
+`PolicyConfig`) and in force from the engine's first pass; a later change needs a restart.
+Mixed decode has one switch, the policy's `mixed_decode`, passed as sglang's `enable_mixed_chunk`.
 
-Not testable without a GPU and weights; kept to the calls checked against sglang 0.5.23's source:
+Kept to the calls checked against sglang 0.5.23's source (unit tests drive a stand-in engine):
 `Engine.async_generate(input_ids=..., sampling_params=..., stream=True, rid=...)` returns an async
 iterator of dicts with cumulative `text` and `meta_info` (`prompt_tokens`, `completion_tokens`,
 `cached_tokens`, `finish_reason`); `tokenizer_manager.abort_request(rid=...)` aborts one request;
@@ -19,12 +22,13 @@ import contextlib
 import logging
 import os
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from http import HTTPStatus
 from typing import Any
 
-from scheduler.config import env_var_name
-from serve_app.config import AppConfig, ConfigError, EngineKnobs
-from serve_app.engine_backend import Chunk, EngineCounters, GenerateRequest, ReplicaLoad
+from scheduler.config import PolicyConfig, env_var_name
+from serve_app.config import AppConfig, ConfigError, EngineKnobs, engine_policy
+from serve_app.engine_backend import Chunk, EngineCounters, FinishReason, GenerateRequest, ReplicaLoad, RequestError
 
 logger = logging.getLogger(__name__)
 
@@ -32,11 +36,37 @@ LOAD_REFRESH_S = 0.25
 MAX_TRACKED_SESSIONS = 4096
 
 
+EngineFactory = Callable[..., Any]
+"""`sglang.Engine`, or a stand-in with the same calls (tests)."""
+
+
+def _sglang_engine(**kwargs: Any) -> Any:
+    import sglang  # here, not at module level: importing sglang takes seconds and only this backend needs it
+
+    return sglang.Engine(**kwargs)
+
+
+def finish_of(meta: dict[str, Any]) -> FinishReason | None:
+    """The OpenAI finish reason of an sglang output's `meta_info`; an abort raises `RequestError` (never a `stop`)."""
+    finish = meta.get("finish_reason")
+    if not finish:
+        return None
+    kind = finish.get("type") if isinstance(finish, dict) else str(finish)
+    if kind == "abort":
+        status = finish.get("status_code") if isinstance(finish, dict) else None
+        message = (finish.get("message") if isinstance(finish, dict) else None) or "The engine aborted the request."
+        # sglang leaves the status unset for aborts it considers graceful; for a client that is still an error.
+        raise RequestError(int(status) if status else HTTPStatus.INTERNAL_SERVER_ERROR, message)
+    return "length" if kind == "length" else "stop"
+
+
 class SglangBackend:
-    def __init__(self, cfg: AppConfig, knobs: EngineKnobs) -> None:
+    def __init__(self, cfg: AppConfig, knobs: EngineKnobs, engine_factory: EngineFactory = _sglang_engine) -> None:
         self.cfg = cfg
         self.model_id = cfg.served_model_id
-        self._policy = dict(knobs.policy)
+        self._engine_factory = engine_factory
+        self._policy_overrides = dict(knobs.policy)
+        self._policy = engine_policy(cfg, knobs.policy)
         self._engine: Any = None
         self._load = ReplicaLoad()
         self._load_task: asyncio.Task | None = None
@@ -44,26 +74,28 @@ class SglangBackend:
         self._sessions: OrderedDict[str, int] = OrderedDict()
         self._counters = EngineCounters()
 
-    async def start(self) -> None:
-        if self._engine is not None:
-            return
-        for field, value in self._policy.items():
-            os.environ[env_var_name(field)] = "none" if value is None else str(value)
-        import sglang  # here, not at module level: only GPU machines have it
-
+    def engine_kwargs(self) -> dict[str, Any]:
         s = self.cfg.sglang
         kwargs: dict[str, Any] = {
             "model_path": s.model_path,
             "tp_size": s.tp_size,
-            "enable_mixed_chunk": s.enable_mixed_chunk,
+            "enable_mixed_chunk": self._policy.mixed_decode,
             "log_level": "warning",
         }
         for name in ("mem_fraction_static", "context_length", "chunked_prefill_size", "max_running_requests"):
             if getattr(s, name) is not None:
                 kwargs[name] = getattr(s, name)
         kwargs.update(s.engine_args)
+        return kwargs
+
+    async def start(self) -> None:
+        if self._engine is not None:
+            return
+        for field, value in self._policy_overrides.items():
+            os.environ[env_var_name(field)] = "none" if value is None else str(value)
+        kwargs = self.engine_kwargs()
         # The constructor blocks while weights load; keep the replica's event loop answering health checks.
-        self._engine = await asyncio.to_thread(lambda: sglang.Engine(**kwargs))
+        self._engine = await asyncio.to_thread(lambda: self._engine_factory(**kwargs))
         self._load_task = asyncio.get_running_loop().create_task(self._poll_load())
 
     async def shutdown(self) -> None:
@@ -74,12 +106,21 @@ class SglangBackend:
             self._engine = None
 
     def reconfigure(self, knobs: EngineKnobs) -> None:
-        if self._engine is not None and dict(knobs.policy) != self._policy:
-            raise ConfigError(
-                "Engine.user_config.policy: the sglang backend reads the policy when its engine starts; "
-                "changing it needs a replica restart (redeploy with a changed `args` or restart the app)"
-            )
-        self._policy = dict(knobs.policy)
+        if self._engine is not None:
+            if dict(knobs.policy) != self._policy_overrides:
+                raise ConfigError(
+                    "Engine.user_config.policy: the sglang backend reads the policy when its engine starts; "
+                    "changing it needs a replica restart (redeploy with a changed `args` or restart the app)"
+                )
+            return
+        # Validated as the plugin will build it, before anything starts: a bad value is a ConfigError naming
+        # the field, not a scheduler process that dies at start.
+        self._policy = engine_policy(self.cfg, knobs.policy)
+        self._policy_overrides = dict(knobs.policy)
+
+    @property
+    def policy(self) -> PolicyConfig:
+        return self._policy
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[Chunk]:
         sampling = {"max_new_tokens": request.max_tokens, "temperature": request.temperature}
@@ -92,7 +133,8 @@ class SglangBackend:
         )
         stream = await self._engine.async_generate(sampling_params=sampling, stream=True, rid=request.rid, **source)
         self._active.add(request.rid)
-        done = False
+        finished = False  # a normal end (stop or length)
+        ended_by_engine = False  # sglang aborted it: nothing left to abort
         sent_chars = 0
         completion_tokens = 0
         first = True
@@ -103,23 +145,24 @@ class SglangBackend:
                 num_new = int(meta.get("completion_tokens", completion_tokens)) - completion_tokens
                 completion_tokens += num_new
                 delta, sent_chars = text[sent_chars:], len(text)
-                finish = meta.get("finish_reason")
-                reason = None
-                if finish:
-                    done = True
-                    reason = "length" if isinstance(finish, dict) and finish.get("type") == "length" else "stop"
-                if delta or num_new or reason:
+                try:
+                    reason = finish_of(meta)
+                except RequestError:
+                    ended_by_engine = True
+                    raise
+                finished = reason is not None
+                if delta or num_new or finished:
                     cached = int(meta.get("cached_tokens", 0)) if first else None
-                    yield Chunk(delta, num_new, cached, reason, completion_tokens)  # type: ignore[arg-type]
+                    yield Chunk(delta, num_new, cached, reason, completion_tokens)
                     first = False
-                if done:
+                if finished:
                     return
         finally:
             self._active.discard(request.rid)
-            if done:
+            if finished:
                 self._counters.num_finished += 1
                 self._remember(request.session_id, request.prompt_tokens + completion_tokens)
-            else:
+            elif not ended_by_engine:
                 self.abort(request.rid)
 
     def abort(self, rid: str) -> bool:
@@ -155,9 +198,6 @@ class SglangBackend:
     def load(self) -> ReplicaLoad:
         return self._load
 
-    def cached_tokens(self, session_id: str) -> int:
-        return self._sessions.get(session_id, 0)
-
     def recent_sessions(self, limit: int) -> dict[str, int]:
         return dict(list(self._sessions.items())[-limit:]) if limit else {}
 
@@ -173,7 +213,7 @@ class SglangBackend:
             "backend": "sglang",
             "pid": os.getpid(),
             "model_path": self.cfg.sglang.model_path,
-            "policy": self._policy,
+            "policy": self._policy.model_dump(),
             "active_request_ids": sorted(self._active),
             "kv_used_tokens": self._load.kv_used_tokens,
             "counters": {"finished": self._counters.num_finished, "aborted": self._counters.num_aborted},

@@ -5,10 +5,11 @@ import pytest
 from scheduler.sim.engine import SimEngine
 from scheduler.sim.experiments import run_spec
 from scheduler.sim.presets import H100_8B, SEED000
-from scheduler.sim.request import Phase, SimRequest, TrafficClass
+from scheduler.sim.request import Phase, SimRequest
 from scheduler.sim.rules import make_scheduler
 from scheduler.sim.runner import run
 from scheduler.sim.workload import load_workload, mixed_poisson
+from scheduler.traffic import TrafficClass
 
 
 @pytest.mark.parametrize("policy", ["baseline", "seed000", "seed000-before", "vllm", "fairshare"])

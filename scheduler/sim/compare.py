@@ -10,9 +10,9 @@ from tqdm import tqdm
 from scheduler.sim.experiments import run_spec
 from scheduler.sim.metrics import RunMetrics, measure
 from scheduler.sim.presets import Preset
-from scheduler.sim.request import TrafficClass
 from scheduler.sim.runner import RunResult
 from scheduler.sim.workload import Workload
+from scheduler.traffic import TrafficClass
 
 # (label, getter on ClassMetrics)
 METRICS = {

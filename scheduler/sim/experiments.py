@@ -6,10 +6,10 @@ import statistics
 
 from scheduler.sim.metrics import long_prefill_windows
 from scheduler.sim.presets import Preset
-from scheduler.sim.request import TrafficClass
 from scheduler.sim.rules import make_scheduler
 from scheduler.sim.runner import RunResult, run
 from scheduler.sim.workload import Workload, seed000_4sessions, seed000_single
+from scheduler.traffic import TrafficClass
 
 UNCHUNKED = "baseline:chunk_budget_tokens=1000000000"
 # The question lands at 16 evenly spread moments over 8 s (longer than any pass of the sweep), so the

@@ -8,8 +8,9 @@ from collections.abc import Sequence
 import numpy as np
 from pydantic import BaseModel
 
-from scheduler.sim.request import SimRequest, TrafficClass
+from scheduler.sim.request import SimRequest
 from scheduler.sim.runner import RunResult
+from scheduler.traffic import TrafficClass
 
 
 class Dist(BaseModel):

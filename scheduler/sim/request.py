@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from enum import Enum, StrEnum
+from enum import Enum
 
-
-class TrafficClass(StrEnum):
-    LONG = "long"
-    SHORT = "short"
+from scheduler.traffic import TrafficClass
 
 
 class Phase(Enum):

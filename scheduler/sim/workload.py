@@ -26,7 +26,8 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from scheduler.sim.request import SimRequest, TrafficClass
+from scheduler.sim.request import SimRequest
+from scheduler.traffic import TrafficClass
 
 
 class Dist(BaseModel):

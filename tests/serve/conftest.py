@@ -1,4 +1,7 @@
-"""A local Ray + Serve running `config.yaml` (as `serve run` deploys it), with test-sized knobs.
+"""A local Ray + Serve running `config.seed000.yaml` (as `serve run` deploys it), with test-sized knobs.
+
+The seed000 card (`config.yaml` with the article's preset) makes a pass ~0.26 s, so a clock scaled to
+1/20 still leaves every stream many passes: a disconnect lands mid-stream, loads are visible.
 
 The app is deployed through the same path `serve run config.yaml` uses (`ServeDeploySchema` ->
 `deploy_apps`), so the file's deployment overrides, user_configs and router class are what run.
@@ -19,7 +22,7 @@ import openai
 import pytest
 import yaml
 
-from benchmarks.serve_common import deployment, free_port
+from benchmarks.serve_common import CONFIG_FILE, SEED000_MODEL, deployment, free_port
 
 REPO = Path(__file__).resolve().parents[2]
 APP_NAME = "fairshare"
@@ -27,8 +30,8 @@ DEPLOY_TIMEOUT_S = 120
 
 
 def serve_test_config(port: int) -> dict[str, Any]:
-    """config.yaml with three engine replicas (one long, two chat) and a fast clock."""
-    cfg = yaml.safe_load((REPO / "config.yaml").read_text())
+    """config.seed000.yaml with three engine replicas (one long, two chat) and a fast clock."""
+    cfg = yaml.safe_load((REPO / CONFIG_FILE).read_text())
     cfg["http_options"] = {"host": "127.0.0.1", "port": port}
     app = cfg["applications"][0]
     app["args"]["sim"]["natural_output_tokens"] = 4096
@@ -108,7 +111,7 @@ def served() -> Iterator[ServeHandle]:
         deploy(cfg)
         yield ServeHandle(
             f"http://127.0.0.1:{port}",
-            "sim-seed000-12gb-27b",
+            SEED000_MODEL,
             copy.deepcopy(cfg),
             f"http://127.0.0.1:{metrics_port}/metrics",
         )

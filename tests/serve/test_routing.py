@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from scheduler.traffic import TrafficClass, classify
 from serve_app.config import RoutingKnobs
 from serve_app.engine_backend import ReplicaLoad
 from serve_app.routing import (
@@ -10,11 +11,9 @@ from serve_app.routing import (
     ReplicaView,
     RouteHint,
     RouteReason,
-    TrafficClass,
-    classify,
 )
 
-KNOBS = RoutingKnobs(long_prompt_tokens=2048, class_hysteresis=0.5, busy_pending_requests=2, busy_prefill_tokens=16384)
+KNOBS = RoutingKnobs(class_hysteresis=0.5, busy_pending_requests=2, busy_prefill_tokens=16384)
 T0 = 1000.0
 
 
@@ -36,12 +35,12 @@ def two_lanes(**loads) -> list[ReplicaView]:
 
 
 def test_classify_with_hysteresis() -> None:
-    assert classify(2048, None, KNOBS) is TrafficClass.SHORT
-    assert classify(2049, None, KNOBS) is TrafficClass.LONG
+    assert classify(2048, 2048) is TrafficClass.SHORT
+    assert classify(2049, 2048) is TrafficClass.LONG
     # A session classed long stays long until its uncached prompt falls below 1024 tokens.
-    assert classify(1500, TrafficClass.LONG, KNOBS) is TrafficClass.LONG
-    assert classify(1000, TrafficClass.LONG, KNOBS) is TrafficClass.SHORT
-    assert classify(1500, TrafficClass.SHORT, KNOBS) is TrafficClass.SHORT
+    assert classify(1500, 2048, TrafficClass.LONG, 0.5) is TrafficClass.LONG
+    assert classify(1000, 2048, TrafficClass.LONG, 0.5) is TrafficClass.SHORT
+    assert classify(1500, 2048, TrafficClass.SHORT, 0.5) is TrafficClass.SHORT
 
 
 def test_long_goes_to_long_lane_and_short_to_chat_lane() -> None:

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from sglang_harness import EngineSpec, ReqSpec
 
 from scheduler.sim.presets import SEED000_PREFILL_TOK_PER_S
-from scheduler.sim.request import TrafficClass
 from scheduler.sim.workload import SCENARIOS
+from scheduler.traffic import TrafficClass
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,118 @@
+"""The two OpenAI endpoints as formats over one pipeline (`ingress`): how each renders its prompt and writes
+its responses. Everything else (counting, routing, streaming, errors, metrics) is the same code for both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from pydantic import BaseModel
+
+from serve_app.protocol import (
+    AssistantMessage,
+    ChatChoice,
+    ChatChunkChoice,
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    ChatDelta,
+    Completion,
+    CompletionChoice,
+    CompletionRequest,
+    FinishReason,
+    Usage,
+)
+from serve_app.tokenizer import PromptTokenizer
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseIds:
+    """What every response object of one request carries."""
+
+    id: str
+    created: int
+    model: str
+
+
+class Endpoint(Protocol):
+    name: str
+    """Metrics tag (`fairshare_requests_total{endpoint=...}`)."""
+    id_prefix: str
+    prompt_param: str
+    """The request field named by a too-long-prompt error."""
+
+    def prompt(self, body, tokenizer: PromptTokenizer) -> str: ...
+
+    def response(self, ids: ResponseIds, text: str, finish: FinishReason | None, usage: Usage) -> BaseModel: ...
+
+    def opening(self, ids: ResponseIds) -> list[BaseModel]:
+        """Events sent before the first token."""
+        ...
+
+    def delta(self, ids: ResponseIds, text: str) -> BaseModel: ...
+
+    def finish(self, ids: ResponseIds, finish: FinishReason) -> BaseModel: ...
+
+    def usage(self, ids: ResponseIds, usage: Usage) -> BaseModel:
+        """The closing usage event (`stream_options.include_usage`): no choices."""
+        ...
+
+
+class ChatEndpoint:
+    name = "chat"
+    id_prefix = "chatcmpl"
+    prompt_param = "messages"
+
+    def prompt(self, body: ChatCompletionRequest, tokenizer: PromptTokenizer) -> str:
+        return tokenizer.render_chat([{"role": m.role, "content": m.text} for m in body.messages])
+
+    def response(self, ids: ResponseIds, text: str, finish: FinishReason | None, usage: Usage) -> ChatCompletion:
+        choice = ChatChoice(message=AssistantMessage(content=text), finish_reason=finish)
+        return ChatCompletion(id=ids.id, created=ids.created, model=ids.model, choices=[choice], usage=usage)
+
+    def _chunk(self, ids: ResponseIds, choices: list[ChatChunkChoice], usage: Usage | None = None):
+        return ChatCompletionChunk(id=ids.id, created=ids.created, model=ids.model, choices=choices, usage=usage)
+
+    def opening(self, ids: ResponseIds) -> list[BaseModel]:
+        return [self._chunk(ids, [ChatChunkChoice(delta=ChatDelta(role="assistant", content=""))])]
+
+    def delta(self, ids: ResponseIds, text: str) -> ChatCompletionChunk:
+        return self._chunk(ids, [ChatChunkChoice(delta=ChatDelta(content=text))])
+
+    def finish(self, ids: ResponseIds, finish: FinishReason) -> ChatCompletionChunk:
+        return self._chunk(ids, [ChatChunkChoice(delta=ChatDelta(), finish_reason=finish)])
+
+    def usage(self, ids: ResponseIds, usage: Usage) -> ChatCompletionChunk:
+        return self._chunk(ids, [], usage)
+
+
+class CompletionsEndpoint:
+    name = "completions"
+    id_prefix = "cmpl"
+    prompt_param = "prompt"
+
+    def prompt(self, body: CompletionRequest, tokenizer: PromptTokenizer) -> str:
+        return body.prompt_text
+
+    def _completion(self, ids: ResponseIds, choices: list[CompletionChoice], usage: Usage | None = None):
+        return Completion(id=ids.id, created=ids.created, model=ids.model, choices=choices, usage=usage)
+
+    def response(self, ids: ResponseIds, text: str, finish: FinishReason | None, usage: Usage) -> Completion:
+        return self._completion(ids, [CompletionChoice(text=text, finish_reason=finish)], usage)
+
+    def opening(self, ids: ResponseIds) -> list[BaseModel]:
+        return []
+
+    def delta(self, ids: ResponseIds, text: str) -> Completion:
+        return self._completion(ids, [CompletionChoice(text=text)])
+
+    def finish(self, ids: ResponseIds, finish: FinishReason) -> Completion:
+        return self._completion(ids, [CompletionChoice(text="", finish_reason=finish)])
+
+    def usage(self, ids: ResponseIds, usage: Usage) -> Completion:
+        return self._completion(ids, [], usage)
+
+
+CHAT = ChatEndpoint()
+COMPLETIONS = CompletionsEndpoint()
