@@ -10,7 +10,7 @@ import json
 
 from starlette.types import Scope, Send
 
-from serve_app.protocol import OpenAIError
+from serve_app.errors import OpenAIError
 
 
 def header(scope: Scope, name: str) -> str | None:

@@ -23,7 +23,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from serve_app.asgi import header, send_error
-from serve_app.protocol import OpenAIError
+from serve_app.errors import OpenAIError
 
 OPEN_PATHS = frozenset({"/health"})
 """Routes answered without a key: probes from the load balancer and Kubernetes."""

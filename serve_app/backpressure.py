@@ -29,7 +29,7 @@ from typing import Self
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from serve_app.engine_backend import ReplicaLoad
-from serve_app.protocol import OpenAIError
+from serve_app.errors import OpenAIError
 
 MAX_QUEUE_DELAY_S = 60.0
 """Default bound on the prefill work queued on a replica, in seconds of prefill at its rate."""

@@ -26,7 +26,7 @@ import uuid
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serve_app.asgi import header, send_error
-from serve_app.protocol import OpenAIError
+from serve_app.errors import OpenAIError
 
 REQUEST_ID_HEADER = "X-Request-ID"
 REQUEST_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")

@@ -18,14 +18,14 @@ how they are wired):
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from pydantic import ConfigDict
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serve_app.asgi import header, send_error
-from serve_app.protocol import OpenAIError
+from serve_app.errors import OpenAIError
 
 STRICT_REQUEST = ConfigDict(strict=True, extra="ignore")
 """A request's top level and messages: strict types; unknown fields ignored (clients send many)."""
@@ -119,9 +119,15 @@ class RequestBodyGuard:
     route (and cancels its engine call).
     """
 
-    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_body_bytes: int | Callable[[], int]) -> None:
         self.app = app
-        self.max_body_bytes = max_body_bytes
+        self._max_body_bytes = max_body_bytes
+        """A number, or where to read it when the app's config arrives after the middleware is built."""
+
+    @property
+    def max_body_bytes(self) -> int:
+        limit = self._max_body_bytes
+        return limit() if callable(limit) else limit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] not in BODY_METHODS:
@@ -147,12 +153,13 @@ class RequestBodyGuard:
         await self.app(scope, replay, send)
 
     async def _read(self, scope: Scope, receive: Receive) -> bytes | None:
+        limit = self.max_body_bytes
         declared = header(scope, "content-length")
         if declared is not None:
             if not declared.strip().isdigit():
                 raise bad_request("Content-Length must be a non-negative integer.", param="Content-Length")
-            if int(declared) > self.max_body_bytes:
-                raise too_large(self.max_body_bytes)
+            if int(declared) > limit:
+                raise too_large(limit)
         chunks: list[bytes] = []
         size = 0
         while True:
@@ -161,8 +168,8 @@ class RequestBodyGuard:
                 return None
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > self.max_body_bytes:
-                raise too_large(self.max_body_bytes)
+            if size > limit:
+                raise too_large(limit)
             chunks.append(chunk)
             if not message.get("more_body", False):
                 return b"".join(chunks)

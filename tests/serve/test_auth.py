@@ -9,7 +9,7 @@ from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
 from serve_app.auth import ApiKeyMiddleware, AuthSettings, check_authorization
-from serve_app.protocol import OpenAIError
+from serve_app.errors import OpenAIError
 
 KEY = "sk-test-0123456789"
 

@@ -8,7 +8,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from serve_app.protocol import OpenAIError
+from serve_app.errors import OpenAIError
 from serve_app.request_log import (
     REQUEST_ID_HEADER,
     RequestIdLogFilter,

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, Field, ValidationError
 
-from serve_app.protocol import OpenAIError
+from serve_app.errors import OpenAIError
 from serve_app.request_rules import (
     STRICT_PART,
     STRICT_REQUEST,
