@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import sys
 import time
@@ -35,7 +36,6 @@ import httpx
 from benchmarks import serve_common
 
 ANSWERED, SHED, FAILED, CANCELLED, LOST = "answered", "shed", "failed", "cancelled", "lost"
-MODEL = "sim-seed000-12gb-27b"
 CHARS_PER_TOKEN = 4
 
 
@@ -117,12 +117,12 @@ class Tally:
 
 
 # -- requests ----------------------------------------------------------------------------------
-def chat_body(i: int, *, max_tokens: int, stream: bool, doc_tokens: int = 0) -> dict[str, Any]:
+def chat_body(model: str, i: int, *, max_tokens: int, stream: bool, doc_tokens: int = 0) -> dict[str, Any]:
     text = f"Question {i}: is the service still answering?"
     if doc_tokens:
         text = "lorem " * (doc_tokens * CHARS_PER_TOKEN // 6) + text
     return {
-        "model": MODEL,
+        "model": model,
         "messages": [{"role": "user", "content": text}],
         "max_tokens": max_tokens,
         "stream": stream,
@@ -195,6 +195,7 @@ async def send_and_leave(
 # -- scenarios ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Plan:
+    model: str = serve_common.SEED000_MODEL
     burst_requests: int = 48
     burst_doc_every: int = 8
     """One request in this many of the burst is a document of `doc_tokens`."""
@@ -212,7 +213,7 @@ async def overload(client: httpx.AsyncClient, base: str, plan: Plan, tally: Tall
 
     def body(i: int) -> dict[str, Any]:
         doc = plan.doc_tokens if i % plan.burst_doc_every == 0 else 0
-        return chat_body(i, max_tokens=plan.max_tokens // 2, stream=i % 2 == 0, doc_tokens=doc)
+        return chat_body(plan.model, i, max_tokens=plan.max_tokens // 2, stream=i % 2 == 0, doc_tokens=doc)
 
     outcomes = await asyncio.gather(*(send(client, url, body(i), f"burst-{i}") for i in range(plan.burst_requests)))
     for o in outcomes:
@@ -225,7 +226,9 @@ async def replica_kill(client: httpx.AsyncClient, base: str, plan: Plan, tally: 
     watches = [StreamWatch() for _ in range(plan.kill_streams)]
     long_answer = plan.max_tokens * 5  # outlives the kill
     streams = [
-        asyncio.create_task(send(client, url, chat_body(i, max_tokens=long_answer, stream=True), f"kill-{i}", w))
+        asyncio.create_task(
+            send(client, url, chat_body(plan.model, i, max_tokens=long_answer, stream=True), f"kill-{i}", w)
+        )
         for i, w in enumerate(watches)
     ]
     # Every stream under way (or already ended, e.g. shed) before the kill.
@@ -235,9 +238,10 @@ async def replica_kill(client: httpx.AsyncClient, base: str, plan: Plan, tally: 
         raise RuntimeError("no stream started: nothing to kill under load")
     victim, num_streams = on.most_common(1)[0]
     await asyncio.to_thread(kill_replica, victim)
+    short = plan.max_tokens // 4
     after = [
         asyncio.create_task(
-            send(client, url, chat_body(i, max_tokens=plan.max_tokens // 4, stream=i % 2 == 0), f"kill-{i}")
+            send(client, url, chat_body(plan.model, i, max_tokens=short, stream=i % 2 == 0), f"after-{i}")
         )
         for i in range(plan.kill_after_kill)
     ]
@@ -253,7 +257,9 @@ async def disconnect_storm(client: httpx.AsyncClient, base: str, plan: Plan, tal
     url = f"{base}/v1/chat/completions"
     results = await asyncio.gather(
         *(
-            send_and_leave(client, url, chat_body(i, max_tokens=plan.max_tokens * 10, stream=True), f"storm-{i}")
+            send_and_leave(
+                client, url, chat_body(plan.model, i, max_tokens=plan.max_tokens * 10, stream=True), f"storm-{i}"
+            )
             for i in range(plan.disconnect_streams)
         )
     )
@@ -273,9 +279,11 @@ async def disconnect_storm(client: httpx.AsyncClient, base: str, plan: Plan, tal
     return leaked
 
 
-async def probe(client: httpx.AsyncClient, base: str, tally: Tally, scenario: str) -> None:
+async def probe(client: httpx.AsyncClient, base: str, plan: Plan, tally: Tally, scenario: str) -> None:
     """One plain request after a scenario: the service still answers."""
-    o = await send(client, f"{base}/v1/chat/completions", chat_body(0, max_tokens=8, stream=False), f"probe-{scenario}")
+    o = await send(
+        client, f"{base}/v1/chat/completions", chat_body(plan.model, 0, max_tokens=8, stream=False), f"probe-{scenario}"
+    )
     tally.add(f"probe:{scenario}", o)
 
 
@@ -324,15 +332,16 @@ async def run(base: str, plan: Plan, can_kill: bool) -> tuple[Tally, dict[str, A
     facts: dict[str, Any] = {}
     timeout = httpx.Timeout(plan.request_timeout_s, connect=10.0)
     async with httpx.AsyncClient(timeout=timeout, limits=httpx.Limits(max_connections=256)) as client:
+        plan = dataclasses.replace(plan, model=(await client.get(f"{base}/v1/models")).json()["data"][0]["id"])
         await overload(client, base, plan, tally)
-        await probe(client, base, tally, "overload")
+        await probe(client, base, plan, tally, "overload")
         if can_kill:
             facts["killed_replica"] = await replica_kill(client, base, plan, tally)
-            await probe(client, base, tally, "replica-kill")
+            await probe(client, base, plan, tally, "replica-kill")
         else:
             facts["killed_replica"] = "skipped (--url: this command did not start the deployment)"
         facts["engine_requests_left_after_storm"] = await disconnect_storm(client, base, plan, tally)
-        await probe(client, base, tally, "disconnect-storm")
+        await probe(client, base, plan, tally, "disconnect-storm")
     return tally, facts
 
 

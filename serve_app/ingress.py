@@ -104,6 +104,29 @@ def _cancel(stream: DeploymentResponseGenerator) -> None:
         logger.debug("engine call had already failed", exc_info=True)
 
 
+# Module functions the Ingress class uses are defined above it: Serve pickles the class when it is
+# decorated, and a name defined below it would be missing in the replica.
+def _replica_lost_error() -> OpenAIError:
+    return OpenAIError(
+        503,
+        "The engine replica serving this request stopped; Serve is replacing it. Retry the request.",
+        type="server_error",
+        code="engine_replica_lost",
+        headers={"Retry-After": str(RETRY_AFTER_S)},
+    )
+
+
+def _engine_error(item: EngineError) -> OpenAIError:
+    """The engine's own refusal (backpressure 429 with its `Retry-After`, a request it can never fit, ...)."""
+    error = OpenAIError.of_status(item.status, item.message)
+    error.code = item.code
+    if item.status == 429:
+        error.type = "rate_limit_exceeded"
+    if item.retry_after_s is not None:
+        error.headers["Retry-After"] = str(item.retry_after_s)
+    return error
+
+
 class _Call:
     """One request on its way through: ids, its route once decided, timing."""
 
@@ -400,24 +423,3 @@ class Ingress:
             if status == "499":
                 _cancel(stream)
             self.metrics.requests.inc(tags={"endpoint": endpoint.name, "status": status})
-
-
-def _replica_lost_error() -> OpenAIError:
-    return OpenAIError(
-        503,
-        "The engine replica serving this request stopped; Serve is replacing it. Retry the request.",
-        type="server_error",
-        code="engine_replica_lost",
-        headers={"Retry-After": str(RETRY_AFTER_S)},
-    )
-
-
-def _engine_error(item: EngineError) -> OpenAIError:
-    """The engine's own refusal (backpressure 429 with its `Retry-After`, a request it can never fit, ...)."""
-    error = OpenAIError.of_status(item.status, item.message)
-    error.code = item.code
-    if item.status == 429:
-        error.type = "rate_limit_exceeded"
-    if item.retry_after_s is not None:
-        error.headers["Retry-After"] = str(item.retry_after_s)
-    return error
