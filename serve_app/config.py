@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from scheduler.config import PolicyConfig
 from scheduler.sglang_plugin.server_args import POLICY_FIELD_TO_SERVER_ARG
+from serve_app.request_rules import default_max_body_bytes
 
 Backend = Literal["sim", "sglang"]
 
@@ -135,6 +136,12 @@ class AppConfig(_Strict):
         "sglang's context_length (required then).",
     )
     default_max_tokens: int = Field(256, ge=1, description="`max_tokens` when a request does not set it.")
+    max_request_bytes: int | None = Field(
+        None,
+        ge=1024,
+        description="Largest request body accepted (413 above). Default: 16 bytes per context-window token "
+        "(any prompt the window takes fits), at least 1 MiB.",
+    )
 
     @model_validator(mode="after")
     def _backend_settings(self) -> Self:
@@ -152,6 +159,10 @@ class AppConfig(_Strict):
         if self.backend == "sim":
             return f"sim-{self.sim.preset}"
         return self.sglang.model_path.rstrip("/").rsplit("/", 1)[-1]
+
+    @property
+    def request_bytes_limit(self) -> int:
+        return self.max_request_bytes or default_max_body_bytes(self.context_limit_tokens)
 
     @property
     def context_limit_tokens(self) -> int | None:
@@ -186,6 +197,19 @@ class EngineKnobs(_Strict):
     )
     published_sessions: int = Field(
         256, ge=0, description="Most recently used sessions whose cached tokens each replica publishes to routers."
+    )
+    max_queued_requests: int | None = Field(
+        None,
+        ge=1,
+        description="Backpressure: requests without a first token one replica holds before it answers 429. "
+        "Default: the policy's prefill concurrency N (2 x max_running_requests).",
+    )
+    max_queued_prefill_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="Backpressure: uncached prompt tokens queued for prefill on one replica before it answers 429 "
+        "(a replica with none queued takes any one request). Default: 60 s of prefill at the sim preset's rate, "
+        "at least one context window (sglang: two windows).",
     )
 
     @model_validator(mode="after")

@@ -16,9 +16,13 @@ from typing import Any
 
 from ray import serve
 
+from scheduler.config import PolicyConfig
+from scheduler.sim.presets import PRESETS
+from serve_app.backpressure import Admit, BackpressureLimits, decide, derive_limits
 from serve_app.config import AppConfig, EngineKnobs, validate
 from serve_app.engine_backend import EngineBackend, EngineError, GenerateRequest, RequestError, StreamItem
 from serve_app.metrics import EngineMetrics
+from serve_app.request_log import configure_logging
 from serve_app.routing import Lane, RouteTicket, RoutingStats
 
 logger = logging.getLogger(__name__)
@@ -31,6 +35,35 @@ def lane_for(rank: int, world_size: int, long_lane_replicas: int) -> Lane:
     if world_size <= 1:
         return Lane.BOTH
     return Lane.LONG if rank < long_lane_replicas else Lane.CHAT
+
+
+def backpressure_limits(
+    cfg: AppConfig, knobs: EngineKnobs, policy: PolicyConfig, max_ongoing_requests: int
+) -> BackpressureLimits:
+    """This replica's limits: derived from the deployment's knobs, with the user_config's overrides."""
+    sim_rate = PRESETS[cfg.sim.preset].cost.prefill_tok_per_s if cfg.backend == "sim" else None
+    context = cfg.context_limit_tokens or PRESETS[cfg.sim.preset].cost.kv_pool_tokens
+    limits = derive_limits(
+        max_ongoing_requests=max_ongoing_requests,
+        prefill_concurrency=policy.prefill_concurrency,
+        context_limit_tokens=context,
+        prefill_tokens_per_s=sim_rate,
+    )
+    overrides: dict[str, Any] = {}
+    if knobs.max_queued_requests is not None:
+        overrides["max_queued_requests"] = knobs.max_queued_requests
+    if knobs.max_queued_prefill_tokens is not None:
+        overrides["max_queued_prefill_tokens"] = knobs.max_queued_prefill_tokens
+    if sim_rate is not None:
+        # The simulated engine drains at its rate scaled to wall time: Retry-After is in wall seconds.
+        overrides["prefill_tokens_per_s"] = sim_rate / knobs.time_scale if knobs.time_scale > 0 else None
+    return limits.model_copy(update=overrides)
+
+
+def _serve_max_ongoing_requests() -> int:
+    """Serve's own per-replica limit for this deployment (the backpressure limit agrees with it)."""
+    config = getattr(serve.get_replica_context(), "_deployment_config", None)
+    return getattr(config, "max_ongoing_requests", None) or BackpressureLimits().max_ongoing_requests
 
 
 def make_backend(cfg: AppConfig, knobs: EngineKnobs) -> EngineBackend:
@@ -55,6 +88,8 @@ class Engine:
         self._started = False
         self._metrics = EngineMetrics()
         self.started_at_s = time.time()
+        self.limits = BackpressureLimits()
+        configure_logging()
 
     # -- Serve hooks -----------------------------------------------------------------------
     async def reconfigure(self, user_config: dict[str, Any]) -> None:
@@ -62,6 +97,7 @@ class Engine:
         # Knobs first, then start: a backend that reads its policy once at start (sglang) gets this one.
         self.backend.reconfigure(knobs)
         self.knobs = knobs
+        self.limits = backpressure_limits(self.cfg, knobs, self.backend.policy, _serve_max_ongoing_requests())
         await self._ensure_started()
         logger.info("replica %s: lane=%s knobs=%s", self.replica_id, self.lane.value, knobs.model_dump())
 
@@ -104,6 +140,12 @@ class Engine:
         decision = route.decision if route is not None else None
         if decision is not None and decision.traffic_class is not request.traffic_class:
             request = dataclasses.replace(request, traffic_class=decision.traffic_class)
+        uncached = decision.uncached_tokens if decision is not None else request.prompt_tokens
+        admission = decide({self.replica_id: self.backend.load()}, uncached, self.limits)
+        if not isinstance(admission, Admit):
+            # Over a limit: a 429 now, rather than a queue the client waits in until it times out.
+            yield EngineError(admission.status, admission.message, admission.code, admission.retry_after_s)
+            return
         try:
             gen = self.backend.generate(request)
             async with contextlib.aclosing(gen):

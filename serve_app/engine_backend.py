@@ -67,6 +67,10 @@ class EngineError:
 
     status: int
     message: str
+    code: str | None = None
+    """OpenAI's error code, e.g. `rate_limit_exceeded` (None: the status says enough)."""
+    retry_after_s: int | None = None
+    """Sent as `Retry-After` (backpressure)."""
 
 
 StreamItem = Chunk | EngineError

@@ -6,7 +6,12 @@ route, 429 + Retry-After when the engine lanes are full, 503 with no replica, th
 refuses or aborts a request, 500 otherwise, never a stack trace); once a stream has started, an error
 is an SSE error event followed by `[DONE]`. Every answered request, errors included, is counted in
 `fairshare_requests_total`. Responses carry `X-Lane`, `X-Replica`, `X-Session-ID`, `X-Route`,
-`X-Traffic-Class` and `Server-Timing`.
+`X-Traffic-Class`, `Server-Timing` and `X-Request-ID`.
+
+In front of the routes, plain ASGI middlewares (outermost first): the request id (`request_log`), the
+optional API key (`auth`), the body guard (`request_rules`: size, UTF-8, JSON). An engine replica that
+dies under a request fails only that request: 503 before the first byte (after one re-route), an SSE
+error event then `[DONE]` once streaming.
 """
 
 import asyncio
@@ -20,27 +25,43 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from ray import serve
+from ray.exceptions import ActorUnavailableError, RayActorError
 from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
 from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from serve_app.auth import ApiKeyMiddleware, AuthSettings
 from serve_app.config import AppConfig, RoutingKnobs, validate
 from serve_app.endpoints import CHAT, COMPLETIONS, Endpoint, ResponseIds
 from serve_app.engine_backend import Chunk, EngineError, GenerateRequest
 from serve_app.metrics import IngressMetrics
 from serve_app.protocol import ChatCompletionRequest, CompletionRequest, OpenAIError, Usage, now_s, sse
+from serve_app.request_log import RequestIdMiddleware, configure_logging
+from serve_app.request_rules import (
+    SESSION_HEADER,
+    RequestBodyGuard,
+    check_context_window,
+    parse_session_id,
+    validation_error,
+)
 from serve_app.routing import RouteDecision, RouteHint, RouteTicket
 from serve_app.tokenizer import make_tokenizer
 
 logger = logging.getLogger(__name__)
 
-SESSION_HEADER = "X-Session-ID"
 RETRY_AFTER_S = 1
+START_ATTEMPTS = 2
+"""A request whose replica dies before its first item is routed again once (nothing reached the client)."""
+REPLICA_LOST = (RayActorError, ActorUnavailableError)
 CHAT_PATH = "/v1/chat/completions"
 COMPLETIONS_PATH = "/v1/completions"
 ENDPOINT_BY_PATH = {CHAT_PATH: CHAT.name, COMPLETIONS_PATH: COMPLETIONS.name}
 
 api = FastAPI(title="fairshare-serve", docs_url=None, redoc_url=None)
+# Starlette runs the last added outermost: every answer, 401 and 413 included, carries a request id.
+api.add_middleware(RequestBodyGuard, max_body_bytes=lambda: api.state.max_body_bytes)
+api.add_middleware(ApiKeyMiddleware, expected_key=AuthSettings().expected_key)
+api.add_middleware(RequestIdMiddleware)  # behind Serve's proxy, which echoes the id in the response
 
 
 @api.exception_handler(OpenAIError)
@@ -59,12 +80,7 @@ def _counted(request: Request, response: JSONResponse) -> JSONResponse:
 
 @api.exception_handler(RequestValidationError)
 async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-    first = exc.errors()[0] if exc.errors() else {}
-    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
-    msgs = "; ".join(
-        f"{'.'.join(str(p) for p in e.get('loc', ()) if p != 'body') or 'body'}: {e.get('msg')}" for e in exc.errors()
-    )
-    return _counted(request, OpenAIError(400, msgs or "invalid request", param=".".join(loc) or None).response())
+    return _counted(request, validation_error(exc.errors()).response())
 
 
 @api.exception_handler(StarletteHTTPException)
@@ -86,6 +102,29 @@ def _cancel(stream: DeploymentResponseGenerator) -> None:
         stream.cancel()
     except Exception:
         logger.debug("engine call had already failed", exc_info=True)
+
+
+# Module functions the Ingress class uses are defined above it: Serve pickles the class when it is
+# decorated, and a name defined below it would be missing in the replica.
+def _replica_lost_error() -> OpenAIError:
+    return OpenAIError(
+        503,
+        "The engine replica serving this request stopped; Serve is replacing it. Retry the request.",
+        type="server_error",
+        code="engine_replica_lost",
+        headers={"Retry-After": str(RETRY_AFTER_S)},
+    )
+
+
+def _engine_error(item: EngineError) -> OpenAIError:
+    """The engine's own refusal (backpressure 429 with its `Retry-After`, a request it can never fit, ...)."""
+    error = OpenAIError.of_status(item.status, item.message)
+    error.code = item.code
+    if item.status == 429:
+        error.type = "rate_limit_exceeded"
+    if item.retry_after_s is not None:
+        error.headers["Retry-After"] = str(item.retry_after_s)
+    return error
 
 
 class _Call:
@@ -151,6 +190,8 @@ class Ingress:
         self.knobs = RoutingKnobs()
         self.metrics = IngressMetrics()
         api.state.metrics = self.metrics  # the exception handlers count the requests they answer
+        api.state.max_body_bytes = self.cfg.request_bytes_limit
+        configure_logging()
 
     def reconfigure(self, user_config: dict[str, Any]) -> None:
         self.knobs = validate(RoutingKnobs, user_config, "Ingress.user_config")
@@ -202,16 +243,10 @@ class Ingress:
         token_ids = self.tokenizer.encode(prompt)
         prompt_tokens = len(token_ids) if token_ids is not None else self.tokenizer.count(prompt)
         max_tokens = body.output_limit or self.cfg.default_max_tokens
-        limit = self.cfg.context_limit_tokens
-        if limit is not None and prompt_tokens + max_tokens > limit:
-            raise OpenAIError(
-                400,
-                f"This model's maximum context length is {limit} tokens; the request has {prompt_tokens} prompt "
-                f"tokens and max_tokens={max_tokens}.",
-                code="context_length_exceeded",
-                param=endpoint.prompt_param,
-            )
-        session_id = request.headers.get(SESSION_HEADER) or body.user or f"sess-{uuid.uuid4().hex[:16]}"
+        check_context_window(prompt_tokens, max_tokens, self.cfg.context_limit_tokens, endpoint.prompt_param)
+        session_id = (
+            parse_session_id(request.headers.get(SESSION_HEADER)) or body.user or f"sess-{uuid.uuid4().hex[:16]}"
+        )
         ids = ResponseIds(f"{endpoint.id_prefix}-{uuid.uuid4().hex}", now_s(), self.model_id)
         gen_req = GenerateRequest(
             rid=ids.id,
@@ -232,7 +267,7 @@ class Ingress:
         stream: DeploymentResponseGenerator | None = None
         try:
             call, gen_req, ticket = self._prepare(endpoint, body, request, received_s)
-            stream, first = await self._start(gen_req, ticket)
+            stream, first, ticket = await self._start(gen_req, ticket)
             call.routed(ticket, first)
             if body.stream:
                 status = "streaming"  # the stream counts itself when it ends
@@ -253,20 +288,35 @@ class Ingress:
                     _cancel(stream)
                 self.metrics.requests.inc(tags={"endpoint": endpoint.name, "status": status})
 
-    async def _start(self, req: GenerateRequest, ticket: RouteTicket) -> tuple[DeploymentResponseGenerator, Chunk]:
-        """Send the request to the engine lanes; return the stream and its first chunk (cache, first tokens)."""
-        stream: DeploymentResponseGenerator | None = None
-        try:
-            # Serve raises BackPressureError from `.remote()` itself or from the first item.
-            stream = self.engine_stream.generate.remote(req, route=ticket)
-            item = await stream.__anext__()
-        except BaseException as e:
-            if stream is not None:
-                _cancel(stream)
-            raise self._map_error(e) from None
-        if isinstance(item, EngineError):
-            raise OpenAIError.of_status(item.status, item.message)
-        return stream, item
+    async def _start(
+        self, req: GenerateRequest, ticket: RouteTicket
+    ) -> tuple[DeploymentResponseGenerator, Chunk, RouteTicket]:
+        """Send the request to the engine lanes; return the stream, its first chunk (cache, first tokens) and the
+        ticket it was routed with. A replica lost before the first item costs one more routing, not the request."""
+        for attempt in range(1, START_ATTEMPTS + 1):
+            stream: DeploymentResponseGenerator | None = None
+            try:
+                # Serve raises BackPressureError from `.remote()` itself or from the first item.
+                stream = self.engine_stream.generate.remote(req, route=ticket)
+                item = await stream.__anext__()
+            except REPLICA_LOST as e:
+                if stream is not None:
+                    _cancel(stream)
+                if attempt == START_ATTEMPTS:
+                    raise self._map_error(e) from None
+                logger.warning("engine replica lost before the first item (%s); routing again", type(e).__name__)
+                ticket = RouteTicket(ticket.hint)
+                continue
+            except BaseException as e:
+                if stream is not None:
+                    _cancel(stream)
+                raise self._map_error(e) from None
+            if isinstance(item, EngineError):
+                if item.status == 429:
+                    self.metrics.shed.inc(tags={"reason": "engine-limit"})
+                raise _engine_error(item)
+            return stream, item, ticket
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     def _map_error(self, e: BaseException) -> BaseException:
         if isinstance(e, BackPressureError):
@@ -287,6 +337,9 @@ class Ingress:
                 code="service_unavailable",
                 headers={"Retry-After": str(RETRY_AFTER_S)},
             )
+        if isinstance(e, REPLICA_LOST):
+            self.metrics.shed.inc(tags={"reason": "replica-lost"})
+            return _replica_lost_error()
         if isinstance(e, StopAsyncIteration):
             return OpenAIError(500, "The engine closed the stream.", type="server_error")
         return e
@@ -301,7 +354,21 @@ class Ingress:
         if first.finish_reason is not None:
             return
         n = first.completion_tokens
-        async for item in stream:
+        while True:
+            try:
+                item = await stream.__anext__()
+            except StopAsyncIteration:
+                return
+            except REPLICA_LOST as e:
+                # Only this replica's requests fail; the client hears why instead of a cut connection.
+                logger.warning("engine replica lost mid-request: %s", type(e).__name__)
+                lost = _replica_lost_error()
+                yield EngineError(503, lost.message, lost.code, RETRY_AFTER_S)
+                return
+            except Exception:
+                logger.exception("engine call failed mid-request")
+                yield EngineError(500, "The engine failed while serving this request.")
+                return
             if isinstance(item, EngineError):
                 yield item
                 return
@@ -320,7 +387,7 @@ class Ingress:
         last = first
         async for item in self._items(stream, first, call):
             if isinstance(item, EngineError):
-                raise OpenAIError.of_status(item.status, item.message)
+                raise _engine_error(item)
             parts.append(item.text)
             last = item
         body = endpoint.response(call.ids, "".join(parts), last.finish_reason, call.usage(last.completion_tokens))
@@ -338,7 +405,7 @@ class Ingress:
             async for item in self._items(stream, first, call):
                 if isinstance(item, EngineError):
                     # Headers are sent: the error goes in the stream, and the stream still ends properly.
-                    events += [sse(OpenAIError.of_status(item.status, item.message).body()), sse("[DONE]")]
+                    events += [sse(_engine_error(item).body()), sse("[DONE]")]
                     status = str(item.status)
                 elif item.text:
                     events.append(sse(endpoint.delta(call.ids, item.text), exclude=exclude))

@@ -6,54 +6,24 @@ import json
 import time
 from typing import Any, Literal
 
-from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
+from pydantic import BaseModel, Field, field_validator, model_serializer, model_validator
+
+from serve_app.errors import OpenAIError as OpenAIError  # re-exported: the error body is part of the wire format
+from serve_app.request_rules import STRICT_PART, STRICT_REQUEST
 
 MAX_STOP_SEQUENCES = 4
 
 
-class OpenAIError(Exception):
-    """An error answered with OpenAI's error body: {"error": {"message", "type", "param", "code"}}."""
-
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        type: str = "invalid_request_error",
-        code: str | None = None,
-        param: str | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.type = type
-        self.code = code
-        self.param = param
-        self.headers = headers or {}
-
-    @classmethod
-    def of_status(cls, status: int, message: str) -> OpenAIError:
-        """An error the engine reported with only a status: the type follows the status class."""
-        kind = "server_error" if status >= 500 else "invalid_request_error"
-        return cls(status, message, type=kind)
-
-    def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
-
-    def response(self) -> JSONResponse:
-        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
-
-
 class StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT_PART
     include_usage: bool = False
 
 
 class _Sampling(BaseModel):
-    """Fields both endpoints share. Unknown fields are ignored (clients send many we do not use)."""
+    """Fields both endpoints share. Unknown fields are ignored (clients send many we do not use); types are
+    strict (`"stream": "yes"` is a 400, as in OpenAI's API)."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = STRICT_REQUEST
 
     model: str
     max_tokens: int | None = Field(None, ge=1)
@@ -100,13 +70,13 @@ class _Sampling(BaseModel):
 
 
 class TextPart(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT_PART
     type: Literal["text"]
     text: str
 
 
 class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = STRICT_REQUEST
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
     name: str | None = None

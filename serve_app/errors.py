@@ -1,0 +1,40 @@
+"""OpenAI's error, raised anywhere on the request path and answered with its body and status."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi.responses import JSONResponse
+
+
+class OpenAIError(Exception):
+    """An error answered with OpenAI's error body: {"error": {"message", "type", "param", "code"}}."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        type: str = "invalid_request_error",
+        code: str | None = None,
+        param: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type
+        self.code = code
+        self.param = param
+        self.headers = headers or {}
+
+    @classmethod
+    def of_status(cls, status: int, message: str) -> OpenAIError:
+        """An error the engine reported with only a status: the type follows the status class."""
+        kind = "server_error" if status >= 500 else "invalid_request_error"
+        return cls(status, message, type=kind)
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
