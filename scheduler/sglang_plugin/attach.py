@@ -137,7 +137,7 @@ class SchedulerPolicy:
             ledger.prune({r.rid for r in run.sched.waiting_queue})  # drop requests aborted while waiting
 
     def _record(self, run: PassRun) -> dict[str, Any]:
-        admitted = [(r.rid, int(r.extend_input_len)) for r in run.adder.can_run_list]
+        admitted = [(r.rid, int(r.extend_len)) for r in run.adder.can_run_list]
         rows = run.snapshot.num_decoding if run.sched.is_mixed_chunk else 0
         return pass_record(self.num_planned_passes, run.snapshot, run.window.candidates, run.plan, admitted, rows)
 

@@ -13,6 +13,8 @@ from sglang.srt.server_args import ServerArgs
 from sglang_harness import UPSTREAM_ADDER_CLASS, EngineSpec, Harness, ReqSpec, build_scheduler
 
 from scheduler.config import PolicyConfig, env_var_name
+from scheduler.pass_trace import read_pass_trace
+from scheduler.sglang_plugin import attach as attach_mod
 from scheduler.sglang_plugin import hooks, loading
 from scheduler.sglang_plugin.attach import attach_policy, policy_config_for, policy_of
 from scheduler.sglang_plugin.server_args import apply_policy_env
@@ -222,6 +224,30 @@ def fresh_registry(monkeypatch):
     monkeypatch.setattr(HookRegistry, "_hooks", defaultdict(list))
     monkeypatch.setattr(loading, "_registered", False)
     return HookRegistry._hooks
+
+
+def test_pass_trace_one_line_per_planned_pass(monkeypatch, tmp_path):
+    trace = tmp_path / "passes.jsonl"
+    monkeypatch.setenv("FAIRSHARE_PASS_TRACE", str(trace))
+    reqs = [
+        ReqSpec("holder", 2000, decode_passes=50),
+        ReqSpec("big", 2500, arrive_pass=1),
+        ReqSpec("small", 30, arrive_pass=1),
+    ]
+    plugin = Harness(EngineSpec(pool_tokens=4096, chunk_tokens=2048), reqs)
+    plugin.run(3)
+    records = read_pass_trace(trace)
+    assert len(records) == plugin.policy.num_planned_passes >= 2
+    assert [r["admitted"] for r in records[:2]] == [[["holder", 2000]], [["small", 30]]]
+    second = records[1]
+    assert [j[0] for j in second["judged"]] == ["big", "small"] and second["num_waiting"] == 2
+    assert second["rejections"] == [["big", 2533, second["free_kv_tokens"], True]]  # sglang's own need
+    assert second["grants"] == [["small", 30, False]] and second["decode_rows"] == 0
+
+
+def test_pass_trace_off_formats_nothing(monkeypatch):
+    monkeypatch.setattr(attach_mod, "pass_record", None)  # would raise if called
+    Harness(SEED_ENGINE, [ReqSpec("a", 100)]).run(2)
 
 
 def test_version_guard_patches_nothing_on_another_sglang(monkeypatch, fresh_registry, caplog):
