@@ -82,7 +82,7 @@ class PassRun:
 
     def ensure_plan(self) -> PassPlan:
         if self.plan is None:
-            self.snapshot, self.window = build_snapshot(self.sched, self.adder, self.planner.cfg)
+            self.snapshot, self.window = build_snapshot(self.sched, self.adder, self.planner.cfg, release_unadmitted)
             self.plan = self.planner.plan(self.snapshot)
             continuing = {c.rid for c in self.snapshot.continuing}
             self._grants = {g.rid: g for g in self.plan.grants}
