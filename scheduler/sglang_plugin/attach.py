@@ -103,7 +103,7 @@ class SchedulerPolicy:
             run.finish()
             self.last_run = run
         ledger = self.planner.ledger
-        if run is not None and len(ledger.skipped_passes) > ledger.max_entries:
+        if run is not None and len(ledger.first_skipped) > ledger.max_entries:
             ledger.prune({r.rid for r in run.sched.waiting_queue})  # drop requests aborted while waiting
 
 
