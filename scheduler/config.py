@@ -99,8 +99,10 @@ class PolicyConfig(BaseSettings):
         "(a short prompt plus as much output).",
     )
     mixed_decode: bool = Field(
-        False,
-        description="Decoding streams ride along in prefill passes (sglang's --enable-mixed-chunk, off by default).",
+        True,
+        description="Decoding streams ride along in prefill passes (sglang's --enable-mixed-chunk, which the plugin "
+        "turns on unless this is set false; sglang still turns it off where it is unsupported). Measured against "
+        "decode-only interleave in the simulator: it saves a pass's fixed cost per token.",
     )
     decode_steps_per_prefill: int = Field(
         0, ge=0, description="Decode-only passes run after each prefill pass (sglang's prefill-decode interval)."

@@ -184,13 +184,15 @@ class PassPlanner:
             (c.rid not in continuing and self.cfg.is_short(d)) or c.rid in finish
             for c, d in zip(sharers, demands, strict=True)
         ]
-        # Whole requests are served first (a short one the pass admits must not be cut to a second cut request),
-        # the rest share what they leave.
-        first = water_fill([d if w else 0 for d, w in zip(demands, whole, strict=True)], budget)
-        rest = water_fill([0 if w else min(d, cap) for d, w in zip(demands, whole, strict=True)], budget - sum(first))
+        wants = [d if w else min(d, cap) for d, w in zip(demands, whole, strict=True)]
+        if not self.cfg.adaptive_pass:
+            return align(water_fill(wants, budget), demands, snap.granule_tokens)
+        # The pass was sized for the short requests it admits: they are served whole first (cut, one would be a
+        # second cut request and sit the pass out), the long ones share what is left, then take what caps leave.
+        first = water_fill([x if w else 0 for x, w in zip(wants, whole, strict=True)], budget)
+        rest = water_fill([0 if w else x for x, w in zip(wants, whole, strict=True)], budget - sum(first))
         shares = [a + b for a, b in zip(first, rest, strict=True)]
-        if self.cfg.adaptive_pass:
-            top_up(shares, demands, budget, [i for i, w in enumerate(whole) if not w])
+        top_up(shares, demands, budget, [i for i, w in enumerate(whole) if not w])
         return align(shares, demands, snap.granule_tokens)
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler.config import PolicyConfig, default_interactive_pass_tokens, env_var_name
+from scheduler.interleave import DecodeInterleave, short_decode_passes
 from scheduler.planner import PassPlanner
 from scheduler.sglang_plugin.adder import PassRun
 from scheduler.sglang_plugin.env import explicit_policy_fields, explicit_policy_value
@@ -78,6 +79,9 @@ class SchedulerPolicy:
     inactive_reason: str | None = None
     last_run: PassRun | None = None
     """The last pass planned (its snapshot and plan), for inspection."""
+    interleave: DecodeInterleave = field(default_factory=DecodeInterleave)
+    """Decode-only passes owed to short streams when sglang's mixed chunk is off (sglang's own
+    prefill-decode interval, when set, does this for every stream instead)."""
     _run: PassRun | None = None
     _warned: set[str] = field(default_factory=set)
 
@@ -97,11 +101,19 @@ class SchedulerPolicy:
         self._run = PassRun(sched, self.planner)
         return self._run
 
+    def decode_due(self, running_batch: Any) -> bool:
+        """Should this iteration run decode only (no prefill batch), for the short streams' sake?"""
+        if self.inactive_reason is not None or running_batch is None:
+            return False
+        return self.interleave.decode_due(len(running_batch.reqs))
+
     def end_pass(self) -> None:
         run, self._run = self._run, None
         if run is not None and run.adder is not None:
             run.finish()
             self.last_run = run
+            if run.plan is not None and run.plan.grants and not self.cfg.decode_steps_per_prefill:
+                self.interleave.after_prefill(short_decode_passes(self.cfg, run.snapshot.num_short_decoding))
         ledger = self.planner.ledger
         if run is not None and len(ledger.first_skipped) > ledger.max_entries:
             ledger.prune({r.rid for r in run.sched.waiting_queue})  # drop requests aborted while waiting

@@ -5,7 +5,8 @@
 - ``Scheduler.get_prefill_adder_class`` (AROUND): the intended extension point; wraps the adder class so
   it applies the pass plan.
 - ``Scheduler._get_new_batch_prefill_raw`` (AROUND): the pass boundary; after upstream's scan, clean up
-  the requests the plan matched and did not admit.
+  the requests the plan matched and did not admit. With mixed chunk off it also returns no prefill batch when
+  a decode-only pass is owed to short streams (as sglang's own prefill-decode interval defers prefill).
 - ``ServerArgs.resolve_once`` (BEFORE): map the mixed-decode and decode-interval switches onto sglang's
   own arguments. (`ServerArgs` is a msgspec Struct: a hook on ``__post_init__`` would never run.)
 """
@@ -37,6 +38,9 @@ def around_get_new_batch_prefill_raw(original: Any, sched: Any, *args: Any, **kw
     policy = policy_of(sched)
     if policy is None:
         return original(sched, *args, **kwargs)
+    running_batch = kwargs.get("running_batch")
+    if policy.decode_due(running_batch):
+        return None, running_batch  # no prefill this iteration: sglang runs the decode batch, as its interval does
     try:
         return original(sched, *args, **kwargs)
     finally:
