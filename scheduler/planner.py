@@ -16,7 +16,6 @@ from scheduler.fair_share import align, per_request_cap, sequential_fill, top_up
 from scheduler.pass_budget import PassSizer
 from scheduler.snapshot import Candidate, Grant, PassPlan, QueueSnapshot, Rejection
 
-
 RESCANS = 2
 """Re-scans after the pass could not run a request the scan admitted (bounds decision time)."""
 

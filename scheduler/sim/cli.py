@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from scheduler.sim.presets import PRESETS, SEED000
-from scheduler.sim.workload import SCENARIOS, load_workload
+from scheduler.sim.workload import OVERLOAD_SCENARIOS, SCENARIOS, load_workload, scenario
 
 console = Console()
 
@@ -43,8 +43,9 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from scheduler.sim.compare import compare, plot
 
-    workload = load_workload(args.workload) if args.workload else SCENARIOS[args.scenario]()
-    comparison, results = compare(workload, args.policy, PRESETS[args.preset])
+    preset = PRESETS[args.preset]
+    workload = load_workload(args.workload) if args.workload else scenario(args.scenario, preset)
+    comparison, results = compare(workload, args.policy, preset)
     if args.plot:
         plot(results, args.plot)
     if args.json:
@@ -110,7 +111,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     cmp_ = sub.add_parser("compare", help="policies side by side on one workload")
     src = cmp_.add_mutually_exclusive_group(required=True)
-    src.add_argument("--scenario", choices=sorted(SCENARIOS))
+    src.add_argument(
+        "--scenario",
+        choices=sorted([*SCENARIOS, *OVERLOAD_SCENARIOS]),
+        help="a named workload (kv-burst, poisson-*, doc-flood are sized for the preset)",
+    )
     src.add_argument("--workload", type=_existing_file, help="YAML or JSON workload file")
     cmp_.add_argument(
         "--policy",

@@ -32,7 +32,10 @@ class Preset(BaseModel):
         """Our policy's pass size while short streams are active: the largest pass (a multiple of
         `PASS_GRANULE_TOKENS`) that lasts at most `ITL_TARGET_STEPS` decode-only steps, so a stream riding
         in it (or waiting for it) keeps its inter-token gap near that target."""
-        return min(self.chunk_budget_tokens, self.cost.tokens_within(ITL_TARGET_STEPS * self.decode_step_s, PASS_GRANULE_TOKENS))
+        return min(
+            self.chunk_budget_tokens,
+            self.cost.tokens_within(ITL_TARGET_STEPS * self.decode_step_s, PASS_GRANULE_TOKENS),
+        )
 
     @property
     def decode_step_s(self) -> float:
