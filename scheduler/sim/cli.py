@@ -79,7 +79,8 @@ def cmd_frontier(args: argparse.Namespace) -> int:
         print(frontier.model_dump_json(indent=2))
         return 0
     table = Table(title=f"Pass-size frontier on {frontier.preset} (unchunked {frontier.unchunked_tok_per_s:.0f} tok/s)")
-    for col in ("policy", "knob", "lone speed", "speed with question", "question TTFT s", "dominated by fairshare"):
+    cols = ("policy", "knob", "lone speed", "speed with question", "question TTFT s", "floor s", "TTFT / floor")
+    for col in (*cols, "dominated by fairshare"):
         table.add_column(col)
     for p in frontier.points:
         table.add_row(
@@ -88,8 +89,11 @@ def cmd_frontier(args: argparse.Namespace) -> int:
             f"{100 * p.lone_fraction:.1f}%",
             f"{100 * p.single_fraction:.1f}%",
             f"{p.short_ttft_s:.3f}",
+            f"{p.floor_s:.3f}",
+            f"{p.over_floor:.2f}×",
             "yes" if frontier.dominated(p, "fairshare") else "no",
         )
+    console.print("floor: half the pass in flight (at the document's context) plus one pass of the question alone")
     console.print(table)
     return 0
 

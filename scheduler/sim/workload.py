@@ -239,6 +239,15 @@ def _speed(preset: Preset) -> float:
     return preset.cost.prefill_tok_per_s / H100_8B.cost.prefill_tok_per_s
 
 
+def _chat_rate(preset: Preset, h100_rate_per_s: float) -> float:
+    """Chats per second: the h100-8b rate scaled by prefill speed, and at most what keeps a quarter of the
+    running slots busy decoding chats (a slower card's decode must not saturate its slots on chats alone)."""
+    per_chat_s = MEAN_CHAT_OUTPUT_TOKENS * preset.interactive_pass_s()
+    return min(h100_rate_per_s * _speed(preset), CHAT_SLOT_SHARE * preset.max_running_requests / per_chat_s)
+
+
+CHAT_SLOT_SHARE = 0.25
+MEAN_CHAT_OUTPUT_TOKENS = 144
 MEAN_DOC_TOKENS = 70_000
 MEAN_CHAT_PROMPT_TOKENS = 230  # the lognormal's mean (median 200, sigma 0.5), clipped to [16, 2048]
 
@@ -259,7 +268,8 @@ def kv_burst(preset: Preset) -> Workload:
         )
         for b in range(2)
     ]
-    return Workload(name="kv-burst", duration_s=120.0 / speed, groups=[*groups, _chats(2.0 * speed, 0.5 / speed)])
+    chats = _chats(_chat_rate(preset, 2.0), 0.5 / speed)
+    return Workload(name="kv-burst", duration_s=120.0 / speed, groups=[*groups, chats])
 
 
 def poisson_load(load: float) -> Callable[[Preset], Workload]:
@@ -267,7 +277,7 @@ def poisson_load(load: float) -> Callable[[Preset], Workload]:
 
     def make(preset: Preset) -> Workload:
         speed = _speed(preset)
-        chat_rate = 1.0 * speed
+        chat_rate = _chat_rate(preset, 1.0)
         doc_rate = (load * preset.cost.prefill_tok_per_s - chat_rate * MEAN_CHAT_PROMPT_TOKENS) / MEAN_DOC_TOKENS
         return Workload(
             name=f"poisson-{round(100 * load)}",
@@ -306,7 +316,7 @@ def doc_flood(preset: Preset) -> Workload:
                 output_tokens=DOC_OUTPUT_TOKENS,
                 interval_s=doc_interval,
             ),
-            _chats(2.0 * speed, 0.25 / speed),
+            _chats(_chat_rate(preset, 2.0), 0.25 / speed),
         ],
     )
 
