@@ -105,8 +105,7 @@ class PassPlanner:
         def consider(cand: Candidate) -> bool:
             """Admit `cand` if it fits; False when the walk must stop."""
             nonlocal free_kv, free_slots, demand_left
-            short = cfg.is_short(cand.extend_tokens)
-            if cand.rid in deferred or not (short or longs is None or cand.rid in longs):
+            if cand.rid in deferred:
                 return True
             if not fits(cfg, cand.extend_tokens, cand.need_tokens, free_kv, free_slots, idle and not admitted):
                 goes_on = scan.on_capacity_rejection(cand.rid)
@@ -123,6 +122,8 @@ class PassPlanner:
                     )
                 )
                 return goes_on
+            if not (longs is None or cfg.is_short(cand.extend_tokens) or cand.rid in longs):
+                return True  # judged (a capacity rejection still counts), not admitted in this re-scan
             if not scan.may_overtake(cand.extend_tokens):
                 return True  # a long request may not pass one that holds a reservation
             admitted.append(cand)

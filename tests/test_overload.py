@@ -20,6 +20,14 @@ def test_a_request_the_pass_cannot_run_holds_no_kv_and_the_scan_goes_on():
     assert plan.deferred == ["doc2"] and plan.rejections == []
 
 
+def test_a_re_scan_still_counts_a_capacity_rejection_for_the_starvation_guard():
+    planner = PassPlanner(cfg(interactive_reserve=False))
+    waiting = [cand("big", 90_000), cand("doc2", 50_000, 50_016), cand("q", 30, 46)]
+    plan = planner.plan(snap(waiting, free_kv=50_030, continuing=[cand("doc", 100_000, 0)], pass_index=7))
+    assert plan.deferred == ["doc2"] and [r.rid for r in plan.rejections] == ["big"]
+    assert planner.ledger.first_skipped == {"big": 7}
+
+
 def test_long_requests_leave_the_reserve_to_short_ones():
     c = cfg(max_running_requests=8)
     assert (c.reserved_slots, c.reserved_kv_tokens) == (1, 2 * 2048)
