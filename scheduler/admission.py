@@ -3,10 +3,15 @@
 Upstream sglang stops the scan at the first capacity rejection, so a 30-token question queued
 behind a 70k-token document is never examined even with 68k tokens free (seed 000: 109.7 s).
 Skipping ahead fixes that but gives up strict FCFS, so it is switchable, bounded, and guarded
-against starving the big request: once it has been skipped in `max_skipped_passes` passes it holds
-a reservation, and no later *long* request may overtake it. Short requests still may: their KV
-footprint is bounded (at most `max_running_requests` of `short_request_tokens` each) and brief, so
-they cannot keep the memory it waits for from freeing.
+against starving the big request: once it has waited `max_skipped_passes` forward passes since it
+was first skipped it holds a reservation, and no later *long* request may overtake it. Short
+requests still may: their KV footprint is bounded (at most `max_running_requests` of
+`short_request_tokens` each) and brief, so they cannot keep the memory it waits for from freeing.
+
+The interactive reserve (`reserved_slots`, `reserved_kv_tokens`) is the other half: a long request
+is admitted only if it leaves the reserve free, so documents can never hold every running slot or
+all free KV while a short request waits. Alone on an idle engine a long request may use it all
+(otherwise one bigger than the pool less the reserve could never run).
 """
 
 from __future__ import annotations
@@ -18,37 +23,38 @@ from scheduler.config import PolicyConfig
 
 @dataclass
 class StarvationLedger:
-    """Passes in which each waiting request was skipped for capacity. Lives across passes."""
+    """The forward pass in which each waiting request was first skipped for capacity. Lives across passes."""
 
-    skipped_passes: dict[str, int] = field(default_factory=dict)
+    first_skipped: dict[str, int] = field(default_factory=dict)
     max_entries: int = 4096
 
-    def record_skip(self, rid: str) -> int:
-        self.skipped_passes[rid] = self.skipped_passes.get(rid, 0) + 1
-        return self.skipped_passes[rid]
+    def record_skip(self, rid: str, pass_index: int) -> None:
+        """Idempotent within a pass: the planner may scan a pass more than once."""
+        self.first_skipped.setdefault(rid, pass_index)
 
-    def is_reserved(self, rid: str, cfg: PolicyConfig) -> bool:
-        return self.skipped_passes.get(rid, 0) >= cfg.max_skipped_passes
+    def is_reserved(self, rid: str, cfg: PolicyConfig, pass_index: int) -> bool:
+        first = self.first_skipped.get(rid)
+        return first is not None and pass_index - first >= cfg.max_skipped_passes
 
     def forget(self, rid: str) -> None:
-        self.skipped_passes.pop(rid, None)
+        self.first_skipped.pop(rid, None)
 
     def prune(self, alive_rids: set[str]) -> None:
         """Drop requests that left the queue without being admitted (aborts). Called rarely."""
-        if len(self.skipped_passes) > self.max_entries:
-            self.skipped_passes = {r: n for r, n in self.skipped_passes.items() if r in alive_rids}
+        if len(self.first_skipped) > self.max_entries:
+            self.first_skipped = {r: n for r, n in self.first_skipped.items() if r in alive_rids}
 
 
 class AdmissionScan:
-    """One pass over the waiting queue; decides when the scan stops."""
+    """One walk over the waiting queue; decides when it stops. Reads the ledger, never writes it."""
 
-    def __init__(self, cfg: PolicyConfig, ledger: StarvationLedger) -> None:
+    def __init__(self, cfg: PolicyConfig, ledger: StarvationLedger, pass_index: int) -> None:
         self._cfg = cfg
         self._ledger = ledger
+        self._pass_index = pass_index
         self._rejected = False
         self._reserved_ahead = False
         self._num_examined_after_rejection = 0
-        self.num_skipped = 0
 
     def may_examine_next(self) -> bool:
         """Called before each candidate. After a rejection only `lookahead` more are examined."""
@@ -63,17 +69,23 @@ class AdmissionScan:
         """Record a rejection; True when the scan goes on past this request."""
         if not self._cfg.skip_ahead:
             return False  # strict FCFS: upstream sglang breaks here
-        if self._ledger.is_reserved(rid, self._cfg):
+        if self._ledger.is_reserved(rid, self._cfg, self._pass_index):
             self._reserved_ahead = True
-        else:
-            self._ledger.record_skip(rid)
         self._rejected = True
-        self.num_skipped += 1
         return True
 
     def may_overtake(self, extend_tokens: int) -> bool:
         """May a request that fits be admitted past the requests rejected before it?"""
         return not self._reserved_ahead or self._cfg.is_short(extend_tokens)
 
-    def on_admitted(self, rid: str) -> None:
-        self._ledger.forget(rid)
+
+def fits(
+    cfg: PolicyConfig, extend_tokens: int, need_tokens: int, free_kv: int, free_slots: int, engine_idle: bool
+) -> bool:
+    """Does a request fit in what is free? A long one must leave the interactive reserve, unless the
+    engine holds nothing else (it could never run otherwise)."""
+    if free_slots <= 0 or need_tokens > free_kv:
+        return False
+    if cfg.is_short(extend_tokens) or engine_idle:
+        return True
+    return need_tokens <= free_kv - cfg.reserved_kv_tokens and free_slots > cfg.reserved_slots

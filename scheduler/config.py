@@ -73,7 +73,10 @@ class PolicyConfig(BaseSettings):
         "them: a newly arrived short request runs in a pass nearly of its own.",
     )
     activity_window_passes: int = Field(
-        32, ge=0, description="Passes after the last short admission during which activity counts as recent."
+        32,
+        ge=0,
+        description="Forward passes after the last short admission during which activity counts as recent "
+        "(every pass the engine runs, decode-only ones included).",
     )
     quiet_pass_tokens: int | None = Field(
         None,
@@ -81,9 +84,35 @@ class PolicyConfig(BaseSettings):
         description="Pass budget with no recent short activity; None = the chunk budget. Smaller passes make "
         "the first short arrival wait less and cost a lone document throughput (see the simulator's frontier).",
     )
-    mixed_decode: bool = Field(True, description="Decoding streams ride along in prefill passes.")
+    interactive_reserve: bool = Field(
+        True,
+        description="Keep running slots and KV tokens that long requests may not take, so short requests are "
+        "never locked out by documents holding every slot or all free KV. Off = upstream's first come.",
+    )
+    reserve_slots: int | None = Field(
+        None,
+        ge=0,
+        description="Running slots long requests leave free; None = max(1, max_running_requests // 8).",
+    )
+    reserve_kv_tokens: int | None = Field(
+        None,
+        ge=0,
+        description="KV tokens long requests leave free; None = reserve slots x 2 x short_request_tokens "
+        "(a short prompt plus as much output).",
+    )
+    mixed_decode: bool = Field(
+        True,
+        description="Decoding streams ride along in prefill passes (sglang's --enable-mixed-chunk, which the plugin "
+        "turns on unless this is set false; sglang still turns it off where it is unsupported). Measured against "
+        "decode-only interleave in the simulator: it saves a pass's fixed cost per token.",
+    )
     decode_steps_per_prefill: int = Field(
         0, ge=0, description="Decode-only passes run after each prefill pass (sglang's prefill-decode interval)."
+    )
+    short_decode_interleave: bool = Field(
+        True,
+        description="With mixed decode off, run one decode-only pass after each prefill pass while short "
+        "requests' streams decode, so their tokens keep coming during a document's prefill.",
     )
     diagnostics: bool = Field(False, description="Log one line per rejection and a per-pass budget breakdown.")
 
@@ -106,6 +135,24 @@ class PolicyConfig(BaseSettings):
         if self.per_request_cap_tokens is not None:
             return self.per_request_cap_tokens
         return max(1, self.chunk_budget_tokens // self.prefill_concurrency)
+
+    @property
+    def reserved_slots(self) -> int:
+        """Running slots only short requests may take (0 with the reserve off)."""
+        if not self.interactive_reserve:
+            return 0
+        if self.reserve_slots is not None:
+            return self.reserve_slots
+        return max(1, self.max_running_requests // 8)
+
+    @property
+    def reserved_kv_tokens(self) -> int:
+        """KV tokens only short requests may take (0 with the reserve off)."""
+        if not self.interactive_reserve:
+            return 0
+        if self.reserve_kv_tokens is not None:
+            return self.reserve_kv_tokens
+        return self.reserved_slots * 2 * self.short_request_tokens
 
     def is_short(self, uncached_prompt_tokens: int) -> bool:
         """Whether a request counts as short (interactive): `scheduler.traffic.classify` with this config's knob."""

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from scheduler.admission import AdmissionScan, StarvationLedger
+from scheduler.admission import AdmissionScan, StarvationLedger, fits
 from scheduler.config import PolicyConfig
 from scheduler.diagnostics import log_plan, logger
 from scheduler.fair_share import align, per_request_cap, sequential_fill, top_up, water_fill
 from scheduler.pass_budget import PassSizer
 from scheduler.snapshot import Candidate, Grant, PassPlan, QueueSnapshot, Rejection
+
+RESCANS = 2
+"""Re-scans after the pass could not run a request the scan admitted (bounds decision time)."""
 
 
 class PassPlanner:
@@ -24,6 +27,7 @@ class PassPlanner:
         self.sizer = PassSizer()
         self.num_skip_ahead = 0
         """Requests admitted by skip-ahead since start (for metrics)."""
+        self.num_plans = 0
         logger.info(self.cfg.describe_cap())
 
     def reconfigure(self, cfg: PolicyConfig) -> None:
@@ -36,35 +40,74 @@ class PassPlanner:
         self.ledger.forget(rid)
 
     def plan(self, snap: QueueSnapshot) -> PassPlan:
-        plan = PassPlan()
-        admitted, past_rejection = self._scan(snap, plan)
-        short_tokens = sum(c.extend_tokens for c in admitted if self.cfg.is_short(c.extend_tokens))
-        plan.pass_budget_tokens = self.sizer.next_budget(
-            self.cfg, short_tokens, snap.num_decoding, snap.num_short_decoding
-        )
-        sharers = [*snap.continuing, *admitted]
-        plan.grants, plan.cap_tokens = self._allocate(sharers, plan.pass_budget_tokens, snap)
+        pass_index = self.num_plans if snap.pass_index is None else snap.pass_index
+        self.num_plans += 1
+        deferred: list[str] = []
+        longs: set[str] | None = None
+        for attempt in range(RESCANS + 1):
+            plan, admitted, past_rejection, short_tokens = self._plan_once(snap, pass_index, set(deferred), longs)
+            granted = {g.rid for g in plan.grants}
+            dropped = [c.rid for c in admitted if c.rid not in granted]
+            if not dropped or not self.cfg.skip_ahead:
+                break  # strict FCFS keeps upstream's scan, which never re-scans
+            # What the pass cannot run holds nothing: scan again without it. The first re-scan keeps the long
+            # requests the pass did run; the last admits no new long request, so short ones always get a look.
+            deferred += dropped
+            longs = granted if attempt == 0 else set()
+        plan.deferred = deferred
         plan.num_sharing = len(plan.grants)
         plan.num_skip_ahead = sum(g.rid in past_rejection for g in plan.grants)
         self.num_skip_ahead += plan.num_skip_ahead
+        self._commit(plan, pass_index, short_tokens)
         log_plan(self.cfg, plan)
         return plan
 
-    def _scan(self, snap: QueueSnapshot, plan: PassPlan) -> tuple[list[Candidate], set[str]]:
-        """Admission: walk the queue in order, collecting requests that fit in KV and slots.
-        Also returns the rids admitted past a capacity rejection."""
+    def _plan_once(
+        self, snap: QueueSnapshot, pass_index: int, deferred: set[str], longs: set[str] | None
+    ) -> tuple[PassPlan, list[Candidate], set[str], int]:
+        plan = PassPlan()
+        admitted, past_rejection = self._scan(snap, plan, pass_index, deferred, longs)
+        short_tokens = sum(c.extend_tokens for c in admitted if self.cfg.is_short(c.extend_tokens))
+        plan.pass_budget_tokens = self.sizer.budget(
+            self.cfg, pass_index, short_tokens, snap.num_decoding, snap.num_short_decoding
+        )
+        sharers = [*snap.continuing, *admitted]
+        plan.grants, plan.cap_tokens = self._allocate(sharers, plan.pass_budget_tokens, snap)
+        return plan, admitted, past_rejection, short_tokens
+
+    def _commit(self, plan: PassPlan, pass_index: int, short_tokens: int) -> None:
+        """State across passes changes once per pass, from the plan that runs."""
+        self.sizer.commit(pass_index, short_tokens)
+        for r in plan.rejections:
+            if r.skipped:
+                self.ledger.record_skip(r.rid, pass_index)
+        for g in plan.grants:
+            self.ledger.forget(g.rid)
+
+    def _scan(
+        self, snap: QueueSnapshot, plan: PassPlan, pass_index: int, deferred: set[str], longs: set[str] | None
+    ) -> tuple[list[Candidate], set[str]]:
+        """Admission: walk the queue in order, collecting requests that fit in KV and slots (long ones
+        leaving the interactive reserve), then the engine's index of short waiting requests past where the
+        walk stopped. `deferred`: not admitted this pass; `longs`: the only long requests that may be
+        admitted (None = any). Also returns the rids admitted past a capacity rejection."""
         cfg = self.cfg
-        scan = AdmissionScan(cfg, self.ledger)
+        scan = AdmissionScan(cfg, self.ledger, pass_index)
         free_kv = snap.free_kv_tokens
         free_slots = snap.free_running_slots
         # Requests beyond what the biggest pass could feed get nothing this pass anyway.
         demand_left = cfg.chunk_budget_tokens - sum(self._want(c) for c in snap.continuing)
+        idle = not snap.continuing and not snap.num_decoding
         admitted: list[Candidate] = []
         past_rejection: set[str] = set()
-        for cand in snap.waiting:
-            if free_slots <= 0 or demand_left <= 0 or not scan.may_examine_next():
-                break
-            if cand.need_tokens > free_kv:
+        examined: set[str] = set()
+
+        def consider(cand: Candidate) -> bool:
+            """Admit `cand` if it fits; False when the walk must stop."""
+            nonlocal free_kv, free_slots, demand_left
+            if cand.rid in deferred:
+                return True
+            if not fits(cfg, cand.extend_tokens, cand.need_tokens, free_kv, free_slots, idle and not admitted):
                 goes_on = scan.on_capacity_rejection(cand.rid)
                 plan.rejections.append(
                     Rejection(
@@ -78,19 +121,32 @@ class PassPlanner:
                         skipped=goes_on,
                     )
                 )
-                if not goes_on:
-                    break
-                continue
+                return goes_on
+            if not (longs is None or cfg.is_short(cand.extend_tokens) or cand.rid in longs):
+                return True  # judged (a capacity rejection still counts), not admitted in this re-scan
             if not scan.may_overtake(cand.extend_tokens):
-                continue  # a long request may not pass one that holds a reservation
+                return True  # a long request may not pass one that holds a reservation
             admitted.append(cand)
             if plan.rejections:
                 past_rejection.add(cand.rid)
             free_kv -= cand.need_tokens
             free_slots -= 1
             demand_left -= self._want(cand)
-        for cand in admitted:
-            scan.on_admitted(cand.rid)
+            return True
+
+        for cand in snap.waiting:
+            if free_slots <= 0 or demand_left <= 0 or not scan.may_examine_next():
+                break
+            examined.add(cand.rid)
+            if not consider(cand):
+                break
+        if snap.waiting_short is not None and cfg.skip_ahead:
+            scan = AdmissionScan(cfg, self.ledger, pass_index)  # its own lookahead past its own rejections
+            for cand in snap.waiting_short:
+                if free_slots <= 0 or demand_left <= 0 or not scan.may_examine_next():
+                    break
+                if cand.rid not in examined:
+                    consider(cand)
         return admitted, past_rejection
 
     def _want(self, cand: Candidate) -> int:
@@ -128,9 +184,15 @@ class PassPlanner:
             (c.rid not in continuing and self.cfg.is_short(d)) or c.rid in finish
             for c, d in zip(sharers, demands, strict=True)
         ]
-        shares = water_fill([d if w else min(d, cap) for d, w in zip(demands, whole, strict=True)], budget)
-        if self.cfg.adaptive_pass:
-            top_up(shares, demands, budget, [i for i, w in enumerate(whole) if not w])
+        wants = [d if w else min(d, cap) for d, w in zip(demands, whole, strict=True)]
+        if not self.cfg.adaptive_pass:
+            return align(water_fill(wants, budget), demands, snap.granule_tokens)
+        # The pass was sized for the short requests it admits: they are served whole first (cut, one would be a
+        # second cut request and sit the pass out), the long ones share what is left, then take what caps leave.
+        first = water_fill([x if w else 0 for x, w in zip(wants, whole, strict=True)], budget)
+        rest = water_fill([0 if w else x for x, w in zip(wants, whole, strict=True)], budget - sum(first))
+        shares = [a + b for a, b in zip(first, rest, strict=True)]
+        top_up(shares, demands, budget, [i for i, w in enumerate(whole) if not w])
         return align(shares, demands, snap.granule_tokens)
 
 

@@ -39,6 +39,12 @@ class QueueSnapshot:
     """How many requests may be half-prefilled after this pass (sglang: one; the seed's fork: eight)."""
     granule_tokens: int = 1
     """Chunk sizes are multiples of this (page size, shard granule)."""
+    pass_index: int | None = None
+    """The engine's forward-pass counter (sglang: ``forward_ct``; the simulator: its step count), which the
+    policy's pass-counted knobs follow. None = the planner counts the passes it plans."""
+    waiting_short: Sequence[Candidate] | None = None
+    """The short waiting requests in queue order, when the engine indexes them (the simulator does): a short
+    request queued behind more than `lookahead` rejected documents is still found. None = the scan only."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +79,9 @@ class PassPlan:
     num_sharing: int = 0
     num_skip_ahead: int = 0
     """Requests admitted past an earlier request rejected for KV capacity (what upstream would not admit)."""
+    deferred: list[str] = field(default_factory=list)
+    """Requests the scan found room for but the pass could not run (a second cut request, no share left):
+    they were re-scanned as not admitted, so they hold no KV or slot this pass."""
 
     @property
     def num_prefill_tokens(self) -> int:

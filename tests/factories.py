@@ -5,7 +5,7 @@ from __future__ import annotations
 from scheduler.config import PolicyConfig
 from scheduler.snapshot import Candidate, QueueSnapshot
 
-FCFS = dict(skip_ahead=False, fair_share=False, adaptive_pass=False)
+FCFS = dict(skip_ahead=False, fair_share=False, adaptive_pass=False, interactive_reserve=False)
 
 
 def cand(rid: str, extend: int, need: int | None = None) -> Candidate:

@@ -78,7 +78,7 @@ def test_a_request_skipped_too_long_cannot_be_overtaken_by_long_requests():
     # Once memory frees it is admitted first, and its reservation is gone.
     plan = planner.plan(snap(waiting, free_kv=200_000))
     assert plan.admitted_rids[0] == "big"
-    assert "big" not in planner.ledger.skipped_passes
+    assert "big" not in planner.ledger.first_skipped
 
 
 def test_without_the_guard_small_requests_overtake_forever():

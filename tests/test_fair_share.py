@@ -58,7 +58,7 @@ def test_budget_used_up_by_the_continuing_chunk_admits_nobody_new_under_upstream
 
 
 def test_mixed_decode_rows_take_budget():
-    plan = PassPlanner(cfg(**NO_ADAPT)).plan(snap([cand("doc", 100_000)], num_decoding=100))
+    plan = PassPlanner(cfg(**NO_ADAPT, mixed_decode=True)).plan(snap([cand("doc", 100_000)], num_decoding=100))
     assert plan.pass_budget_tokens == 8192 - 100 and plan.grants[0].tokens == 8092
 
 

@@ -26,7 +26,30 @@ def test_passes_stay_small_while_short_requests_are_recent_then_grow_back():
 def test_short_streams_decoding_keep_passes_interactive():
     planner = PassPlanner(cfg(quiet_pass_tokens=4096, interactive_pass_tokens=512))
     plan = planner.plan(snap([], continuing=[cand("doc", 90_000)], num_decoding=3, num_short_decoding=1))
-    assert plan.pass_budget_tokens == 512 - 3
+    assert plan.pass_budget_tokens == 512
+
+
+def test_decode_rows_come_out_of_the_chunk_budget_not_the_interactive_pass():
+    # sglang's mixed chunk subtracts one token per decoding row from the whole chunk: 600 decoders leave a
+    # 512-token interactive pass whole, and a 200-token question is admitted beside them.
+    planner = PassPlanner(cfg(mixed_decode=True, interactive_pass_tokens=512, chunk_budget_tokens=8192))
+    plan = planner.plan(snap([cand("q", 200)], continuing=[cand("doc", 90_000)], num_decoding=600))
+    assert {g.rid: g.tokens for g in plan.grants} == {"q": 200, "doc": 64}
+    plan = planner.plan(snap([], continuing=[cand("doc", 90_000)], num_decoding=600, num_short_decoding=600))
+    assert plan.pass_budget_tokens == 512
+    # Only when the rows leave less than the pass of the whole chunk does the pass shrink, never below one token.
+    plan = planner.plan(snap([], continuing=[cand("doc", 90_000)], num_decoding=8000, num_short_decoding=1))
+    assert plan.pass_budget_tokens == 192
+    plan = planner.plan(snap([], continuing=[cand("doc", 90_000)], num_decoding=9000, num_short_decoding=1))
+    assert plan.pass_budget_tokens == 1 and plan.grants[0].tokens == 1
+
+
+def test_activity_window_counts_the_engines_forward_passes():
+    # The window follows the engine's pass counter, decode-only passes included, not the plans built.
+    planner = PassPlanner(cfg(quiet_pass_tokens=4096, interactive_pass_tokens=512, activity_window_passes=10))
+    planner.plan(snap([cand("q", 30)], continuing=[cand("doc", 100_000)], pass_index=100))
+    assert planner.plan(snap([], continuing=[cand("doc", 90_000)], pass_index=110)).pass_budget_tokens == 512
+    assert planner.plan(snap([], continuing=[cand("doc", 90_000)], pass_index=111)).pass_budget_tokens == 4096
 
 
 def test_adaptive_pass_off_always_allows_the_chunk_budget():

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler.config import PolicyConfig, default_interactive_pass_tokens, env_var_name
+from scheduler.interleave import DecodeInterleave, short_decode_passes
 from scheduler.pass_trace import PassTraceWriter, pass_record
 from scheduler.planner import PassPlanner
 from scheduler.sglang_plugin.adder import PassRun
@@ -96,6 +97,9 @@ class SchedulerPolicy:
     """The last pass planned (its snapshot and plan), for inspection."""
     trace: PassTraceWriter | None = None
     num_planned_passes: int = 0
+    interleave: DecodeInterleave = field(default_factory=DecodeInterleave)
+    """Decode-only passes owed to short streams when sglang's mixed chunk is off (sglang's own
+    prefill-decode interval, when set, does this for every stream instead)."""
     _run: PassRun | None = None
     _running_batch: Any = None
     _warned: set[str] = field(default_factory=set)
@@ -124,6 +128,12 @@ class SchedulerPolicy:
     def status(self) -> str:
         return "active" if self.inactive_reason is None else f"inactive: {self.inactive_reason}"
 
+    def decode_due(self, running_batch: Any) -> bool:
+        """Should this iteration run decode only (no prefill batch), for the short streams' sake?"""
+        if self.inactive_reason is not None or running_batch is None:
+            return False
+        return self.interleave.decode_due(len(running_batch.reqs))
+
     def end_pass(self) -> None:
         run, self._run, self._running_batch = self._run, None, None
         if run is not None and run.adder is not None and run.plan is not None:
@@ -132,8 +142,10 @@ class SchedulerPolicy:
             self.num_planned_passes += 1
             if self.trace is not None:
                 self.trace.write(self._record(run))
+            if run.plan.grants and not self.cfg.decode_steps_per_prefill:
+                self.interleave.after_prefill(short_decode_passes(self.cfg, run.snapshot.num_short_decoding))
         ledger = self.planner.ledger
-        if run is not None and len(ledger.skipped_passes) > ledger.max_entries:
+        if run is not None and len(ledger.first_skipped) > ledger.max_entries:
             ledger.prune({r.rid for r in run.sched.waiting_queue})  # drop requests aborted while waiting
 
     def _record(self, run: PassRun) -> dict[str, Any]:

@@ -5,7 +5,8 @@
 - ``Scheduler.get_prefill_adder_class`` (AROUND): the intended extension point; wraps the adder class so
   it applies the pass plan.
 - ``Scheduler._get_new_batch_prefill_raw`` (AROUND): the pass boundary; after upstream's scan, clean up
-  the requests the plan matched and did not admit.
+  the requests the plan matched and did not admit. With mixed chunk off it also returns no prefill batch when
+  a decode-only pass is owed to short streams (as sglang's own prefill-decode interval defers prefill).
 - ``Scheduler.get_init_info`` (AFTER): report the policy's state in the scheduler's start-up handshake.
 - ``Engine._launch_subprocesses`` (AFTER, launcher side; `RayEngine` and ``launch_server`` use it too):
   refuse a launch in which a scheduler reported no policy state (it never loaded the plugin).
@@ -41,7 +42,10 @@ def around_get_new_batch_prefill_raw(original: Any, sched: Any, *args: Any, **kw
     policy = policy_of(sched)
     if policy is None:
         return original(sched, *args, **kwargs)
-    policy.begin_pass(kwargs["running_batch"] if "running_batch" in kwargs else args[1])
+    running_batch = kwargs["running_batch"] if "running_batch" in kwargs else args[1]
+    if policy.decode_due(running_batch):
+        return None, running_batch  # no prefill this iteration: sglang runs the decode batch, as its interval does
+    policy.begin_pass(running_batch)
     try:
         return original(sched, *args, **kwargs)
     finally:

@@ -6,14 +6,17 @@ prefill pass, each taking one token of the chunk budget) and ``decode_steps_per_
 re-implement either: when ``FAIRSHARE_MIXED_DECODE`` / ``FAIRSHARE_DECODE_STEPS_PER_PREFILL`` is set, the
 value is written onto the raw `ServerArgs` just before sglang resolves them, as if it had been passed on
 the command line, so sglang's own resolution validates it (speculative decoding, for example, turns mixed
-chunk off) and every process sees the same value. Unset, sglang's arguments stand.
+chunk off) and every process sees the same value. Unset, sglang's arguments stand, except mixed decode: the
+policy's default (on, measured in the simulator against decode-only interleave) is written unless
+``FAIRSHARE_MIXED_DECODE=false``; where sglang resolves it off anyway, the policy's short-decode interleave
+keeps short streams moving.
 """
 
 from __future__ import annotations
 
 import logging
 
-from scheduler.config import env_var_name
+from scheduler.config import PolicyConfig, env_var_name
 from scheduler.sglang_plugin.env import explicit_policy_value
 
 logger = logging.getLogger("fairshare.sglang_plugin")
@@ -22,6 +25,8 @@ POLICY_FIELD_TO_SERVER_ARG = {
     "mixed_decode": "enable_mixed_chunk",
     "decode_steps_per_prefill": "prefill_decode_interval",
 }
+POLICY_DEFAULT_FIELDS = frozenset({"mixed_decode"})
+"""Fields whose policy default is written onto sglang's arguments when the operator leaves them unset."""
 
 
 def apply_policy_env(server_args) -> None:
@@ -30,6 +35,8 @@ def apply_policy_env(server_args) -> None:
         return  # already resolved (e.g. a copy pickled into a child process): the record is sealed
     for field, arg in POLICY_FIELD_TO_SERVER_ARG.items():
         value = explicit_policy_value(field)
+        if value is None and field in POLICY_DEFAULT_FIELDS:
+            value = PolicyConfig.model_fields[field].default
         if value is None:
             continue
         old = getattr(server_args, arg)

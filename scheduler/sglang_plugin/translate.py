@@ -192,5 +192,6 @@ def build_snapshot(
         num_short_decoding=sum(cfg.is_short(uncached_prompt_tokens(r)) for r in running_reqs),
         max_cut_requests=1,  # sglang tracks one half-prefilled request (`Scheduler.chunked_req`)
         granule_tokens=granule_tokens(sched, adder),
+        pass_index=sched.forward_ct,  # forward passes run, decode-only ones included: the simulator's count
     )
     return snap, window

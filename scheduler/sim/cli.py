@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from scheduler.sim.presets import PRESETS, SEED000
-from scheduler.sim.workload import SCENARIOS, load_workload
+from scheduler.sim.workload import OVERLOAD_SCENARIOS, SCENARIOS, load_workload, scenario
 
 console = Console()
 
@@ -43,8 +43,9 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from scheduler.sim.compare import compare, plot
 
-    workload = load_workload(args.workload) if args.workload else SCENARIOS[args.scenario]()
-    comparison, results = compare(workload, args.policy, PRESETS[args.preset])
+    preset = PRESETS[args.preset]
+    workload = load_workload(args.workload) if args.workload else scenario(args.scenario, preset)
+    comparison, results = compare(workload, args.policy, preset)
     if args.plot:
         plot(results, args.plot)
     if args.json:
@@ -78,7 +79,8 @@ def cmd_frontier(args: argparse.Namespace) -> int:
         print(frontier.model_dump_json(indent=2))
         return 0
     table = Table(title=f"Pass-size frontier on {frontier.preset} (unchunked {frontier.unchunked_tok_per_s:.0f} tok/s)")
-    for col in ("policy", "knob", "lone speed", "speed with question", "question TTFT s", "dominated by fairshare"):
+    cols = ("policy", "knob", "lone speed", "speed with question", "question TTFT s", "floor s", "TTFT / floor")
+    for col in (*cols, "dominated by fairshare"):
         table.add_column(col)
     for p in frontier.points:
         table.add_row(
@@ -87,8 +89,11 @@ def cmd_frontier(args: argparse.Namespace) -> int:
             f"{100 * p.lone_fraction:.1f}%",
             f"{100 * p.single_fraction:.1f}%",
             f"{p.short_ttft_s:.3f}",
+            f"{p.floor_s:.3f}",
+            f"{p.over_floor:.2f}×",
             "yes" if frontier.dominated(p, "fairshare") else "no",
         )
+    console.print("floor: half the pass in flight (at the document's context) plus one pass of the question alone")
     console.print(table)
     return 0
 
@@ -110,7 +115,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     cmp_ = sub.add_parser("compare", help="policies side by side on one workload")
     src = cmp_.add_mutually_exclusive_group(required=True)
-    src.add_argument("--scenario", choices=sorted(SCENARIOS))
+    src.add_argument(
+        "--scenario",
+        choices=sorted([*SCENARIOS, *OVERLOAD_SCENARIOS]),
+        help="a named workload (kv-burst, poisson-*, doc-flood are sized for the preset)",
+    )
     src.add_argument("--workload", type=_existing_file, help="YAML or JSON workload file")
     cmp_.add_argument(
         "--policy",

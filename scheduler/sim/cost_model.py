@@ -51,6 +51,13 @@ class CostModel(BaseModel):
             tokens += granule
         return tokens
 
+    def tokens_within(self, pass_s: float, granule: int = 128) -> int:
+        """The largest multiple of `granule` (at least one granule) whose prefill pass lasts at most `pass_s`."""
+        tokens = granule
+        while self.pass_s(tokens + granule, 0.0, 0, 0) <= pass_s:
+            tokens += granule
+        return tokens
+
     def decode_step_s(self, rows: int, mean_ctx_tokens: int) -> float:
         return self.pass_s(0, 0.0, rows, rows * mean_ctx_tokens)
 

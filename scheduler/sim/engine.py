@@ -24,6 +24,10 @@ class StepScheduler(Protocol):
 
     def forget(self, rid: str) -> None: ...
 
+    def is_short(self, req: SimRequest) -> bool:
+        """Does the engine index this waiting request as short (`SimEngine.waiting_short`)?"""
+        ...
+
 
 @dataclass
 class StepResult:
@@ -46,6 +50,8 @@ class SimEngine:
         self.cost = cost
         self.scheduler = scheduler
         self.waiting: list[SimRequest] = []
+        self.waiting_short: list[SimRequest] = []
+        """The short waiting requests in queue order: an index, so the policy finds one behind many documents."""
         self.running: list[SimRequest] = []
         self.kv_used_tokens = 0
         self.num_passes = 0
@@ -68,6 +74,8 @@ class SimEngine:
                 f"{req.rid}: needs {req.kv_need_tokens} KV tokens, the pool holds {self.cost.kv_pool_tokens}"
             )
         self.waiting.append(req)
+        if self.scheduler.is_short(req):
+            self.waiting_short.append(req)
 
     def abort(self, rid: str) -> bool:
         """Drop a request wherever it is and free its KV. False when it is unknown or done."""
@@ -75,6 +83,8 @@ class SimEngine:
             for req in queue:
                 if req.rid == rid:
                     queue.remove(req)
+                    if req in self.waiting_short:
+                        self.waiting_short.remove(req)
                     self._release(req, Phase.ABORTED)
                     return True
         return False
@@ -98,6 +108,8 @@ class SimEngine:
 
     def _admit(self, grants: dict[str, int], now_s: float) -> None:
         admitted = [r for r in self.waiting if r.rid in grants]
+        if admitted:
+            self.waiting_short = [r for r in self.waiting_short if r.rid not in grants]
         for req in admitted:
             self.waiting.remove(req)
             self.running.append(req)

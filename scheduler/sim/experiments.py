@@ -47,3 +47,17 @@ def single_session(spec: str, preset: Preset) -> tuple[float, float]:
 def four_sessions_first_question_ttft(spec: str, preset: Preset) -> float:
     """The seed measured one question; ours is the session's first, asked while the third document is blocked."""
     return short_ttfts(run_spec(seed000_4sessions(), spec, preset))[0]
+
+
+def added_waits(workload: Workload, spec: str, preset: Preset) -> tuple[RunResult, list[float]]:
+    """The interference long documents cause: each short request's TTFT with the documents less its TTFT in
+    the same workload without them (same requests, same arrivals). Returns the run with documents too."""
+    with_docs = run_spec(workload, spec, preset)
+    alone = run(workload.short_only(), preset, make_scheduler(spec, preset), policy=spec)
+    reference = {r.rid: r.ttft_s for r in alone.requests}
+    added = [
+        r.ttft_s - reference[r.rid]
+        for r in with_docs.requests
+        if r.traffic_class is TrafficClass.SHORT and r.ttft_s is not None and reference.get(r.rid) is not None
+    ]
+    return with_docs, added

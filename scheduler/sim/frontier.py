@@ -4,20 +4,24 @@ A pass in flight cannot be interrupted, so the pass size a lone document runs at
 prefill speed and how long a question arriving mid-prefill waits. The fork's knob is F; ours is
 the quiet pass size (`quiet_pass_tokens`, the interactive pass staying at its default). Each
 point: lone throughput as a fraction of unchunked prefill (`seed000-lone`), and the question's
-mean TTFT in `seed000-single`.
+mean TTFT in `seed000-single`, next to the cost model's floor for that pass size: a question arriving at
+a random moment waits on average half the pass in flight, then runs in one near-empty pass of its own
+(`floor_s`); no policy with passes of that size can do better on average.
 """
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 from pydantic import BaseModel
 from tqdm import tqdm
 
 from scheduler.config import default_interactive_pass_tokens
-from scheduler.sim.experiments import UNCHUNKED, long_tok_per_s, run_spec, single_session
+from scheduler.sim.cost_model import chunk_ctx_pairs
+from scheduler.sim.experiments import QUESTION_TIMES_S, UNCHUNKED, long_tok_per_s, run_spec, single_session
 from scheduler.sim.presets import Preset
-from scheduler.sim.workload import seed000_lone
+from scheduler.sim.workload import QUESTION_TOKENS, seed000_lone
 
 FORK_CAPS = [4096, 2048, 1024, 768, 512, 409, 300]
 OUR_QUIET_PASSES = [8192, 4096, 3072, 2048, 1536, 1024, 768, 512, 409, 300]
@@ -31,6 +35,21 @@ class Point(BaseModel):
     single_fraction: float
     """The document's prefill speed in the single-session run (with the question) / unchunked."""
     short_ttft_s: float
+    floor_s: float
+    """Half the document's pass in flight plus one pass of the question alone, on the cost model."""
+
+    @property
+    def over_floor(self) -> float:
+        return self.short_ttft_s / self.floor_s
+
+
+def ttft_floor_s(preset: Preset, pass_tokens: int, doc_tok_per_s: float) -> float:
+    """The cost model's floor for a question arriving mid-prefill of a document in passes of `pass_tokens`:
+    half the pass in flight (at the context the document has reached) plus the question's own pass."""
+    ctx = int(doc_tok_per_s * statistics.fmean(QUESTION_TIMES_S))
+    in_flight = preset.cost.pass_s(pass_tokens, chunk_ctx_pairs(ctx, pass_tokens), 0, 0)
+    own = preset.cost.pass_s(QUESTION_TOKENS, chunk_ctx_pairs(0, QUESTION_TOKENS), 0, 0)
+    return in_flight / 2 + own
 
 
 class Frontier(BaseModel):
@@ -52,7 +71,12 @@ def _point(policy: str, knob: int, spec: str, preset: Preset, unchunked: float) 
     ttft, single = single_session(spec, preset)
     lone = long_tok_per_s(run_spec(seed000_lone(), spec, preset))
     return Point(
-        policy=policy, knob=knob, lone_fraction=lone / unchunked, single_fraction=single / unchunked, short_ttft_s=ttft
+        policy=policy,
+        knob=knob,
+        lone_fraction=lone / unchunked,
+        single_fraction=single / unchunked,
+        short_ttft_s=ttft,
+        floor_s=ttft_floor_s(preset, knob, single),
     )
 
 

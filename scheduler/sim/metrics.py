@@ -102,5 +102,5 @@ def measure(result: RunResult) -> RunMetrics:
         policy=result.policy,
         preset=result.preset.name,
         classes={c.value: class_metrics(c, result.requests, windows) for c in TrafficClass if c in present},
-        decode_only_step_s=result.preset.cost.decode_step_s(1, 256),
+        decode_only_step_s=result.preset.decode_step_s,
     )

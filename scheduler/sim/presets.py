@@ -27,8 +27,30 @@ class Preset(BaseModel):
         """Our policy's pass size with no interactive traffic: just big enough for 98% of full speed."""
         return min(self.chunk_budget_tokens, self.cost.tokens_for_efficiency(QUIET_PASS_EFFICIENCY))
 
+    @property
+    def interactive_pass_tokens(self) -> int:
+        """Our policy's pass size while short streams are active: the largest pass (a multiple of
+        `PASS_GRANULE_TOKENS`) that lasts at most `ITL_TARGET_STEPS` decode-only steps, so a stream riding
+        in it (or waiting for it) keeps its inter-token gap near that target."""
+        return min(
+            self.chunk_budget_tokens,
+            self.cost.tokens_within(ITL_TARGET_STEPS * self.decode_step_s, PASS_GRANULE_TOKENS),
+        )
+
+    @property
+    def decode_step_s(self) -> float:
+        """A decode-only pass of one stream at a short context: the ITL with no prefill around."""
+        return self.cost.decode_step_s(1, DECODE_STEP_CTX_TOKENS)
+
+    def interactive_pass_s(self) -> float:
+        """How long an interactive pass of the policy lasts on this preset (the unit of the overload targets)."""
+        return self.cost.pass_s(self.interactive_pass_tokens, 0.0, 0, 0)
+
 
 QUIET_PASS_EFFICIENCY = 0.98
+ITL_TARGET_STEPS = 2.0
+PASS_GRANULE_TOKENS = 128
+DECODE_STEP_CTX_TOKENS = 256
 
 # The attention share is an assumption (the F sweep cannot separate it from the linear rate, since
 # the total attention work of a document does not depend on the chunk size): a hybrid 27B model

@@ -36,6 +36,8 @@ def policy_for(rules: RuleSet, preset: Preset, **overrides: Any) -> tuple[Policy
             fair_share=False,
             adaptive_pass=False,
             mixed_decode=False,
+            interactive_reserve=False,
+            short_decode_interleave=False,
             chunk_budget_tokens=preset.baseline_chunk_tokens,
             max_skipped_passes=NO_STARVATION_GUARD,
         )
@@ -49,6 +51,8 @@ def policy_for(rules: RuleSet, preset: Preset, **overrides: Any) -> tuple[Policy
             full_budget_when_alone=False,
             adaptive_pass=False,
             mixed_decode=False,
+            interactive_reserve=False,
+            short_decode_interleave=False,
             chunk_budget_tokens=preset.chunk_budget_tokens,
         )
         if rules is RuleSet.SEED000_BEFORE:
@@ -56,12 +60,16 @@ def policy_for(rules: RuleSet, preset: Preset, **overrides: Any) -> tuple[Policy
             base["per_request_cap_tokens"] = SEED000_BEFORE_CAP_TOKENS
         max_cut = 8
     elif rules is RuleSet.FAIRSHARE:
-        base = dict(chunk_budget_tokens=preset.chunk_budget_tokens, quiet_pass_tokens=preset.quiet_pass_tokens)
+        base = dict(
+            chunk_budget_tokens=preset.chunk_budget_tokens,
+            quiet_pass_tokens=preset.quiet_pass_tokens,
+            interactive_pass_tokens=preset.interactive_pass_tokens,
+        )
         max_cut = 1
     else:
         raise ValueError(f"{rules.value} is not a sglang-like rule set")
     base["max_running_requests"] = preset.max_running_requests
-    base["interactive_pass_tokens"] = default_interactive_pass_tokens(base["chunk_budget_tokens"])
+    base.setdefault("interactive_pass_tokens", default_interactive_pass_tokens(base["chunk_budget_tokens"]))
     max_cut = int(overrides.pop("max_cut_requests", max_cut))
     return PolicyConfig(**{**base, **overrides}), max_cut
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from tqdm import tqdm
@@ -39,9 +39,12 @@ def run(
     policy: str = "",
     step_clock: bool = False,
     progress: bool | None = False,
+    before_step: Callable[[SimEngine], None] | None = None,
+    after_step: Callable[[SimEngine, StepResult], None] | None = None,
 ) -> RunResult:
     """Simulate until every request finishes. With `step_clock`, each pass lasts one time unit and
-    arrival times are pass indices (seed 004's model); otherwise passes last what the cost model says."""
+    arrival times are pass indices (seed 004's model); otherwise passes last what the cost model says.
+    `before_step` / `after_step` observe the engine around each pass (invariant checks)."""
     reqs = [copy.deepcopy(r) for r in sorted(requests, key=lambda r: r.arrival_s)]
     engine = SimEngine(preset.cost, scheduler)
     steps: list[StepResult] = []
@@ -55,7 +58,11 @@ def run(
         if engine.idle:
             now = reqs[i].arrival_s
             continue
+        if before_step is not None:
+            before_step(engine)
         res = engine.step(now)
+        if after_step is not None:
+            after_step(engine, res)
         if res.kind is PassKind.IDLE:
             if i >= len(reqs):
                 raise StuckError(f"{len(engine.waiting)} requests wait but none can be admitted")

@@ -63,22 +63,28 @@ class PolicyScheduler:
     def forget(self, rid: str) -> None:
         self.planner.forget(rid)
 
+    def is_short(self, req: SimRequest) -> bool:
+        return self.cfg.is_short(req.extend_tokens)
+
     def plan_step(self, engine: SimEngine) -> StepPlan:
         decoding_reqs = list(engine.iter_decoding())
         decoding = [r.rid for r in decoding_reqs]
         if self.interleave.decode_due(len(decoding)):
             return StepPlan(PassKind.DECODE, decode=decoding)
+        num_short_decoding = sum(self.cfg.is_short(r.prompt_tokens - r.cached_tokens) for r in decoding_reqs)
         snap = QueueSnapshot(
             waiting=CandidateView(engine.waiting),
             free_kv_tokens=engine.free_kv_tokens,
             free_running_slots=engine.free_running_slots,
             continuing=[to_candidate(r) for r in engine.running if r.phase is Phase.PREFILLING],
             num_decoding=len(decoding),
-            num_short_decoding=sum(self.cfg.is_short(r.prompt_tokens - r.cached_tokens) for r in decoding_reqs),
+            num_short_decoding=num_short_decoding,
             max_cut_requests=self.max_cut_requests,
+            pass_index=engine.num_passes,
+            waiting_short=CandidateView(engine.waiting_short),
         )
         plan = self.planner.plan(snap)
-        kind = self.interleave.next_kind(self.cfg, bool(plan.grants), len(decoding))
+        kind = self.interleave.next_kind(self.cfg, bool(plan.grants), len(decoding), num_short_decoding)
         rows = decoding if kind in (PassKind.MIXED, PassKind.DECODE) else []
         return StepPlan(kind, prefill={g.rid: g.tokens for g in plan.grants}, decode=rows)
 
@@ -101,6 +107,9 @@ class VllmScheduler:
 
     def forget(self, rid: str) -> None:
         pass
+
+    def is_short(self, req: SimRequest) -> bool:
+        return False  # vLLM's scan has no short-request index
 
     def _cap(self, need: int) -> int:
         t = self.long_prefill_token_threshold

@@ -26,6 +26,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from scheduler.sim.presets import H100_8B, Preset
 from scheduler.sim.request import SimRequest
 from scheduler.traffic import TrafficClass
 
@@ -94,6 +95,11 @@ class Workload(BaseModel):
                     t += g.interval_s or 0.0
         out.sort(key=lambda r: r.arrival_s)
         return out
+
+    def short_only(self) -> list[SimRequest]:
+        """The same requests (same draws, ids and arrivals) with the long documents removed: the reference run
+        of the added-wait metric."""
+        return [r for r in self.requests() if r.traffic_class is not TrafficClass.LONG]
 
 
 def _draw(v: int | Dist, rng: random.Random) -> int:
@@ -215,6 +221,122 @@ def mixed_poisson(
             ),
         ],
     )
+
+
+def _chats(rate_per_s: float, arrival_s: float = 0.0) -> Group:
+    return Group(
+        name="chat",
+        count=100_000,
+        prompt_tokens=Dist(dist="lognormal", low=16, high=2048, median=200),
+        output_tokens=Dist(dist="uniform", low=32, high=256),
+        arrival_s=arrival_s,
+        rate_per_s=rate_per_s,
+    )
+
+
+def _speed(preset: Preset) -> float:
+    """How much faster than the h100-8b preset this card prefills: overload scenarios keep their shape (the
+    same requests, the same load) on any preset by scaling arrival rates and durations by it."""
+    return preset.cost.prefill_tok_per_s / H100_8B.cost.prefill_tok_per_s
+
+
+def _chat_rate(preset: Preset, h100_rate_per_s: float) -> float:
+    """Chats per second: the h100-8b rate scaled by prefill speed, and at most what keeps a quarter of the
+    running slots busy decoding chats (a slower card's decode must not saturate its slots on chats alone)."""
+    per_chat_s = MEAN_CHAT_OUTPUT_TOKENS * preset.interactive_pass_s()
+    return min(h100_rate_per_s * _speed(preset), CHAT_SLOT_SHARE * preset.max_running_requests / per_chat_s)
+
+
+CHAT_SLOT_SHARE = 0.25
+MEAN_CHAT_OUTPUT_TOKENS = 144
+MEAN_DOC_TOKENS = 70_000
+MEAN_CHAT_PROMPT_TOKENS = 230  # the lognormal's mean (median 200, sigma 0.5), clipped to [16, 2048]
+
+
+def kv_burst(preset: Preset) -> Workload:
+    """Bursts of long documents whose total prompt exceeds the KV pool, chats arriving among them (the shape
+    of sglang's upstream report): every 60 s (h100 time) a burst of documents holding 1.6 pools of KV."""
+    speed = _speed(preset)
+    per_burst = max(2, round(1.6 * preset.cost.kv_pool_tokens / 60_000))
+    groups = [
+        Group(
+            name=f"burst{b}",
+            traffic_class=TrafficClass.LONG,
+            count=per_burst,
+            prompt_tokens=Dist(dist="uniform", low=40_000, high=80_000),
+            output_tokens=DOC_OUTPUT_TOKENS,
+            arrival_s=b * 60.0 / speed,
+        )
+        for b in range(2)
+    ]
+    chats = _chats(_chat_rate(preset, 2.0), 0.5 / speed)
+    return Workload(name="kv-burst", duration_s=120.0 / speed, groups=[*groups, chats])
+
+
+def poisson_load(load: float) -> Callable[[Preset], Workload]:
+    """Chats and documents arriving at random, their prefill work `load` of the card's prefill rate."""
+
+    def make(preset: Preset) -> Workload:
+        speed = _speed(preset)
+        chat_rate = _chat_rate(preset, 1.0)
+        doc_rate = (load * preset.cost.prefill_tok_per_s - chat_rate * MEAN_CHAT_PROMPT_TOKENS) / MEAN_DOC_TOKENS
+        return Workload(
+            name=f"poisson-{round(100 * load)}",
+            duration_s=180.0 / speed,
+            seed=1,
+            groups=[
+                _chats(chat_rate),
+                Group(
+                    name="doc",
+                    traffic_class=TrafficClass.LONG,
+                    count=100_000,
+                    prompt_tokens=Dist(dist="uniform", low=20_000, high=120_000),
+                    output_tokens=DOC_OUTPUT_TOKENS,
+                    rate_per_s=doc_rate,
+                ),
+            ],
+        )
+
+    return make
+
+
+def doc_flood(preset: Preset) -> Workload:
+    """A flood of long documents (twice what the card can prefill, for 60 s of h100 time) under a steady
+    chat stream: the queue of documents only grows."""
+    speed = _speed(preset)
+    doc_interval = MEAN_DOC_TOKENS / (2.0 * preset.cost.prefill_tok_per_s)
+    return Workload(
+        name="doc-flood",
+        duration_s=60.0 / speed,
+        groups=[
+            Group(
+                name="doc",
+                traffic_class=TrafficClass.LONG,
+                count=100_000,
+                prompt_tokens=Dist(dist="uniform", low=40_000, high=100_000),
+                output_tokens=DOC_OUTPUT_TOKENS,
+                interval_s=doc_interval,
+            ),
+            _chats(_chat_rate(preset, 2.0), 0.25 / speed),
+        ],
+    )
+
+
+OVERLOAD_SCENARIOS: dict[str, Callable[[Preset], Workload]] = {
+    "kv-burst": kv_burst,
+    "poisson-50": poisson_load(0.50),
+    "poisson-80": poisson_load(0.80),
+    "poisson-95": poisson_load(0.95),
+    "doc-flood": doc_flood,
+}
+"""Scenarios sized for the preset they run on (the same shape and load on any card)."""
+
+
+def scenario(name: str, preset: Preset) -> Workload:
+    """A named scenario; the overload ones are sized for `preset`."""
+    if name in OVERLOAD_SCENARIOS:
+        return OVERLOAD_SCENARIOS[name](preset)
+    return SCENARIOS[name]()
 
 
 SCENARIOS: dict[str, Callable[[], Workload]] = {

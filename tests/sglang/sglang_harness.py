@@ -164,6 +164,7 @@ def build_scheduler(spec: EngineSpec, patched: bool, scheduler_cls: type | None 
         enable_unified_cache_external_linker=False,
         load_inquirer=SimpleNamespace(_get_num_pending_tokens=lambda chunk_deduct=0: 0),
         device="cpu",
+        forward_ct=0,
     )
 
 
@@ -226,6 +227,7 @@ class Harness:
         self._after_pass(batch)
         self.history.append(record)
         self.pass_index += 1
+        self.sched.forward_ct += 1  # each step is one forward pass (prefill, or the running batch's decode)
         return record
 
     def run(self, num_passes: int) -> list[PassRecord]:

@@ -38,6 +38,10 @@ SWITCH_VALUES = {
     "activity_window_passes": ("4", 4),
     "quiet_pass_tokens": ("900", 900),
     "diagnostics": ("true", True),
+    "interactive_reserve": ("false", False),
+    "reserve_slots": ("2", 2),
+    "reserve_kv_tokens": ("3000", 3000),
+    "short_decode_interleave": ("false", False),
 }
 SGLANG_OWNED = {"mixed_decode": "enable_mixed_chunk", "decode_steps_per_prefill": "prefill_decode_interval"}
 
@@ -118,7 +122,11 @@ def test_mixed_decode_and_interval_are_sglangs_resolved_values(monkeypatch, capl
 def test_switches_map_onto_sglangs_server_args(monkeypatch):
     args = ServerArgs(model_path="dummy", device="cpu", chunked_prefill_size=512)
     apply_policy_env(args)
-    assert (args.enable_mixed_chunk, args.prefill_decode_interval) == (False, None)  # unset: sglang's stand
+    # Unset: the interval is sglang's; mixed chunk gets the policy's default (on), and false turns it off.
+    assert (args.enable_mixed_chunk, args.prefill_decode_interval) == (True, None)
+    monkeypatch.setenv("FAIRSHARE_MIXED_DECODE", "false")
+    apply_policy_env(args)
+    assert args.enable_mixed_chunk is False
     monkeypatch.setenv("FAIRSHARE_MIXED_DECODE", "true")
     monkeypatch.setenv("FAIRSHARE_DECODE_STEPS_PER_PREFILL", "3")
     apply_policy_env(args)

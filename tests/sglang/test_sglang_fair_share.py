@@ -16,6 +16,9 @@ ENGINE = EngineSpec(pool_tokens=65_536, chunk_tokens=2048, max_running=16)
 def cap_256(monkeypatch):
     monkeypatch.setenv("FAIRSHARE_PER_REQUEST_CAP_TOKENS", "256")
     monkeypatch.setenv("FAIRSHARE_ADAPTIVE_PASS", "false")
+    # Shares alone: every pass a prefill pass, no slots or KV held back (those have their own tests).
+    monkeypatch.setenv("FAIRSHARE_SHORT_DECODE_INTERLEAVE", "false")
+    monkeypatch.setenv("FAIRSHARE_INTERACTIVE_RESERVE", "false")
 
 
 def test_alone_a_long_request_gets_the_whole_budget(cap_256):

@@ -9,7 +9,13 @@ import pytest
 from sglang_harness import EngineSpec, Harness, ReqSpec
 from sglang_scenarios import SHARED_SCENARIOS
 
-FCFS_ENV = {"FAIRSHARE_SKIP_AHEAD": "false", "FAIRSHARE_FAIR_SHARE": "false", "FAIRSHARE_ADAPTIVE_PASS": "false"}
+FCFS_ENV = {
+    "FAIRSHARE_SKIP_AHEAD": "false",
+    "FAIRSHARE_FAIR_SHARE": "false",
+    "FAIRSHARE_ADAPTIVE_PASS": "false",
+    "FAIRSHARE_INTERACTIVE_RESERVE": "false",
+    "FAIRSHARE_SHORT_DECODE_INTERLEAVE": "false",
+}
 
 
 @pytest.fixture

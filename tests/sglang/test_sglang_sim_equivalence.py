@@ -33,6 +33,8 @@ class SnapshotEngine:
             self.running.append(SimRequest(f"decoding-{i}", prompt, 1, 0.0, phase=Phase.DECODING))
         self.free_kv_tokens = snap.free_kv_tokens
         self.free_running_slots = snap.free_running_slots
+        self.num_passes = snap.pass_index
+        self.waiting_short = []  # the plugin has no short-request index: both see the scan only
 
     def iter_decoding(self):
         return (r for r in self.running if r.phase is Phase.DECODING)
@@ -52,7 +54,8 @@ def test_plugin_admits_what_the_simulator_decides(monkeypatch, make, policy):
         record = plugin.step()
         run = plugin.policy.last_run
         if run is before:
-            assert record.admitted == []  # sglang returned before planning (nothing to admit)
+            assert record.admitted == []  # sglang returned before planning (nothing to admit, or decode owed)
+            sim.interleave.decode_due(len(plugin.running.reqs))  # the simulator's owed decode pass ran too
             continue
         num_planned += 1
         assert run.snapshot.granule_tokens == 1

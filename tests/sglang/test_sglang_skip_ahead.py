@@ -9,6 +9,13 @@ from scheduler.sglang_plugin.attach import policy_config_for
 POOL = EngineSpec(pool_tokens=4096, chunk_tokens=2048, max_running=16)
 
 
+@pytest.fixture(autouse=True)
+def _admission_only(monkeypatch):
+    """Admission alone: every pass a prefill pass, no slots or KV held back (those have their own tests)."""
+    monkeypatch.setenv("FAIRSHARE_SHORT_DECODE_INTERLEAVE", "false")
+    monkeypatch.setenv("FAIRSHARE_INTERACTIVE_RESERVE", "false")
+
+
 def admitted_rids(harness: Harness) -> list[str]:
     return [rid for record in harness.history for rid, _ in record.admitted]
 
@@ -61,7 +68,7 @@ def test_long_request_may_not_overtake_a_starving_one(monkeypatch):
     plugin.run(6)
     assert "long" not in admitted_rids(plugin)
     assert "short" in admitted_rids(plugin)
-    assert plugin.policy.planner.ledger.is_reserved("big", plugin.policy.cfg)
+    assert plugin.policy.planner.ledger.is_reserved("big", plugin.policy.cfg, plugin.sched.forward_ct)
 
     monkeypatch.setenv("FAIRSHARE_MAX_SKIPPED_PASSES", "256")
     without_guard = Harness(POOL, reqs)
