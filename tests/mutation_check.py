@@ -110,7 +110,7 @@ MUTANTS = [
     _c(
         "C1",
         "scheduler/admission.py",
-        "if len(self.skipped_passes) > self.max_entries:",
+        "if len(self.first_skipped) > self.max_entries:",
         "if False:",
         "ledger never pruned",
     ),
