@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -53,12 +53,16 @@ class ServeHandle:
     base_url: str
     model: str
     config: dict[str, Any]
+    """The config deployed now."""
     metrics_url: str
     """Ray's Prometheus endpoint on this node (the app's metrics appear there, prefixed `ray_`)."""
 
     @property
     def client(self) -> openai.OpenAI:
         return openai.OpenAI(base_url=f"{self.base_url}/v1", api_key="unused", max_retries=0, timeout=60)
+
+    baseline: dict[str, Any] = field(default_factory=dict)
+    """The module's config: each test starts from it."""
 
     def deploy(self, cfg: dict[str, Any]) -> None:
         deploy(cfg)
@@ -114,6 +118,7 @@ def served() -> Iterator[ServeHandle]:
             SEED000_MODEL,
             copy.deepcopy(cfg),
             f"http://127.0.0.1:{metrics_port}/metrics",
+            baseline=copy.deepcopy(cfg),
         )
     finally:
         serve.shutdown()

@@ -18,7 +18,7 @@ def load(name: str) -> dict:
     return yaml.safe_load((REPO / name).read_text())
 
 
-@pytest.mark.parametrize("name", ["config.yaml", "config.gpu.yaml"])
+@pytest.mark.parametrize("name", ["config.yaml", "config.seed000.yaml", "config.gpu.yaml"])
 def test_config_files_pass_serve_schema_and_ours(name: str) -> None:
     raw = load(name)
     schema = ServeDeploySchema.model_validate(raw)
@@ -36,12 +36,37 @@ def test_config_files_pass_serve_schema_and_ours(name: str) -> None:
     knobs = validate(EngineKnobs, engine.user_config, "Engine.user_config")
     validate(RoutingKnobs, deployments["Ingress"].user_config, "Ingress.user_config")
     assert 0 < knobs.long_lane_replicas < engine.num_replicas
-    if name == "config.yaml":
+    if name != "config.gpu.yaml":
         assert cfg.backend == "sim" and engine.num_replicas == 2
     else:
         assert cfg.backend == "sglang" and engine.num_replicas == 4
         assert engine.ray_actor_options.num_gpus == 1
     build_app(app.args)
+
+
+def test_laptop_default_is_a_current_gpu_and_the_articles_card_is_one_line_away() -> None:
+    default, seed000 = load("config.yaml"), load("config.seed000.yaml")
+    assert AppConfig.model_validate(default["applications"][0]["args"]).served_model_id == "sim-h100-8b"
+    assert seed000["applications"][0]["args"]["sim"].pop("preset") == "seed000-12gb-27b"
+    assert default["applications"][0]["args"]["sim"].pop("preset") == "h100-8b"
+    assert seed000 == default
+
+
+def test_one_place_for_the_short_long_threshold_and_mixed_decode() -> None:
+    # The routers take the threshold from the engines' policy; sglang's interleave arguments are the policy's.
+    with pytest.raises(ConfigError, match="long_prompt_tokens"):
+        validate(RoutingKnobs, {"long_prompt_tokens": 4096}, "Ingress.user_config")
+    with pytest.raises(ConfigError, match="enable_mixed_chunk"):
+        validate(AppConfig, {"backend": "sglang", "sglang": {"model_path": "m", "enable_mixed_chunk": True}}, "args")
+    with pytest.raises(ConfigError, match="prefill_decode_interval"):
+        validate(
+            AppConfig,
+            {
+                "backend": "sglang",
+                "sglang": {"model_path": "m", "context_length": 8, "engine_args": {"prefill_decode_interval": 2}},
+            },
+            "args",
+        )
 
 
 def test_bad_values_name_the_field() -> None:
@@ -57,8 +82,8 @@ def test_bad_values_name_the_field() -> None:
         validate(EngineKnobs, {"policy": {"chunk_budget": 4096}}, "Engine.user_config")
     with pytest.raises(ConfigError, match=r"Ingress\.user_config\.busy_pending_requests"):
         validate(RoutingKnobs, {"busy_pending_requests": 0}, "Ingress.user_config")
-    with pytest.raises(ConfigError, match=r"Ingress\.user_config\.long_prompt_token"):
-        validate(RoutingKnobs, {"long_prompt_token": 10}, "Ingress.user_config")
+    with pytest.raises(ConfigError, match=r"Ingress\.user_config\.long_prompt_tokens"):
+        validate(RoutingKnobs, {"long_prompt_tokens": 10}, "Ingress.user_config")  # now the policy's knob
 
 
 def test_check_cli_accepts_the_shipped_files_and_names_bad_fields(tmp_path, capsys) -> None:

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from scheduler.traffic import TrafficClass, classify
 from serve_app.config import RoutingKnobs
 from serve_app.engine_backend import ReplicaLoad
 from serve_app.routing import (
+    ARRIVAL_MARGIN_S,
     Lane,
     LanePolicy,
     ReplicaView,
     RouteHint,
     RouteReason,
+    RouteTicket,
+    RoutingStats,
 )
 
 KNOBS = RoutingKnobs(class_hysteresis=0.5, busy_pending_requests=2, busy_prefill_tokens=16384)
@@ -181,3 +187,144 @@ def test_sessions_expire_and_are_bounded() -> None:
     assert p.session_replica("s0") is None and p.session_replica("s2") is not None
     p.decide("r9", hint("x", 30, knobs=knobs), two_lanes(), T0 + 100)
     assert p.session_replica("s2") is None
+
+
+# -- the load correction: published load + what this router knows happened since ---------------------
+
+
+def test_a_send_after_publication_counts_as_waiting_with_its_tokens() -> None:
+    p = LanePolicy()
+    p.decide("r1", hint("a", 1500, request_id="a1"), two_lanes(), T0 + 1)
+    published = view("C1", Lane.CHAT, pending=1, prefill=700, stats_time=T0 + 0.5)
+    load = p.effective_load(published)
+    assert (load.num_waiting, load.num_prefilling, load.prefill_tokens) == (2, 0, 2200)
+
+
+def test_a_send_just_before_publication_may_not_have_arrived_and_still_counts() -> None:
+    p = LanePolicy()
+    p.decide("r1", hint("a", 1500, request_id="a1"), two_lanes(), T0)
+    inside_margin = view("C1", Lane.CHAT, stats_time=T0 + ARRIVAL_MARGIN_S / 2)
+    well_after = view("C1", Lane.CHAT, stats_time=T0 + 2 * ARRIVAL_MARGIN_S)
+    assert p.effective_load(inside_margin).num_waiting == 1
+    # Published well after the send without it pending: it already had its first token there.
+    assert p.effective_load(well_after).num_waiting == 0
+
+
+def test_a_send_the_replica_already_published_is_not_counted_twice() -> None:
+    p = LanePolicy()
+    p.decide("r1", hint("a", 1500, request_id="a1"), two_lanes(), T0 + 1)
+    published = ReplicaView(
+        "C1", Lane.CHAT, ReplicaLoad(num_waiting=1, prefill_tokens=1500), T0 + 1, pending={"a1": 1500}
+    )
+    load = p.effective_load(published)
+    assert (load.num_waiting, load.prefill_tokens) == (1, 1500)
+
+
+def test_a_finished_pending_request_leaves_prefilling_before_waiting() -> None:
+    p = LanePolicy()
+    p.decide("r1", hint("a", 1500, request_id="a1"), two_lanes(), T0)
+    p.on_completed("r1", T0 + 0.5)
+    published = ReplicaView(
+        "C1",
+        Lane.CHAT,
+        ReplicaLoad(num_waiting=1, num_prefilling=1, prefill_tokens=2000),
+        T0 + 1,
+        pending={"a1": 500, "b1": 1500},
+    )
+    load = p.effective_load(published)
+    assert (load.num_waiting, load.num_prefilling, load.prefill_tokens) == (1, 0, 1500)
+
+
+def test_a_busy_bound_is_reached_at_the_bound_itself() -> None:
+    p = LanePolicy()
+    longs = [view("L1", Lane.LONG), view("L2", Lane.LONG), view("C1", Lane.CHAT)]
+    assert p.decide("r0", hint("doc", 50_000), longs, T0).replica_id == "L1"
+    p.on_completed("r0", T0)
+    # A new 50k document of the session: L1 has exactly busy_prefill_tokens waiting, L2 none.
+    at_bound = [view("L1", Lane.LONG, prefill=KNOBS.busy_prefill_tokens), view("L2", Lane.LONG), view("C1", Lane.CHAT)]
+    d = p.decide("r1", hint("doc", 120_000), at_bound, T0 + 1)
+    assert (d.replica_id, d.reason) == ("L2", RouteReason.GAVE_WAY)
+
+
+def test_the_engines_published_threshold_decides_the_class() -> None:
+    p = LanePolicy()
+    # The engines run short_request_tokens=4096: a 3000-token prompt is a chat for them, so for the router too.
+    views = [ReplicaView(v.replica_id, v.lane, v.load, T0, short_request_tokens=4096) for v in two_lanes()]
+    d = p.decide("r1", hint(None, 3000), views, T0)
+    assert (d.traffic_class, d.lane) == (TrafficClass.SHORT, Lane.CHAT)
+    views = [ReplicaView(v.replica_id, v.lane, v.load, T0, short_request_tokens=1000) for v in two_lanes()]
+    d = p.decide("r2", hint(None, 3000), views, T0)
+    assert (d.traffic_class, d.lane) == (TrafficClass.LONG, Lane.LONG)
+
+
+def test_routing_stats_survive_serve_transport_and_default_before_publication() -> None:
+    stats = RoutingStats(Lane.CHAT, ReplicaLoad(num_waiting=3, kv_used_tokens=10), 512, T0, {"s": 40}, {"r": 9})
+    assert RoutingStats.from_dict(stats.to_dict()) == stats
+    view_ = ReplicaView.from_stats("C9", stats, full=True)
+    assert (view_.lane, view_.short_request_tokens, view_.sessions, view_.pending, view_.full) == (
+        Lane.CHAT,
+        512,
+        {"s": 40},
+        {"r": 9},
+        True,
+    )
+    nothing_yet = RoutingStats.from_dict(None, Lane.LONG)
+    assert (nothing_yet.lane, nothing_yet.time_s, nothing_yet.load) == (Lane.LONG, 0.0, ReplicaLoad())
+
+
+def test_a_ticket_carries_the_last_decision() -> None:
+    ticket = RouteTicket(hint("s", 30))
+    p = LanePolicy()
+    first = p.decide("r1", ticket.hint, two_lanes(), T0)
+    ticket.record(first, 1.0)
+    # Serve retried (the replica was full): the router decides again from the same hint.
+    second = p.decide("r1", ticket.hint, two_lanes(C1={"full": True}), T0)
+    ticket.record(second, 2.0)
+    assert (ticket.decision, ticket.decided_at_s) == (second, 2.0)
+    assert second.replica_id != first.replica_id
+
+
+# -- invariants over random replica sets -----------------------------------------------------------
+
+replica_views = st.builds(
+    lambda i, lane, pending, prefill, decoding, full, threshold: ReplicaView(
+        f"R{i}",
+        lane,
+        ReplicaLoad(num_waiting=pending, prefill_tokens=prefill, num_decoding=decoding),
+        T0,
+        full=full,
+        short_request_tokens=threshold,
+    ),
+    st.integers(0, 50),
+    st.sampled_from(list(Lane)),
+    st.integers(0, 8),
+    st.integers(0, 200_000),
+    st.integers(0, 8),
+    st.booleans(),
+    st.sampled_from([512, 2048, 8192]),
+)
+
+
+@settings(deadline=None, max_examples=200)
+@given(
+    views=st.lists(replica_views, min_size=1, max_size=6, unique_by=lambda v: v.replica_id),
+    requests=st.lists(st.tuples(st.sampled_from([None, "s1", "s2"]), st.integers(1, 150_000)), min_size=1, max_size=6),
+    chat_spill=st.booleans(),
+)
+def test_every_decision_respects_lanes_and_limits(views, requests, chat_spill) -> None:
+    knobs = RoutingKnobs(busy_pending_requests=2, busy_prefill_tokens=16384, chat_spill=chat_spill)
+    p = LanePolicy()
+    by_id = {v.replica_id: v for v in views}
+    usable = [v for v in views if not v.full] or views
+    for i, (session, tokens) in enumerate(requests):
+        d = p.decide(f"r{i}", hint(session, tokens, knobs=knobs), views, T0 + i)
+        chosen = by_id[d.replica_id]
+        assert chosen in usable  # a full replica only when every replica is full
+        assert d.lane is not Lane.BOTH
+        assert d.lane is chosen.lane or chosen.lane is Lane.BOTH
+        assert 1 <= d.uncached_tokens <= max(1, tokens)
+        has_long_lane = any(v.lane is not Lane.CHAT for v in usable)
+        if d.traffic_class is TrafficClass.LONG and has_long_lane:
+            assert d.lane is Lane.LONG  # a document never lands in the chat lane while a long lane exists
+        if d.lane is Lane.LONG and d.traffic_class is TrafficClass.SHORT and d.reason is RouteReason.SPILL:
+            assert chat_spill

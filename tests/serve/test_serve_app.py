@@ -1,13 +1,15 @@
 """The Serve app end to end: real HTTP on 127.0.0.1, the real `openai` client, streaming and not.
 
 One app for the module (see conftest): engine ranks 0 (long lane), 1 and 2 (chat lane), the sim
-engine at 1/20 of real time, `busy_pending_requests=2`.
+engine at 1/20 of real time, `busy_pending_requests=2`. Tests assert what holds however the 2 CPUs
+schedule things (every request answered, lanes respected, decisions consistent with their reasons);
+which replica a given load picks is the routing policy's, tested on synthetic stats in test_routing.
+Each test starts from the module's config (a test that changed it and failed cannot leak the change).
 """
 
 from __future__ import annotations
 
 import copy
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -15,9 +17,19 @@ import httpx
 import openai
 import pytest
 
+from benchmarks.serve_common import server_timing
 from tests.serve.conftest import ServeHandle, deployment
 
 pytestmark = pytest.mark.serve
+
+
+@pytest.fixture(autouse=True)
+def baseline_config(served: ServeHandle):
+    """Every test starts on the module's config, whatever the previous one left."""
+    if served.config != served.baseline:
+        served.deploy(copy.deepcopy(served.baseline))
+    yield
+
 
 SHORT = [{"role": "user", "content": "What is fair-share chunking?"}]
 
@@ -53,8 +65,11 @@ def test_chat_completion_with_usage_and_routing_headers(served: ServeHandle) -> 
     assert resp.usage.prompt_tokens > 0
     assert resp.usage.total_tokens == resp.usage.prompt_tokens + 5
     assert headers["x-session-id"] == "hdr-1"
-    assert headers["x-lane"] == "chat"
+    assert (headers["x-lane"], headers["x-traffic-class"]) == ("chat", "short")
     assert headers["x-replica"]
+    # The router's decision (made in the ingress process) and the engine's first item, both from receipt.
+    timings = server_timing(headers["server-timing"])
+    assert set(timings) == {"route", "ttft"} and 0 <= timings["route"] <= timings["ttft"]
 
 
 def test_user_field_is_the_session(served: ServeHandle) -> None:
@@ -158,75 +173,61 @@ def _concurrent(fn, args_list):
         return list(pool.map(fn, args_list))
 
 
-def test_hot_replica_gives_way(served: ServeHandle) -> None:
+def test_a_sessions_concurrent_requests_stay_or_give_way_within_the_chat_lane(served: ServeHandle) -> None:
     h0, _ = chat(served, SHORT, session="hot", max_tokens=2)
     pinned = h0["x-replica"]
-    # Three requests of the session at once, each ~1000 uncached tokens: the pinned replica takes two
-    # (busy_pending_requests=2), the third goes to the other chat replica.
+    # Three requests of the session at once, each ~1000 uncached tokens: however they interleave, each stays
+    # on the session's replica (affinity) or leaves it only because it was busy (gave-way), in the chat lane.
     prompts = [[{"role": "user", "content": doc(1000, seed=f"hot{i}")}] for i in range(3)]
-    results = _concurrent(lambda m: chat(served, m, session="hot", max_tokens=2)[0], prompts)
-    routes = sorted((h["x-route"], h["x-replica"] == pinned, h["x-lane"]) for h in results)
-    assert routes == [("affinity", True, "chat"), ("affinity", True, "chat"), ("gave-way", False, "chat")]
+    results = _concurrent(lambda m: chat(served, m, session="hot", max_tokens=2), prompts)
+    for h, r in results:
+        assert (h["x-lane"], h["x-traffic-class"]) == ("chat", "short")
+        assert r.choices[0].finish_reason == "length"
+        assert h["x-route"] in ("affinity", "gave-way")
+        assert (h["x-route"] == "affinity") == (h["x-replica"] == pinned)
 
 
-def test_chat_spills_to_the_long_lane_when_the_chat_lane_is_saturated(served: ServeHandle) -> None:
+def test_chats_under_load_are_all_answered_and_leave_the_chat_lane_only_as_a_spill(served: ServeHandle) -> None:
     prompts = [[{"role": "user", "content": doc(1500, seed=f"spill{i}")}] for i in range(5)]
-    results = _concurrent(
-        lambda m: chat(served, m, session=f"spill-{m[0]['content'][:8]}-{id(m)}", max_tokens=2)[0], prompts
-    )
-    lanes = sorted((h["x-lane"], h["x-route"], h["x-traffic-class"]) for h in results)
-    assert lanes.count(("chat", "least-loaded", "short")) == 4
-    assert lanes.count(("long", "spill", "short")) == 1
+    results = _concurrent(lambda m: chat(served, m, session=f"spill-{m[0]['content'][:12]}", max_tokens=2), prompts)
+    for h, r in results:
+        assert h["x-traffic-class"] == "short" and r.usage.completion_tokens == 2
+        assert h["x-route"] == "spill" if h["x-lane"] == "long" else h["x-route"] in ("least-loaded", "affinity")
 
 
-def _stream_times(served: ServeHandle, session: str, max_tokens: int, out: dict, key: str, start: threading.Event):
-    start.wait()
-    t0 = time.monotonic()
-    stream = served.client.chat.completions.create(
-        model=served.model, messages=SHORT, max_tokens=max_tokens, stream=True, extra_headers={"X-Session-ID": session}
-    )
-    times = [time.monotonic() - t0 for c in stream if c.choices and c.choices[0].delta.content]
-    out[key] = (t0, times)
-
-
-def _second_waits_for_first(served: ServeHandle, session: str) -> bool:
-    """Two concurrent streams of one session (same replica): does the second start only after the first ends?"""
-    out: dict = {}
-    go_a, go_b = threading.Event(), threading.Event()
-    a = threading.Thread(target=_stream_times, args=(served, session, 40, out, "a", go_a))
-    b = threading.Thread(target=_stream_times, args=(served, session, 3, out, "b", go_b))
-    a.start()
-    b.start()
-    go_a.set()
-    time.sleep(0.1)
-    go_b.set()
-    a.join(60)
-    b.join(60)
-    (ta, times_a), (tb, times_b) = out["a"], out["b"]
-    end_a = ta + times_a[-1]
-    first_b = tb + times_b[0]
-    return first_b >= end_a - 0.02
-
-
-def test_live_reconfigure_changes_engine_behaviour(served: ServeHandle) -> None:
+def test_live_reconfigure_changes_the_engines_without_restarting_them(served: ServeHandle) -> None:
     h, _ = chat(served, SHORT, session="reconf", max_tokens=1)
     before = served.replica(h["x-replica"])
     assert before["policy"]["max_running_requests"] == 10
-    assert not _second_waits_for_first(served, "reconf")
+    document = [{"role": "user", "content": doc(6000, seed="reconf")}]
+    assert chat(served, document, session="reconf-doc-0", max_tokens=1)[0]["x-traffic-class"] == "long"
 
-    original = copy.deepcopy(served.config)
     cfg = copy.deepcopy(served.config)
-    deployment(cfg, "Engine")["user_config"]["policy"] = {"max_running_requests": 1}
-    deployment(cfg, "Ingress")["user_config"]["busy_pending_requests"] = 100  # keep both on the pinned replica
+    # One knob moves both the engines' planner and the routers' lanes: a 6000-token prompt becomes a chat.
+    deployment(cfg, "Engine")["user_config"]["policy"] = {"max_running_requests": 1, "short_request_tokens": 8192}
     served.deploy(cfg)
-    try:
-        after = served.replica(h["x-replica"])
-        assert after["policy"]["max_running_requests"] == 1
-        assert (after["pid"], after["started_at_s"]) == (before["pid"], before["started_at_s"])  # not restarted
-        assert _second_waits_for_first(served, "reconf")
-    finally:
-        served.deploy(original)
-    assert served.replica(h["x-replica"])["policy"]["max_running_requests"] == 10
+    after = served.replica(h["x-replica"])
+    assert after["policy"]["max_running_requests"] == 1
+    assert after["policy"]["short_request_tokens"] == 8192
+    assert after["load"]["max_running_requests"] == 1  # the engine's scheduler runs with it
+    assert (after["pid"], after["started_at_s"]) == (before["pid"], before["started_at_s"])  # not restarted
+    classes = _until(
+        lambda i: chat(served, document, session=f"reconf-doc-{i + 1}", max_tokens=1)[0]["x-traffic-class"],
+        lambda cls: cls == "short",
+    )
+    assert classes[-1] == "short"  # once the replicas published the new threshold (one stats period)
+
+
+def _until(probe, done, timeout_s: float = 20.0) -> list:
+    """Call `probe(i)` until `done(result)`; the results so far (routers learn published stats within a period)."""
+    out = []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        out.append(probe(len(out)))
+        if done(out[-1]):
+            break
+        time.sleep(0.2)
+    return out
 
 
 def test_disconnect_mid_stream_frees_queue_and_kv(served: ServeHandle) -> None:
@@ -256,39 +257,50 @@ def test_disconnect_mid_stream_frees_queue_and_kv(served: ServeHandle) -> None:
 
 
 def test_overload_answers_429_with_retry_after(served: ServeHandle) -> None:
-    # 3 replicas x max_ongoing_requests 8 + max_queued_requests 4 = 28 requests in the system at most.
+    # 3 replicas x max_ongoing_requests 8 + max_queued_requests 4 = 28 requests in the system at most; 40 requests
+    # of ~5 s each (400 tokens at 1/20 of the card's ~4 tokens/s) are all sent well within that time.
+    client = served.client
+
     def one(i: int):
         try:
-            served.client.chat.completions.create(
-                model=served.model, messages=SHORT, max_tokens=40, extra_headers={"X-Session-ID": f"flood-{i}"}
+            client.chat.completions.create(
+                model=served.model, messages=SHORT, max_tokens=400, extra_headers={"X-Session-ID": f"flood-{i}"}
             )
             return 200, None
         except openai.RateLimitError as e:
             return 429, e
 
     results = _concurrent(one, list(range(40)))
-    shed = [e for code, e in results if code == 429]
-    assert shed, "expected some requests to be shed"
-    assert sum(code == 200 for code, _ in results) >= 24
-    err = shed[0]
-    assert err.response.headers["retry-after"] == "1"
-    assert err.body["code"] == "rate_limit_exceeded"
+    codes = [code for code, _ in results]
+    assert set(codes) == {200, 429}  # every request answered: served, or shed with a clear status
+    for err in (e for code, e in results if code == 429):
+        assert err.response.headers["retry-after"] == "1"
+        assert err.body["code"] == "rate_limit_exceeded"
 
 
-def _scrape_until(url: str, wanted: list[str], timeout_s: float = 45.0) -> str:
-    """Ray exports metrics every few seconds: poll its Prometheus endpoint until every line prefix appears."""
-    deadline = time.monotonic() + timeout_s
-    text = ""
-    while time.monotonic() < deadline:
-        text = httpx.get(url, timeout=10).text
-        if all(any(line.startswith(w) for line in text.splitlines()) for w in wanted):
-            break
-        time.sleep(1)
-    return text
+def _lines(text: str, prefix: str, *fragments: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith(prefix) and all(f in line for f in fragments)]
+
+
+WANTED = [
+    ("ray_fairshare_ttft_seconds_count", 'lane="chat"'),
+    ("ray_fairshare_ttft_seconds_count", 'lane="long"'),
+    ("ray_fairshare_itl_seconds_bucket",),
+    ("ray_fairshare_requests_total", 'endpoint="chat"', 'status="200"'),
+    ("ray_fairshare_requests_total", 'endpoint="completions"', 'status="400"'),
+    ("ray_fairshare_requests_total", 'endpoint="completions"', 'status="404"'),
+    ("ray_fairshare_routing_decisions_total",),
+    ("ray_fairshare_engine_waiting_requests",),
+    ("ray_fairshare_engine_kv_used_tokens",),
+]
 
 
 def test_metrics_are_exported_to_prometheus(served: ServeHandle) -> None:
     chat(served, SHORT, session="metrics-chat", max_tokens=4)
+    # Errors answered before any stream count too: a schema error (400) and an unknown model (404).
+    assert httpx.post(f"{served.base_url}/v1/completions", json={"model": served.model}, timeout=10).status_code == 400
+    nope = httpx.post(f"{served.base_url}/v1/completions", json={"model": "nope", "prompt": "x"}, timeout=10)
+    assert nope.status_code == 404
     for _ in served.client.chat.completions.create(
         model=served.model,
         messages=[{"role": "user", "content": doc(6000, seed="metrics")}],
@@ -297,22 +309,12 @@ def test_metrics_are_exported_to_prometheus(served: ServeHandle) -> None:
         extra_headers={"X-Session-ID": "metrics-doc"},
     ):
         pass
-    wanted = [
-        "ray_fairshare_ttft_seconds_bucket",
-        "ray_fairshare_itl_seconds_bucket",
-        "ray_fairshare_requests_total",
-        "ray_fairshare_routing_decisions_total",
-        "ray_fairshare_engine_waiting_requests",
-        "ray_fairshare_engine_kv_used_tokens",
-    ]
-    text = _scrape_until(served.metrics_url, wanted)
-    missing = [w for w in wanted if not any(line.startswith(w) for line in text.splitlines())]
+    # Ray exports metrics every few seconds: poll its Prometheus endpoint until every series appears.
+    deadline = time.monotonic() + 45
+    missing = WANTED
+    while missing and time.monotonic() < deadline:
+        text = httpx.get(served.metrics_url, timeout=10).text
+        missing = [w for w in WANTED if not _lines(text, *w)]
+        if missing:
+            time.sleep(1)
     assert missing == []
-    ttft_lanes = {
-        m
-        for line in text.splitlines()
-        if line.startswith("ray_fairshare_ttft_seconds_count")
-        for m in ("chat", "long")
-        if f'lane="{m}"' in line
-    }
-    assert ttft_lanes == {"chat", "long"}

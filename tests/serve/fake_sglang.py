@@ -1,0 +1,53 @@
+"""A stand-in for `sglang.Engine` with the calls the sglang backend makes, scripted per request.
+
+It records the constructor's arguments and the `FAIRSHARE_*` environment the scheduler process would
+inherit at that moment, so tests see exactly what a real engine would have started with.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from typing import Any, ClassVar
+
+
+class FakeTokenizerManager:
+    def __init__(self) -> None:
+        self.aborted: list[str] = []
+
+    def abort_request(self, rid: str) -> None:
+        self.aborted.append(rid)
+
+    async def get_loads(self) -> list[Any]:
+        return []
+
+
+class FakeSglangEngine:
+    started: ClassVar[list[FakeSglangEngine]] = []
+    script: ClassVar[list[dict[str, Any]]] = []
+    """The outputs every request streams (cumulative `text`, `meta_info`), as sglang's `async_generate` yields."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        self.kwargs = kwargs
+        self.env = {k: v for k, v in os.environ.items() if k.startswith("FAIRSHARE_")}
+        self.tokenizer_manager = FakeTokenizerManager()
+        self.requests: list[dict[str, Any]] = []
+        FakeSglangEngine.started.append(self)
+
+    async def async_generate(self, **kwargs: Any) -> AsyncIterator[dict[str, Any]]:
+        self.requests.append(kwargs)
+        outputs = list(FakeSglangEngine.script)
+
+        async def stream() -> AsyncIterator[dict[str, Any]]:
+            for out in outputs:
+                yield out
+
+        return stream()
+
+    def shutdown(self) -> None:
+        pass
+
+
+def output(text: str, completion_tokens: int, finish: dict[str, Any] | None = None, cached: int = 0) -> dict:
+    meta = {"completion_tokens": completion_tokens, "cached_tokens": cached, "finish_reason": finish}
+    return {"text": text, "meta_info": meta}

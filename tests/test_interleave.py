@@ -1,0 +1,53 @@
+"""Decode interleave: which pass kind runs next, and decode-only passes only when someone decodes."""
+
+from factories import cfg
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scheduler.interleave import DecodeInterleave, PassKind
+
+
+def test_prefill_pass_is_mixed_only_with_decoders() -> None:
+    d = DecodeInterleave()
+    assert d.next_kind(cfg(mixed_decode=True), has_prefill=True, num_decoding=3) is PassKind.MIXED
+    assert d.next_kind(cfg(mixed_decode=True), has_prefill=True, num_decoding=0) is PassKind.PREFILL
+    assert d.next_kind(cfg(mixed_decode=False), has_prefill=True, num_decoding=3) is PassKind.PREFILL
+
+
+def test_without_prefill_the_pass_decodes_or_idles() -> None:
+    d = DecodeInterleave()
+    assert d.next_kind(cfg(), has_prefill=False, num_decoding=2) is PassKind.DECODE
+    assert d.next_kind(cfg(), has_prefill=False, num_decoding=0) is PassKind.IDLE
+
+
+def test_decode_passes_owed_after_a_prefill_run_only_while_someone_decodes() -> None:
+    c = cfg(decode_steps_per_prefill=2)
+    d = DecodeInterleave()
+    d.next_kind(c, has_prefill=True, num_decoding=1)
+    assert [d.decode_due(1), d.decode_due(1), d.decode_due(1)] == [True, True, False]
+    d.next_kind(c, has_prefill=True, num_decoding=0)
+    # Nobody decodes: no decode-only pass (it would run with no rows), the prefill goes on.
+    assert d.decode_due(0) is False
+
+
+@settings(deadline=None)  # CI shares 2 cores: time is no part of these properties
+@given(
+    steps=st.integers(0, 4),
+    passes=st.lists(st.tuples(st.booleans(), st.integers(0, 3)), max_size=40),
+)
+def test_decode_only_passes_never_run_empty_and_never_exceed_the_interval(steps, passes) -> None:
+    c = cfg(decode_steps_per_prefill=steps)
+    d = DecodeInterleave()
+    decode_run = 0
+    for has_prefill, num_decoding in passes:
+        if d.decode_due(num_decoding):
+            assert num_decoding > 0
+            decode_run += 1
+            assert decode_run <= steps
+            continue
+        decode_run = 0
+        kind = d.next_kind(c, has_prefill, num_decoding)
+        if kind in (PassKind.DECODE, PassKind.MIXED):
+            assert num_decoding > 0
+        if kind is PassKind.IDLE:
+            assert not has_prefill and num_decoding == 0
