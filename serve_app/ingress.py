@@ -30,7 +30,7 @@ from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
 from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from serve_app.auth import ApiKeyMiddleware, AuthSettings
+from serve_app.auth import ApiKeyMiddleware, process_api_key
 from serve_app.config import AppConfig, RoutingKnobs, validate
 from serve_app.endpoints import CHAT, COMPLETIONS, Endpoint, ResponseIds
 from serve_app.engine_backend import Chunk, EngineError, GenerateRequest
@@ -60,7 +60,7 @@ ENDPOINT_BY_PATH = {CHAT_PATH: CHAT.name, COMPLETIONS_PATH: COMPLETIONS.name}
 api = FastAPI(title="fairshare-serve", docs_url=None, redoc_url=None)
 # Starlette runs the last added outermost: every answer, 401 and 413 included, carries a request id.
 api.add_middleware(RequestBodyGuard, max_body_bytes=lambda: api.state.max_body_bytes)
-api.add_middleware(ApiKeyMiddleware, expected_key=AuthSettings().expected_key)
+api.add_middleware(ApiKeyMiddleware, expected_key=process_api_key)  # read in the replica, not where the app was built
 api.add_middleware(RequestIdMiddleware)  # behind Serve's proxy, which echoes the id in the response
 
 
@@ -191,6 +191,7 @@ class Ingress:
         self.metrics = IngressMetrics()
         api.state.metrics = self.metrics  # the exception handlers count the requests they answer
         api.state.max_body_bytes = self.cfg.request_bytes_limit
+        process_api_key()  # a bad FAIRSHARE_API_KEY[_FILE] stops the replica at start, naming the variable
         configure_logging()
 
     def reconfigure(self, user_config: dict[str, Any]) -> None:

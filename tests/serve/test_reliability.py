@@ -184,6 +184,38 @@ def test_server_alive_after_the_fuzz(served: ServeHandle) -> None:
     assert post(served, ok_body(served)).status_code == 200
 
 
+# -- security ----------------------------------------------------------------------------------
+def test_api_key_guards_every_route_but_health(served: ServeHandle) -> None:
+    key = "sk-test-reliability"
+    cfg = copy.deepcopy(served.config)
+    ingress = deployment(cfg, "Ingress")
+    ingress["ray_actor_options"] = {
+        **ingress["ray_actor_options"],
+        "runtime_env": {"env_vars": {"FAIRSHARE_API_KEY": key}},
+    }
+    original = served.config
+    served.deploy(cfg)
+    try:
+        _until(lambda: post(served, ok_body(served)).status_code == 401)
+        r = post(served, ok_body(served), Authorization="Bearer wrong")
+        assert r.status_code == 401 and error_of(r)["code"] == "invalid_api_key"
+        assert r.headers["www-authenticate"] == "Bearer"
+        assert httpx.get(f"{served.base_url}/v1/models", timeout=10).status_code == 401
+        assert httpx.get(f"{served.base_url}/health", timeout=10).status_code == 200
+        assert post(served, ok_body(served), Authorization=f"Bearer {key}").status_code == 200
+    finally:
+        served.deploy(original)
+    _until(lambda: post(served, ok_body(served)).status_code == 200)
+
+
+def _until(check, timeout_s: float = 120.0) -> None:
+    """Wait for a redeployed ingress to serve (the old replica may answer while it drains)."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "the redeployed ingress never answered as expected"
+        time.sleep(0.5)
+
+
 # -- backpressure ------------------------------------------------------------------------------
 def test_queued_prefill_tokens_shed_documents_beyond_the_limit(served: ServeHandle) -> None:
     """One 100k-token document prefilling fills a 105k-token queue: three more are each answered 429."""
