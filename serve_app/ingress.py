@@ -29,7 +29,7 @@ from serve_app.endpoints import CHAT, COMPLETIONS, Endpoint, ResponseIds
 from serve_app.engine_backend import Chunk, EngineError, GenerateRequest
 from serve_app.metrics import IngressMetrics
 from serve_app.protocol import ChatCompletionRequest, CompletionRequest, OpenAIError, Usage, now_s, sse
-from serve_app.routing import RouteDecision, RouteHint, RouteTicket
+from serve_app.route_records import RouteDecision, RouteHint, RouteTicket
 from serve_app.tokenizer import make_tokenizer
 
 logger = logging.getLogger(__name__)
