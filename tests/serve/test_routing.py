@@ -8,16 +8,8 @@ from hypothesis import strategies as st
 from scheduler.traffic import TrafficClass, classify
 from serve_app.config import RoutingKnobs
 from serve_app.engine_backend import ReplicaLoad
-from serve_app.routing import (
-    ARRIVAL_MARGIN_S,
-    Lane,
-    LanePolicy,
-    ReplicaView,
-    RouteHint,
-    RouteReason,
-    RouteTicket,
-    RoutingStats,
-)
+from serve_app.route_records import Lane, ReplicaView, RouteHint, RouteReason, RouteTicket, RoutingStats
+from serve_app.routing import ARRIVAL_MARGIN_S, LanePolicy
 
 KNOBS = RoutingKnobs(class_hysteresis=0.5, busy_pending_requests=2, busy_prefill_tokens=16384)
 T0 = 1000.0
