@@ -50,7 +50,7 @@ def _on_init(environment: Environment, **_: Any) -> None:
     try:
         settings = from_options(environment.parsed_options)
     except ValidationError as e:
-        bad = "; ".join(f"--{'-'.join(str(p) for p in err['loc']).replace('_', '-')}: {err['msg']}" for err in e.errors())
+        bad = "; ".join(f"--{'.'.join(map(str, err['loc'])).replace('_', '-')}: {err['msg']}" for err in e.errors())
         sys.stderr.write(f"loadtests: bad option: {bad}\n")
         sys.exit(2)
     environment.loadtest_settings = settings  # type: ignore[attr-defined]
@@ -67,6 +67,9 @@ def _on_init(environment: Environment, **_: Any) -> None:
 @events.test_start.add_listener
 def _resolve_model(environment: Environment, **_: Any) -> None:
     settings: LoadSettings = environment.loadtest_settings  # type: ignore[attr-defined]
+    if settings.samples_file:  # where the run's clock starts: the shapes' stages count from here
+        with open(f"{settings.samples_file}.start", "w", encoding="utf-8") as f:
+            f.write(f"{time.time()}\n")
     model = settings.model
     if not model:
         try:
@@ -74,7 +77,7 @@ def _resolve_model(environment: Environment, **_: Any) -> None:
             r.raise_for_status()
             model = r.json()["data"][0]["id"]
         except (requests.RequestException, KeyError, IndexError, ValueError) as e:
-            sys.stderr.write(f"loadtests: cannot read the model from {environment.host}/v1/models ({e}); give --model\n")
+            sys.stderr.write(f"loadtests: no model from {environment.host}/v1/models ({e}); give --model\n")
             if environment.runner is not None:
                 environment.runner.quit()
             return

@@ -61,7 +61,7 @@ class LoadSettings(BaseModel):
     doc_followups: int = Field(2, ge=0, description="Follow-up questions on a document, same session.")
     docs_per_user: int = Field(0, ge=0, description="Documents a user sends before it idles (0 = no limit).")
     doc_max_tokens: int = Field(64, ge=1, description="max_tokens of answers about documents.")
-    question_tokens: TokenSpec = Field(TokenSpec(low=16, high=64), description="Lengths of chat and follow-up questions.")
+    question_tokens: TokenSpec = Field(TokenSpec(low=16, high=64), description="Chat and follow-up question lengths.")
     chat_turns: int = Field(4, ge=1, description="Questions per chat session before a new session starts.")
     chat_max_tokens: int = Field(32, ge=1, description="max_tokens of chat answers.")
     think_s: tuple[float, float] = Field((2.0, 6.0), description="Think time between a user's requests (engine s).")
@@ -69,6 +69,15 @@ class LoadSettings(BaseModel):
     time_scale: float = Field(1.0, gt=0, description="Wall seconds per engine second (the sim's time_scale).")
     request_timeout_s: float = Field(900.0, gt=0, description="Client timeout of one request (wall s).")
     samples_file: str = Field("", description="Append one JSON line per request here (the bench reads them).")
+    # Load shapes (loadtests/shapes/): lengths in engine seconds.
+    article_single_s: float = Field(150.0, gt=0, description="Article shape: length of the one-document stage.")
+    article_four_s: float = Field(270.0, gt=0, description="Article shape: length of the four-sessions stage.")
+    ramp_step_users: int = Field(2, ge=1, description="Step ramp: users added per step.")
+    ramp_step_s: float = Field(60.0, gt=0, description="Step ramp: length of a step.")
+    ramp_max_users: int = Field(40, ge=1, description="Step ramp: stop after the step with this many users.")
+    knee_ttft_s: float = Field(2.0, gt=0, description="Step ramp: stop after a step with short TTFT p99 above this.")
+    soak_users: int = Field(8, ge=1, description="Soak: steady users.")
+    soak_s: float = Field(600.0, gt=0, description="Soak: how long.")
 
     @field_validator("doc_tokens", "question_tokens", mode="before")
     @classmethod
@@ -99,7 +108,7 @@ class LoadSettings(BaseModel):
         return engine_s * self.time_scale
 
 
-# (flag, field, help): every field is also read from LOCUST_<FIELD> (Locust's own convention).
+# (flag, field): every field is also read from LOCUST_<FIELD> (Locust's own convention).
 OPTIONS: list[tuple[str, str]] = [
     ("--model", "model"),
     ("--chat-weight", "chat_weight"),
@@ -116,21 +125,31 @@ OPTIONS: list[tuple[str, str]] = [
     ("--time-scale", "time_scale"),
     ("--request-timeout-s", "request_timeout_s"),
     ("--samples-file", "samples_file"),
+    ("--article-single-s", "article_single_s"),
+    ("--article-four-s", "article_four_s"),
+    ("--ramp-step-users", "ramp_step_users"),
+    ("--ramp-step-s", "ramp_step_s"),
+    ("--ramp-max-users", "ramp_max_users"),
+    ("--knee-ttft-s", "knee_ttft_s"),
+    ("--soak-users", "soak_users"),
+    ("--soak-s", "soak_s"),
 ]
 
 
-def register(parser: argparse.ArgumentParser) -> None:
-    """Add the knobs to Locust's parser (a configargparse parser: `env_var` is understood)."""
+def register(parser: argparse.ArgumentParser, env_vars: bool = True) -> None:
+    """Add the knobs to a parser; `env_vars` for Locust's (a configargparse parser: `env_var` is understood)."""
     for flag, name in OPTIONS:
         f = LoadSettings.model_fields[name]
+        extra = {"env_var": f"LOCUST_{name.upper()}"} if env_vars else {}
         parser.add_argument(
-            flag,
-            dest=name,
-            type=str,
-            default=None,
-            env_var=f"LOCUST_{name.upper()}",
-            help=f"{f.description} Default: {_shown(f.default)}.",
+            flag, dest=name, type=str, default=None, help=f"{f.description} Default: {_shown(f.default)}.", **extra
         )
+
+
+def to_flags(values: dict[str, Any]) -> list[str]:
+    """`{"doc_tokens": "1,2"}` -> `["--doc-tokens", "1,2"]` (the locustfile's own flags)."""
+    flags = {name: flag for flag, name in OPTIONS}
+    return [x for name, v in values.items() for x in (flags[name], str(v))]
 
 
 def _shown(default: Any) -> str:
