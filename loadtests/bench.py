@@ -47,12 +47,14 @@ SHAPES = {
 }
 """name -> (shape file, its stages, chat users fixed)."""
 
-# The article's workload (seed 000): its document lengths, one document per session, 30-token questions
-# from a chat session every 7.3 s (one question a session, as `seed000-4sessions` models them).
+# The article's workload (seed 000): its document lengths, one document per session, sent 1 s apart (the
+# order matters to the engine), 30-token questions from a chat session every 7.3 s (one question a
+# session, as `seed000-4sessions` models them).
 SHAPE_DEFAULTS: dict[str, dict[str, Any]] = {
     "article": dict(
         doc_tokens="130000,100000,93098,70689",
         docs_per_user=1,
+        doc_gap_s=1.0,
         doc_followups=1,
         doc_max_tokens=32,
         question_tokens="30",

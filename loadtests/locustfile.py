@@ -38,6 +38,7 @@ SESSION_HEADER = "X-Session-ID"
 IDLE_POLL_S = 1.0
 _doc_index = itertools.count()
 """Documents started in this process: the index into a `--doc-tokens` cycle."""
+_last_doc_send_s = -float("inf")
 
 
 @events.init_command_line_parser.add_listener
@@ -217,9 +218,18 @@ class DocumentUser(StreamingUser):
         if s.docs_per_user and self.docs_sent >= s.docs_per_user:
             gevent.sleep(IDLE_POLL_S)  # done: the shape decides when this user stops
             return
+        self.keep_doc_gap()
         index = next(_doc_index)
         self.new_session()
         doc = prompts.document(self.session, s.doc_tokens.pick(index, self.rng), s.chars_per_token, self.rng)
         self.docs_sent += 1
         self.followups_left = s.doc_followups
         self.ask(f"{doc}\n\nQuestion: {self.question()}", s.doc_max_tokens, "long", "document")
+
+    def keep_doc_gap(self) -> None:
+        """Documents leave this process `--doc-gap-s` apart, in a fixed order: users that start together
+        would otherwise race, and which document the engine sees first changes what it does."""
+        global _last_doc_send_s
+        while (wait := _last_doc_send_s + self.settings.wall_s(self.settings.doc_gap_s) - time.perf_counter()) > 0:
+            gevent.sleep(wait)
+        _last_doc_send_s = time.perf_counter()

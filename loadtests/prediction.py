@@ -149,11 +149,17 @@ def predict(
         start_s = stage.until_s
 
     now = 0.0
+    last_doc_s = -math.inf
     while True:
         while ready and ready[0][0] <= now:
-            t, _, (_, ask), script, user = heapq.heappop(ready)
+            t, order, (think, ask), script, user = heapq.heappop(ready)
             if t >= end_s or ask is None:
                 continue
+            if user.kind == "doc" and ask.cached_tokens == 0:  # a new document keeps --doc-gap-s from the last
+                if t < last_doc_s + s.doc_gap_s:
+                    heapq.heappush(ready, (last_doc_s + s.doc_gap_s, order, (think, ask), script, user))
+                    continue
+                last_doc_s = t
             req = SimRequest(
                 rid=f"{user.kind}-{next(seq)}",
                 prompt_tokens=ask.prompt_tokens,

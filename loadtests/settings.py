@@ -60,6 +60,7 @@ class LoadSettings(BaseModel):
     doc_tokens: TokenSpec = Field(TokenSpec(low=30_000, high=130_000), description="Document lengths.")
     doc_followups: int = Field(2, ge=0, description="Follow-up questions on a document, same session.")
     docs_per_user: int = Field(0, ge=0, description="Documents a user sends before it idles (0 = no limit).")
+    doc_gap_s: float = Field(0.0, ge=0, description="Least time between two documents' sends, across users (engine s).")
     doc_max_tokens: int = Field(64, ge=1, description="max_tokens of answers about documents.")
     question_tokens: TokenSpec = Field(TokenSpec(low=16, high=64), description="Chat and follow-up question lengths.")
     chat_turns: int = Field(4, ge=1, description="Questions per chat session before a new session starts.")
@@ -116,6 +117,7 @@ OPTIONS: list[tuple[str, str]] = [
     ("--doc-tokens", "doc_tokens"),
     ("--doc-followups", "doc_followups"),
     ("--docs-per-user", "docs_per_user"),
+    ("--doc-gap-s", "doc_gap_s"),
     ("--doc-max-tokens", "doc_max_tokens"),
     ("--question-tokens", "question_tokens"),
     ("--chat-turns", "chat_turns"),

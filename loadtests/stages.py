@@ -1,5 +1,5 @@
 """Load shapes as timelines of stages (engine seconds). No Locust import: the benchmark's process (Ray)
-reads them too, and importing Locust would monkey-patch it with gevent."""
+reads them too, and importing Locust would monkey-patch it with gevent. Also the step ramp's knee watch."""
 
 from __future__ import annotations
 
@@ -54,3 +54,39 @@ def ramp_stages(s: LoadSettings) -> list[Stage]:
 
 def soak_stages(s: LoadSettings) -> list[Stage]:
     return [Stage(s.soak_s, s.soak_users, FAST_SPAWN_PER_S, f"soak, {s.soak_users} users")]
+
+
+class KneeWatch:
+    """Short TTFT p99 of each completed stage, from Locust's live `TTFT short` row (ms, Locust's rounding)."""
+
+    def __init__(self) -> None:
+        self.index: int | None = None
+        self._start: dict[int, int] = {}
+        self.p99_ms: list[float | None] = []
+
+    def crossed(self, index: int, entry, threshold_ms: float) -> bool:
+        """Called every tick with the stage index; True once a completed stage's p99 is above the threshold."""
+        if index != self.index:
+            if self.index is not None:
+                self.p99_ms.append(p99_since(entry, self._start))
+            self.index = index
+            self._start = dict(entry.response_times)
+        return any(p is not None and p > threshold_ms for p in self.p99_ms)
+
+
+def p99_since(entry, start: dict[int, int]) -> float | None:
+    diff = {k: v - start.get(k, 0) for k, v in entry.response_times.items() if v - start.get(k, 0) > 0}
+    n = sum(diff.values())
+    return percentile_of_counts(diff, 0.99) if n else None
+
+
+def percentile_of_counts(counts: dict[int, int], q: float) -> float:
+    """Locust's percentile of a `{response time: count}` histogram (its `calculate_response_time_percentile`
+    rule: the smallest time with at most (1 - q) of the requests above it)."""
+    n = sum(counts.values())
+    above = 0
+    for t in sorted(counts, reverse=True):
+        above += counts[t]
+        if n - above <= int(n * q):
+            return float(t)
+    return 0.0

@@ -3,8 +3,8 @@
 The benchmark's report prints short TTFT p99 per step (users vs p99)."""
 
 from loadtests.settings import LoadSettings
-from loadtests.shapes.timeline import KneeWatch, StagedShape
-from loadtests.stages import Stage, ramp_stages
+from loadtests.shapes.timeline import StagedShape
+from loadtests.stages import KneeWatch, Stage, ramp_stages
 
 
 class StepRampShape(StagedShape):
