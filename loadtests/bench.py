@@ -67,6 +67,8 @@ SHAPE_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 POLICIES = {"upstream": RuleSet.BASELINE, "fairshare": RuleSet.FAIRSHARE}
 LOCUST_EXIT_GRACE_S = 120
+TABLE_WIDTH = 150
+"""Console width when the output is not a terminal (a log file): the table stays on one line a row."""
 DEFAULT_TIME_SCALE = 0.2
 """The article shape (420 engine s) then takes 84 s a run."""
 
@@ -185,7 +187,7 @@ def expected_policy(preset: str, rules: RuleSet) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> None:
     args, extra = parse_args(argv)
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else TABLE_WIDTH)
     values, settings = load_settings(args.shape, extra, args.time_scale)
     _, stages_of, chat_fixed = SHAPES[args.shape]
     stages: list[Stage] = stages_of(settings)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -95,7 +97,7 @@ def test_chat_users_are_closed_loop(users: int, think: float, turns: int) -> Non
     # With one user, each send follows the previous request's end by the think time.
     if users == 1:
         ordered = sorted(samples, key=lambda x: x.sent_at_s)
-        for a, b in zip(ordered, ordered[1:], strict=False):
+        for a, b in itertools.pairwise(ordered):
             assert abs(b.sent_at_s - (a.sent_at_s + a.e2e_s + think)) < 1e-6
 
 

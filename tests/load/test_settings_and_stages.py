@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import random
 
 import pytest
@@ -64,7 +65,7 @@ def test_ramp_climbs_to_the_maximum(step_users: int, max_users: int, step_s: flo
     stages = ramp_stages(LoadSettings(ramp_step_users=step_users, ramp_max_users=max_users, ramp_step_s=step_s))
     users = [s.users for s in stages]
     assert users == sorted(users) and users[-1] == max_users and users[0] == min(step_users, max_users)
-    assert all(b.until_s > a.until_s for a, b in zip(stages, stages[1:], strict=False))
+    assert all(b.until_s > a.until_s for a, b in itertools.pairwise(stages))
     assert stage_index(stages, 0.0) == 0 and stage_index(stages, stages[-1].until_s) is None
 
 
