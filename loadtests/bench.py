@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import yaml
 from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
@@ -65,6 +66,7 @@ SHAPE_DEFAULTS: dict[str, dict[str, Any]] = {
     "ramp": dict(doc_tokens="30000:130000", ramp_step_s=60, ramp_max_users=20, chat_weight=4, doc_weight=1),
     "soak": dict(doc_tokens="30000:130000", soak_s=300, soak_users=6),
 }
+UPSTREAM_SWITCHES = {"skip_ahead": False, "fair_share": False, "adaptive_pass": False}
 POLICIES = {"upstream": RuleSet.BASELINE, "fairshare": RuleSet.FAIRSHARE}
 LOCUST_EXIT_GRACE_S = 120
 TABLE_WIDTH = 150
@@ -96,8 +98,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     errors = []
     if args.preset not in PRESETS:
         errors.append(f"--preset {args.preset!r}: choose from {sorted(PRESETS)}")
-    if args.time_scale is None:
-        args.time_scale = 1.0 if args.url else DEFAULT_TIME_SCALE
+    args.sim_backend = not args.url and config_backend(args.config) == "sim"
+    if args.time_scale is None or not args.sim_backend:
+        args.time_scale = DEFAULT_TIME_SCALE if args.sim_backend else 1.0  # only the sim engine has a clock to scale
     if args.time_scale <= 0:
         errors.append(f"--time-scale {args.time_scale}: must be > 0")
     if args.engine_replicas < 1:
@@ -110,6 +113,13 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     if errors:
         ap.error("; ".join(errors))
     return args, extra
+
+
+def config_backend(path: Path) -> str:
+    try:
+        return yaml.safe_load(path.read_text())["applications"][0].get("args", {}).get("backend", "sim")
+    except (OSError, yaml.YAMLError, KeyError, IndexError, TypeError, AttributeError):
+        return "sim"  # an unreadable file is reported by the app's own validation when it starts
 
 
 def load_settings(shape: str, extra: list[str], time_scale: float) -> tuple[dict[str, Any], LoadSettings]:
@@ -181,6 +191,14 @@ def _lines(path: Path) -> int:
         return 0
 
 
+def upstream_policy(args: argparse.Namespace) -> dict[str, Any]:
+    """Upstream through the live config: on the sim engine the whole `baseline` rule set of the preset; on sglang
+    the plugin's three switches (sglang's own chunk size and mixed-chunk flags are upstream's already)."""
+    if args.sim_backend:
+        return appmod.upstream_policy_overrides(args.preset)
+    return dict(UPSTREAM_SWITCHES)
+
+
 def expected_policy(preset: str, rules: RuleSet) -> dict[str, Any]:
     return policy_for(rules, PRESETS[preset])[0].model_dump()
 
@@ -214,20 +232,21 @@ def main(argv: list[str] | None = None) -> None:
             model = appmod.wait_ready(local.url)
             for name in names:
                 rules = POLICIES[name]
-                local.set_policy(appmod.upstream_policy_overrides(args.preset) if name == "upstream" else {})
+                local.set_policy(upstream_policy(args) if name == "upstream" else {})
                 view = appmod.wait_idle(local.url, model)
-                if view.get("policy") is not None and view["policy"] != expected_policy(args.preset, rules):
+                if args.sim_backend and view["policy"] != expected_policy(args.preset, rules):
                     raise SystemExit(f"bench: the replica runs {view['policy']}, not the {rules.value} rules")
                 samples, start, rc = run_locust(local.url, args.shape, values, extra, args.out, name, wall_s)
-                served.append((name, rules, Run(name, to_engine_time(samples, start, args.time_scale)), rc))
+                run = Run(name, to_engine_time(samples, start, args.time_scale), policy=name)
+                served.append((name, rules, run, rc))
 
     predictions: dict[str, Run] = {}
     for name, rules, _, _ in served:
-        spec = rules.value if args.predict == "auto" and rules is not None else args.predict
+        spec = rules.value if args.predict == "auto" and rules is not None and args.sim_backend else args.predict
         if spec in ("auto", "none") or args.engine_replicas != 1:
             continue
         samples = predict(settings, stages, PRESETS[args.preset], spec, chat_users_fixed=chat_fixed)
-        predictions[name] = Run(f"{name} (sim)", samples)
+        predictions[name] = Run(f"{name} (sim)", samples, policy=name, simulated=True)
 
     table = build_table(args, served, predictions)
     console.print(table)

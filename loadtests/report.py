@@ -21,6 +21,9 @@ class Run:
     label: str
     samples: list[Sample]
     """`sent_at_s` and every duration in engine seconds, `sent_at_s` from the start of the run."""
+    policy: str = ""
+    """Runs of one policy (served and simulated) share a colour in the plot."""
+    simulated: bool = False
 
 
 def to_engine_time(samples: Sequence[Sample], start_at_s: float, time_scale: float) -> list[Sample]:
@@ -112,18 +115,23 @@ def plot(runs: Sequence[Run], path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (ax_t, ax_cdf) = plt.subplots(1, 2, figsize=(12, 4.5))
+    colours = {p: f"C{i}" for i, p in enumerate(dict.fromkeys(r.policy or r.label for r in runs))}
     for run in runs:
         shorts = [s for s in ok(run.samples, "short") if s.ttft_s is not None]
         if not shorts:
             continue
-        (dots,) = ax_t.plot([s.sent_at_s for s in shorts], [s.ttft_s for s in shorts], ".", ms=4, label=run.label)
-        for s in ok(run.samples, "long"):
-            if s.ttft_s is not None:
-                ax_t.axvspan(s.sent_at_s, s.sent_at_s + s.ttft_s, color=dots.get_color(), alpha=0.06)
+        colour = colours[run.policy or run.label]
+        marker, line = ("x", "--") if run.simulated else (".", "-")
+        xs, ys = [s.sent_at_s for s in shorts], [s.ttft_s for s in shorts]
+        ax_t.plot(xs, ys, marker, color=colour, ms=4, label=run.label)
+        if not run.simulated:
+            for s in ok(run.samples, "long"):
+                if s.ttft_s is not None:
+                    ax_t.axvspan(s.sent_at_s, s.sent_at_s + s.ttft_s, color=colour, alpha=0.06)
         xs = sorted(s.ttft_s for s in shorts)
-        ax_cdf.step(xs, np.linspace(0, 1, len(xs)), where="post", label=run.label)
+        ax_cdf.step(xs, np.linspace(0, 1, len(xs)), line, where="post", color=colour, label=run.label)
     ax_t.set(yscale="log", xlabel="send time (engine s)", ylabel="short TTFT (s, log)", title="Short TTFT over the run")
-    note = "shaded: a document between send and first token"
+    note = "shaded: a served document between send and first token; x: simulated"
     ax_t.text(0.01, 0.98, note, transform=ax_t.transAxes, va="top", fontsize=7)
     ax_cdf.set(xscale="log", xlabel="short TTFT (s, log)", ylabel="fraction of requests", title="Short TTFT CDF")
     for ax in (ax_t, ax_cdf):

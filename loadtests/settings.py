@@ -28,10 +28,12 @@ class TokenSpec(BaseModel):
         try:
             if ":" in text:
                 low, high = (int(x) for x in text.split(":"))
-                return cls(low=low, high=high)
-            values = tuple(int(x) for x in text.split(",") if x.strip())
+            else:
+                values = tuple(int(x) for x in text.split(",") if x.strip())
         except ValueError:
             raise ValueError(f"{text!r} is not LOW:HIGH or a comma-separated list of token counts") from None
+        if ":" in text:
+            return cls(low=low, high=high)
         if not values:
             raise ValueError(f"{text!r} names no token count")
         return cls(low=min(values), high=max(values), cycle=values)
