@@ -34,7 +34,7 @@ from loadtests import app as appmod
 from loadtests.prediction import predict
 from loadtests.recording import read_samples
 from loadtests.report import METRICS, Run, figures, fmt, per_stage_short_ttft_p99, plot, ratio, to_engine_time
-from loadtests.settings import LoadSettings, register, to_flags
+from loadtests.settings import LoadSettings, describe_error, register, to_flags
 from loadtests.stages import Stage, article_stages, ramp_stages, soak_stages
 from scheduler.sim.presets import PRESETS
 from scheduler.sim.rules import RuleSet, policy_for
@@ -132,8 +132,7 @@ def load_settings(shape: str, extra: list[str], time_scale: float) -> tuple[dict
     try:
         return values, LoadSettings.model_validate(values)
     except ValidationError as e:
-        bad = "; ".join(f"--{'.'.join(map(str, err['loc'])).replace('_', '-')}: {err['msg']}" for err in e.errors())
-        raise SystemExit(f"bench: bad option: {bad}") from None
+        raise SystemExit(f"bench: bad option: {describe_error(e)}") from None
 
 
 def run_locust(

@@ -29,7 +29,7 @@ from pydantic import ValidationError
 
 from loadtests import prompts
 from loadtests.recording import SHED_STATUSES, Sample, SampleLog, fire_metrics
-from loadtests.settings import LoadSettings, from_options, register
+from loadtests.settings import LoadSettings, describe_error, from_options, register
 from loadtests.sse import SseParser, content_of, outcome
 
 logger = logging.getLogger("loadtests")
@@ -51,8 +51,7 @@ def _on_init(environment: Environment, **_: Any) -> None:
     try:
         settings = from_options(environment.parsed_options)
     except ValidationError as e:
-        bad = "; ".join(f"--{'.'.join(map(str, err['loc'])).replace('_', '-')}: {err['msg']}" for err in e.errors())
-        sys.stderr.write(f"loadtests: bad option: {bad}\n")
+        sys.stderr.write(f"loadtests: bad option: {describe_error(e)}\n")
         sys.exit(2)
     environment.loadtest_settings = settings  # type: ignore[attr-defined]
     log = SampleLog(settings.samples_file)
@@ -79,6 +78,7 @@ def _resolve_model(environment: Environment, **_: Any) -> None:
             model = r.json()["data"][0]["id"]
         except (requests.RequestException, KeyError, IndexError, ValueError) as e:
             sys.stderr.write(f"loadtests: no model from {environment.host}/v1/models ({e}); give --model\n")
+            environment.process_exit_code = 2
             if environment.runner is not None:
                 environment.runner.quit()
             return

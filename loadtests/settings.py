@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, Self
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 
 class TokenSpec(BaseModel):
@@ -162,6 +162,15 @@ def _shown(default: Any) -> str:
     if isinstance(default, tuple):
         return ":".join(f"{x:g}" for x in default)
     return repr(default)
+
+
+def describe_error(e: ValidationError) -> str:
+    """One line naming each bad option and why."""
+    parts = []
+    for err in e.errors():
+        loc = "--" + ".".join(map(str, err["loc"])).replace("_", "-") + ": " if err["loc"] else ""
+        parts.append(f"{loc}{err['msg'].removeprefix('Value error, ')}")
+    return "; ".join(parts)
 
 
 def from_options(options: Any) -> LoadSettings:
