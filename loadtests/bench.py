@@ -35,7 +35,7 @@ from loadtests.prediction import predict
 from loadtests.recording import read_samples
 from loadtests.report import METRICS, Run, figures, fmt, per_stage_short_ttft_p99, plot, ratio, to_engine_time
 from loadtests.settings import LoadSettings, describe_error, register, to_flags
-from loadtests.stages import Stage, article_stages, ramp_stages, soak_stages
+from loadtests.stages import Stage, article_stages, ramp_stages, soak_stages, stage_index
 from scheduler.sim.presets import PRESETS
 from scheduler.sim.rules import RuleSet, policy_for
 
@@ -190,6 +190,12 @@ def _lines(path: Path) -> int:
         return 0
 
 
+def stages_reached(run: Run, stages: list[Stage]) -> int:
+    """How many of the shape's stages a served run entered (by its requests' send times)."""
+    reached = [stage_index(stages, s.sent_at_s) for s in run.samples]
+    return max((i for i in reached if i is not None), default=len(stages) - 1) + 1
+
+
 def upstream_policy(args: argparse.Namespace) -> dict[str, Any]:
     """Upstream through the live config: on the sim engine the whole `baseline` rule set of the preset; on sglang
     the plugin's three switches (sglang's own chunk size and mixed-chunk flags are upstream's already)."""
@@ -240,11 +246,12 @@ def main(argv: list[str] | None = None) -> None:
                 served.append((name, rules, run, rc))
 
     predictions: dict[str, Run] = {}
-    for name, rules, _, _ in served:
+    for name, rules, run, _ in served:
         spec = rules.value if args.predict == "auto" and rules is not None and args.sim_backend else args.predict
         if spec in ("auto", "none") or args.engine_replicas != 1:
             continue
-        samples = predict(settings, stages, PRESETS[args.preset], spec, chat_users_fixed=chat_fixed)
+        ran = stages[: stages_reached(run, stages)]  # the ramp stops at its knee: predict what was run
+        samples = predict(settings, ran, PRESETS[args.preset], spec, chat_users_fixed=chat_fixed)
         predictions[name] = Run(f"{name} (sim)", samples, policy=name, simulated=True)
 
     table = build_table(args, served, predictions)
