@@ -21,6 +21,7 @@ from scheduler.sim.presets import PRESETS
 from scheduler.sim.rules import RuleSet, policy_for
 
 APP_READY_TIMEOUT_S = 60
+BIND_ATTEMPTS = 3
 
 
 def upstream_policy_overrides(preset: str) -> dict[str, Any]:
@@ -65,7 +66,16 @@ class LocalApp:
         self.num_cpus = num_cpus
 
     def __enter__(self) -> LocalApp:
-        sc.start(self.port, num_cpus=self.num_cpus)
+        for attempt in range(BIND_ATTEMPTS):
+            try:
+                sc.start(self.port, num_cpus=self.num_cpus)
+                break
+            except Exception as e:  # Serve raises it through ray.get, wrapped in a task error
+                # The free port was taken between our probe and Serve's bind (other servers on this machine).
+                sc.stop()
+                if "Failed to bind" not in str(e) or attempt == BIND_ATTEMPTS - 1:
+                    raise
+                self._use_port(sc.free_port())
         try:
             sc.deploy(self.config)
             wait_ready(self.url)
@@ -73,6 +83,11 @@ class LocalApp:
             sc.stop()
             raise
         return self
+
+    def _use_port(self, port: int) -> None:
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.config["http_options"]["port"] = port
 
     def __exit__(self, *exc: object) -> None:
         sc.stop()
