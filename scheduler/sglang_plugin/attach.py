@@ -24,6 +24,7 @@ from typing import Any
 from scheduler.config import PolicyConfig, default_interactive_pass_tokens, env_var_name
 from scheduler.planner import PassPlanner
 from scheduler.sglang_plugin.adder import PassRun
+from scheduler.sglang_plugin.idle_scan import IdleScan
 from scheduler.sglang_plugin.env import explicit_policy_fields, explicit_policy_value
 from scheduler.sglang_plugin.server_args import POLICY_FIELD_TO_SERVER_ARG
 
@@ -78,7 +79,13 @@ class SchedulerPolicy:
     inactive_reason: str | None = None
     last_run: PassRun | None = None
     """The last pass planned (its snapshot and plan), for inspection."""
+    reuse_idle_scans: bool = True
+    """Off: every pass matches the waiting requests and plans afresh (to compare decisions and cost)."""
+    num_scans: int = 0
+    num_scans_reused: int = 0
+    """Passes planned, and of those, passes planned on the last idle scan (`idle_scan`)."""
     _run: PassRun | None = None
+    _idle_scan: IdleScan | None = None
     _warned: set[str] = field(default_factory=set)
 
     @property
@@ -93,12 +100,17 @@ class SchedulerPolicy:
             if reason not in self._warned:
                 self._warned.add(reason)
                 logger.warning("fairshare: %s; upstream sglang scheduling applies", reason)
+            self._idle_scan = None
             return None
-        self._run = PassRun(sched, self.planner)
+        self._run = PassRun(sched, self.planner, self._idle_scan if self.reuse_idle_scans else None)
         return self._run
 
     def end_pass(self) -> None:
         run, self._run = self._run, None
+        if run is not None:  # else sglang returned before building an adder: the last idle scan may still hold
+            self._idle_scan = run.idle_scan
+            self.num_scans += run.plan is not None
+            self.num_scans_reused += run.reused_scan
         if run is not None and run.adder is not None:
             run.finish()
             self.last_run = run
