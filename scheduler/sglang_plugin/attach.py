@@ -24,8 +24,8 @@ from typing import Any
 from scheduler.config import PolicyConfig, default_interactive_pass_tokens, env_var_name
 from scheduler.planner import PassPlanner
 from scheduler.sglang_plugin.adder import PassRun
-from scheduler.sglang_plugin.idle_scan import IdleScan
 from scheduler.sglang_plugin.env import explicit_policy_fields, explicit_policy_value
+from scheduler.sglang_plugin.idle_scan import IdleScan
 from scheduler.sglang_plugin.server_args import POLICY_FIELD_TO_SERVER_ARG
 
 logger = logging.getLogger("fairshare.sglang_plugin")
