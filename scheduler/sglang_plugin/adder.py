@@ -94,9 +94,10 @@ class PassRun:
             last = self._last_idle_scan
             if last is not None and last.still_holds(self.sched, state, cfg):
                 self.reused_scan = True
-                self.window = self.idle_scan = last
+                self.window = last
                 self.snapshot = state.snapshot(last.candidates)
                 self.plan = self.planner.plan(self.snapshot)
+                self.idle_scan = None if self.plan.grants else last
             else:
                 self.snapshot, window = build_snapshot(self.sched, self.adder, cfg, state)
                 self.window = window

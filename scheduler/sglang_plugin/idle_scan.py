@@ -24,7 +24,7 @@ where host-tier hits can change without the device tree changing.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from scheduler.config import PolicyConfig
@@ -47,10 +47,10 @@ def engine_key(state: EngineState) -> tuple[int, int, int, int]:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class IdleScan:
-    queue: list
+    queue: list = field(repr=False)
     """The waiting-queue list object the scan walked (sglang replaces it after every admission)."""
     queue_len: int
-    examined: tuple[Req, ...]
+    examined: tuple[Req, ...] = field(repr=False)
     """The requests the planner judged, in queue order."""
     candidates: tuple[Candidate, ...]
     """Their figures as the planner read them."""
