@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SGLANG_STAMP := $(VENV)/.sglang-installed
 
-.PHONY: serve test lint sim-reproduce sim-frontier bench clean
+.PHONY: serve test test-sglang-cpu lint sim-reproduce sim-frontier bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,10 +15,13 @@ $(STAMP): pyproject.toml
 
 # The sglang plugin's CPU test environment: torch from this machine's local disk, sglang without its
 # CUDA dependencies, and exactly the pure-Python packages its scheduler modules import.
-$(SGLANG_STAMP): $(STAMP) requirements/sglang-cpu.txt
+# Then what it needs to serve on CPU (tests start real sglang with a tiny model: tests/sglang_cpu/).
+$(SGLANG_STAMP): $(STAMP) requirements/sglang-cpu.txt requirements/sglang-serve-cpu.txt
 	$(BIN)/python -m pip install -q torch==2.14.1
 	$(BIN)/python -m pip install -q --no-deps sglang==0.5.23
 	$(BIN)/python -m pip install -q -r requirements/sglang-cpu.txt
+	$(BIN)/python -m pip install -q -r requirements/sglang-serve-cpu.txt
+	$(BIN)/python -m pip install -q --no-deps xgrammar==0.2.7
 	touch $@
 
 serve: $(STAMP)
@@ -27,6 +30,10 @@ serve: $(STAMP)
 test: $(SGLANG_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
+
+# Only the tests that run real sglang on CPU (server and in-process engine with the tiny model).
+test-sglang-cpu: $(SGLANG_STAMP)
+	$(BIN)/python -m pytest -q -m sglang_cpu
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

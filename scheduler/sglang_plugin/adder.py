@@ -99,7 +99,7 @@ class PassRun:
                 self.plan = self.planner.plan(self.snapshot)
                 self.idle_scan = None if self.plan.grants else last
             else:
-                self.snapshot, window = build_snapshot(self.sched, self.adder, cfg, state)
+                self.snapshot, window = build_snapshot(self.sched, self.adder, cfg, release_unadmitted, state)
                 self.window = window
                 self.plan = self.planner.plan(self.snapshot)
                 self.idle_scan = IdleScan.record(self.sched, state, window, self.plan, cfg)

@@ -8,10 +8,15 @@ written onto sglang's server arguments at launch (`server_args`), and the policy
 (a warning says when sglang overrode the switch).
 
 Where the policy cannot hold, sglang keeps its own rules: skip-ahead is off under priority scheduling
-(it would overtake by arrival, not priority); the plugin steps aside entirely under priority preemption
-(upstream preempts for the request after a full batch, which the planner does not model), for dLLM
-(its own adder) and for hierarchical-cache storage or LMCache prefetch (the scan stages prefetches that
-must not be matched early). With chunking off there is nothing to cap: shares and pass sizing are off.
+(it would overtake by arrival, not priority); a pass in which priority preemption may act (sglang's default
+under priority scheduling: the waiting requests outnumber the free running slots) runs upstream's rules,
+since upstream preempts for the request after a full batch, which the planner does not model; the plugin
+steps aside entirely for dLLM (its own adder), and for hierarchical-cache storage or LMCache prefetch (the
+scan stages prefetches that must not be matched early). With chunking off there is nothing to cap: shares
+and pass sizing are off.
+
+The scheduler reports the policy's state in its start-up handshake (`init_info`), so the launcher can
+tell a scheduler that never loaded the plugin (sglang's Ray launcher does not call `load_plugins()`).
 """
 
 from __future__ import annotations
@@ -22,15 +27,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler.config import PolicyConfig, default_interactive_pass_tokens, env_var_name
+from scheduler.pass_trace import PassTraceWriter, pass_record
 from scheduler.planner import PassPlanner
 from scheduler.sglang_plugin.adder import PassRun
-from scheduler.sglang_plugin.env import explicit_policy_fields, explicit_policy_value
+from scheduler.sglang_plugin.env import explicit_policy_fields, explicit_policy_value, pass_trace_path
 from scheduler.sglang_plugin.idle_scan import IdleScan
 from scheduler.sglang_plugin.server_args import POLICY_FIELD_TO_SERVER_ARG
 
 logger = logging.getLogger("fairshare.sglang_plugin")
 
 POLICY_ATTR = "_fairshare_policy"
+INIT_INFO_KEY = "fairshare"
+"""Key of the policy's state in the scheduler's start-up handshake: ``active`` or ``inactive: <reason>``."""
 SMALL_CAP_TOKENS = 128
 """Below this F, contended passes prefill in slivers: worth a warning at start."""
 
@@ -59,18 +67,26 @@ def policy_config_for(sched: Any) -> PolicyConfig:
 
 def inactive_reason(sched: Any) -> str | None:
     """Why the plugin leaves this scheduler to upstream entirely (checked at start)."""
-    if sched.enable_priority_preemption:
-        return "priority preemption is on"
     if sched.dllm_config is not None:
         return "dLLM scheduling has its own adder"
     return None
 
 
-def pass_exclusion(sched: Any) -> str | None:
+def pass_exclusion(sched: Any, running_batch: Any) -> str | None:
     """Why this pass runs upstream's rules (these settings can change while serving)."""
     if sched.enable_hicache_storage or sched.enable_lmcache:
         return "hierarchical-cache storage / LMCache prefetch is on"
+    if sched.enable_priority_preemption and preemption_possible(sched, running_batch):
+        return "priority preemption may act (more waiting requests than free running slots)"
     return None
+
+
+def preemption_possible(sched: Any, running_batch: Any) -> bool:
+    """Upstream's scan preempts only once the batch is full: when the waiting requests outnumber the free
+    running slots. Other passes admit within the free slots and run the policy."""
+    running_batch = sched.running_batch if running_batch is None else running_batch
+    free = sched.get_num_allocatable_reqs(len(running_batch.reqs), running_batch=running_batch)
+    return len(sched.waiting_queue) > free - (sched.chunked_req is not None)
 
 
 @dataclass
@@ -79,12 +95,14 @@ class SchedulerPolicy:
     inactive_reason: str | None = None
     last_run: PassRun | None = None
     """The last pass planned (its snapshot and plan), for inspection."""
+    trace: PassTraceWriter | None = None
+    num_planned_passes: int = 0
     reuse_idle_scans: bool = True
     """Off: every pass matches the waiting requests and plans afresh (to compare decisions and cost)."""
-    num_scans: int = 0
-    num_scans_reused: int = 0
-    """Passes planned, and of those, passes planned on the last idle scan (`idle_scan`)."""
+    num_reused_scans: int = 0
+    """Planned passes that planned on the last idle scan's figures (`idle_scan`) instead of matching again."""
     _run: PassRun | None = None
+    _running_batch: Any = None
     _idle_scan: IdleScan | None = None
     _warned: set[str] = field(default_factory=set)
 
@@ -92,10 +110,14 @@ class SchedulerPolicy:
     def cfg(self) -> PolicyConfig:
         return self.planner.cfg
 
+    def begin_pass(self, running_batch: Any) -> None:
+        """The pass boundary (`_get_new_batch_prefill_raw`), before sglang builds the adder."""
+        self._running_batch = running_batch
+
     def start_pass(self, sched: Any) -> PassRun | None:
         """A new pass to plan, or None when upstream's rules apply to it."""
         self._run = None
-        reason = self.inactive_reason or pass_exclusion(sched)
+        reason = self.inactive_reason or pass_exclusion(sched, self._running_batch)
         if reason is not None:
             if reason not in self._warned:
                 self._warned.add(reason)
@@ -105,18 +127,29 @@ class SchedulerPolicy:
         self._run = PassRun(sched, self.planner, self._idle_scan if self.reuse_idle_scans else None)
         return self._run
 
+    @property
+    def status(self) -> str:
+        return "active" if self.inactive_reason is None else f"inactive: {self.inactive_reason}"
+
     def end_pass(self) -> None:
-        run, self._run = self._run, None
+        run, self._run, self._running_batch = self._run, None, None
         if run is not None:  # else sglang returned before building an adder: the last idle scan may still hold
             self._idle_scan = run.idle_scan
-            self.num_scans += run.plan is not None
-            self.num_scans_reused += run.reused_scan
-        if run is not None and run.adder is not None:
+        if run is not None and run.adder is not None and run.plan is not None:
+            self.num_reused_scans += run.reused_scan
             run.finish()
             self.last_run = run
+            self.num_planned_passes += 1
+            if self.trace is not None:
+                self.trace.write(self._record(run))
         ledger = self.planner.ledger
         if run is not None and len(ledger.skipped_passes) > ledger.max_entries:
             ledger.prune({r.rid for r in run.sched.waiting_queue})  # drop requests aborted while waiting
+
+    def _record(self, run: PassRun) -> dict[str, Any]:
+        admitted = [(r.rid, int(r.extend_len)) for r in run.adder.can_run_list]
+        rows = run.snapshot.num_decoding if run.sched.is_mixed_chunk else 0
+        return pass_record(self.num_planned_passes, run.snapshot, run.window.candidates, run.plan, admitted, rows)
 
 
 def attach_policy(sched: Any, missing_targets: list[str] | tuple[str, ...] = ()) -> SchedulerPolicy:
@@ -131,6 +164,10 @@ def attach_policy(sched: Any, missing_targets: list[str] | tuple[str, ...] = ())
         reason = f"hook targets not patched: {', '.join(missing_targets)}"
         logger.error("fairshare: %s; the plugin patches nothing and sglang runs unpatched", reason)
     policy = SchedulerPolicy(PassPlanner(cfg), inactive_reason=reason)
+    trace_path = pass_trace_path()
+    if trace_path is not None and reason is None:
+        policy.trace = PassTraceWriter(trace_path, source=f"sglang-tp{getattr(sched, 'tp_rank', 0)}")
+        logger.info("fairshare: pass trace -> %s", trace_path)
     setattr(sched, POLICY_ATTR, policy)
     if reason is None:
         log_startup(cfg, sched)

@@ -6,6 +6,9 @@
   it applies the pass plan.
 - ``Scheduler._get_new_batch_prefill_raw`` (AROUND): the pass boundary; after upstream's scan, clean up
   the requests the plan matched and did not admit.
+- ``Scheduler.get_init_info`` (AFTER): report the policy's state in the scheduler's start-up handshake.
+- ``Engine._launch_subprocesses`` (AFTER, launcher side; `RayEngine` and ``launch_server`` use it too):
+  refuse a launch in which a scheduler reported no policy state (it never loaded the plugin).
 - ``ServerArgs.resolve_once`` (BEFORE): map the mixed-decode and decode-interval switches onto sglang's
   own arguments. (`ServerArgs` is a msgspec Struct: a hook on ``__post_init__`` would never run.)
 """
@@ -17,7 +20,8 @@ from typing import Any, NamedTuple
 from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
 from scheduler.sglang_plugin.adder import adder_factory
-from scheduler.sglang_plugin.attach import attach_policy, policy_of
+from scheduler.sglang_plugin.attach import INIT_INFO_KEY, attach_policy, policy_of
+from scheduler.sglang_plugin.loading import check_scheduler_infos
 from scheduler.sglang_plugin.server_args import apply_policy_env
 
 
@@ -37,10 +41,22 @@ def around_get_new_batch_prefill_raw(original: Any, sched: Any, *args: Any, **kw
     policy = policy_of(sched)
     if policy is None:
         return original(sched, *args, **kwargs)
+    policy.begin_pass(kwargs["running_batch"] if "running_batch" in kwargs else args[1])
     try:
         return original(sched, *args, **kwargs)
     finally:
         policy.end_pass()
+
+
+def after_get_init_info(result: dict, sched: Any) -> None:
+    policy = policy_of(sched)
+    result[INIT_INFO_KEY] = policy.status if policy is not None else "inactive: not attached"
+
+
+def after_launch_subprocesses(result: Any, *args: Any, **kwargs: Any) -> None:
+    init_result = next((r for r in result if hasattr(r, "scheduler_infos")), None) if result else None
+    if init_result is not None and init_result.scheduler_infos:
+        check_scheduler_infos(list(init_result.scheduler_infos))
 
 
 def before_resolve_once(server_args: Any) -> None:
@@ -59,5 +75,7 @@ TARGETS: tuple[HookSpec, ...] = (
     HookSpec(f"{_SCHEDULER}.__init__", HookType.AFTER, after_scheduler_init),
     HookSpec(f"{_SCHEDULER}.get_prefill_adder_class", HookType.AROUND, around_get_prefill_adder_class),
     HookSpec(f"{_SCHEDULER}._get_new_batch_prefill_raw", HookType.AROUND, around_get_new_batch_prefill_raw),
+    HookSpec(f"{_SCHEDULER}.get_init_info", HookType.AFTER, after_get_init_info),
+    HookSpec("sglang.srt.entrypoints.engine.Engine._launch_subprocesses", HookType.AFTER, after_launch_subprocesses),
     HookSpec("sglang.srt.server_args.ServerArgs.resolve_once", HookType.BEFORE, before_resolve_once),
 )

@@ -6,6 +6,10 @@ the registered hooks. Fail safe: on an sglang other than the tested version, or 
 does not resolve, `load()` logs one error and registers nothing, so sglang runs unpatched.
 ``FAIRSHARE_PLUGIN_FORCE=1`` overrides the version check (never a missing target: half a plugin is worse
 than none); ``FAIRSHARE_PLUGIN_ENABLED=0`` turns the plugin off.
+
+The launcher checks the schedulers' start-up handshake (`check_scheduler_infos`): a scheduler process
+that never loaded the plugin (sglang's Ray launcher does not call `load_plugins()` in its actors) stops
+the launch with a message saying how to load it, instead of serving silently without the policy.
 """
 
 from __future__ import annotations
@@ -78,6 +82,27 @@ def load() -> None:
     for spec in TARGETS:
         HookRegistry.register(spec.target, spec.hook, spec.hook_type)
     _registered = True
+
+
+class PluginNotLoadedError(RuntimeError):
+    pass
+
+
+def check_scheduler_infos(infos: list[dict]) -> None:
+    """Launcher side: every scheduler the launch started must report the policy's state (see
+    `attach.INIT_INFO_KEY`); one that reports nothing never loaded the plugin."""
+    from scheduler.sglang_plugin.attach import INIT_INFO_KEY
+
+    missing = [i for i, info in enumerate(infos) if INIT_INFO_KEY not in info]
+    if missing:
+        raise PluginNotLoadedError(
+            f"fairshare: the plugin is loaded in the launcher but not in scheduler process(es) {missing} of "
+            f"{len(infos)}: they would serve without the policy. sglang's Ray launcher (RayEngine, --use-ray) never "
+            "calls load_plugins() in its scheduler actors; start Ray with runtime_env={'worker_process_setup_hook': "
+            f"'scheduler.sglang_plugin.setup_ray_worker'}}, or set {PLUGIN_ENABLED_VAR}=0 to run sglang unpatched"
+        )
+    for i, info in enumerate(infos):
+        logger.info("fairshare: scheduler %d: policy %s", i, info[INIT_INFO_KEY])
 
 
 def setup_ray_worker() -> None:

@@ -16,12 +16,15 @@ judges a request the way sglang's own admission does (sglang 0.5.23, `schedule_p
 
 Waiting requests are prefix-matched (`Req.init_next_round_input`, what sglang's scan does before judging
 one) only when the planner looks at them, so the scan window stays bounded by the planner's own rules.
+On hybrid (mamba) models a match may take a copy-on-write state slot; the planner's match gives it back
+as soon as the request's figures are read (sglang's scan matches again the requests it reaches), so the
+planning adds at most one held slot at a time, as upstream's scan does, however far skip-ahead looks.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -40,10 +43,13 @@ class CandidateWindow(Sequence["LazyCandidate"]):
     refreshes the cache's LRU order) only when the planner reads its figures, not when its iteration
     merely reaches it, so exactly the requests the planner judges are matched."""
 
-    def __init__(self, reqs: Sequence[Req], tree_cache: Any, adder: PrefillAdder) -> None:
+    def __init__(
+        self, reqs: Sequence[Req], tree_cache: Any, adder: PrefillAdder, release: Callable[[Req, Any], None]
+    ) -> None:
         self._reqs = reqs
         self._tree_cache = tree_cache
         self._adder = adder
+        self._release = release
         self._cands: list[Candidate] = []
 
     @property
@@ -70,6 +76,7 @@ class CandidateWindow(Sequence["LazyCandidate"]):
             req = self._reqs[len(self._cands)]
             req.init_next_round_input(self._tree_cache)
             self._cands.append(waiting_candidate(req, self._adder))
+            self._release(req, self._tree_cache)  # a mamba slot the match took: not held while planning
         return self._cands[i]
 
 
@@ -208,10 +215,15 @@ def engine_state(sched: Any, adder: PrefillAdder, cfg: PolicyConfig) -> EngineSt
 
 
 def build_snapshot(
-    sched: Any, adder: PrefillAdder, cfg: PolicyConfig, state: EngineState | None = None
+    sched: Any,
+    adder: PrefillAdder,
+    cfg: PolicyConfig,
+    release: Callable[[Req, Any], None],
+    state: EngineState | None = None,
 ) -> tuple[QueueSnapshot, CandidateWindow]:
     """The snapshot for this pass, its waiting requests matched lazily; call after the adder is built and
-    before it admits anyone."""
+    before it admits anyone. `release` undoes what a match holds for a request that is not admitted
+    (`adder.release_unadmitted`)."""
     state = state or engine_state(sched, adder, cfg)
-    window = CandidateWindow(sched.waiting_queue, sched.tree_cache, adder)
+    window = CandidateWindow(sched.waiting_queue, sched.tree_cache, adder, release)
     return state.snapshot(window), window

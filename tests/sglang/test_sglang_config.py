@@ -1,6 +1,7 @@
 """Every policy switch reaches the plugin; F follows sglang's limits and is logged at start; mixed decode and
 the decode interval are sglang's own arguments; where the policy cannot hold, upstream's rules apply."""
 
+import dataclasses
 import logging
 from collections import defaultdict
 
@@ -12,6 +13,8 @@ from sglang.srt.server_args import ServerArgs
 from sglang_harness import UPSTREAM_ADDER_CLASS, EngineSpec, Harness, ReqSpec, build_scheduler
 
 from scheduler.config import PolicyConfig, env_var_name
+from scheduler.pass_trace import read_pass_trace
+from scheduler.sglang_plugin import attach as attach_mod
 from scheduler.sglang_plugin import hooks, loading
 from scheduler.sglang_plugin.attach import attach_policy, policy_config_for, policy_of
 from scheduler.sglang_plugin.server_args import apply_policy_env
@@ -62,6 +65,30 @@ def test_environment_wins_over_sglangs_values(monkeypatch, caplog):
     monkeypatch.setenv("FAIRSHARE_PER_REQUEST_CAP_TOKENS", "300")
     Harness(SEED_ENGINE, [])
     assert "Prefill cap set explicitly: long_prefill_token_threshold=300" in caplog.messages
+
+
+def test_an_empty_variable_is_unset_as_in_policy_config(monkeypatch):
+    """One rule for the plugin and `PolicyConfig`: an empty ``FAIRSHARE_*`` variable counts as not set."""
+    monkeypatch.setenv("FAIRSHARE_MAX_RUNNING_REQUESTS", "")
+    monkeypatch.setenv("FAIRSHARE_MIXED_DECODE", "")
+    monkeypatch.setenv("fairshare_lookahead", "3")  # case-insensitive, as pydantic-settings reads it
+    assert PolicyConfig().max_running_requests == 10 and PolicyConfig().lookahead == 3
+    cfg = attach_policy(build_scheduler(SEED_ENGINE, patched=True)).cfg
+    assert (cfg.max_running_requests, cfg.cap_tokens, cfg.lookahead) == (10, 409, 3)  # sglang's limit stands
+    args = ServerArgs(model_path="dummy", device="cpu", chunked_prefill_size=512)
+    apply_policy_env(args)  # raised on the empty string before
+    assert args.enable_mixed_chunk is False
+
+
+def test_scheduler_reports_the_policy_in_its_handshake_and_the_launcher_checks_it():
+    sched = build_scheduler(SEED_ENGINE, patched=True)
+    attach_policy(sched)
+    info = {"status": "ready"}
+    hooks.after_get_init_info(info, sched)
+    assert info["fairshare"] == "active"
+    loading.check_scheduler_infos([info])
+    with pytest.raises(loading.PluginNotLoadedError, match=r"scheduler process\(es\) \[1\] of 2.*setup_ray_worker"):
+        loading.check_scheduler_infos([info, {"status": "ready"}])  # a Ray actor that never loaded plugins
 
 
 def test_small_sglang_chunk_clamps_the_interactive_pass():
@@ -118,14 +145,34 @@ def test_chunking_off_keeps_skip_ahead_and_drops_caps():
     assert [r.admitted for r in plugin.history] == [[("holder", 2000)], [("small", 30)]]
 
 
-@pytest.mark.parametrize("setting", ["enable_priority_preemption", "dllm_config"])
-def test_upstream_rules_apply_where_the_policy_cannot_hold(setting, caplog):
+def test_upstream_rules_apply_where_the_policy_cannot_hold(caplog):
     sched = build_scheduler(SEED_ENGINE, patched=True)
-    setattr(sched, setting, True)
+    sched.dllm_config = True
     policy = attach_policy(sched)
     assert policy.inactive_reason is not None
     assert hooks.around_get_prefill_adder_class(UPSTREAM_ADDER_CLASS, sched) is PrefillAdder
     assert any("upstream sglang scheduling applies" in m for m in caplog.messages)
+
+
+def test_priority_preemption_leaves_to_upstream_only_the_passes_where_it_may_act(caplog):
+    """sglang turns preemption on by default under priority scheduling: the policy still runs every pass in
+    which the waiting requests fit the free running slots; a pass where upstream may preempt is upstream's."""
+    engine = dataclasses.replace(SEED_ENGINE, max_running=2, priority_scheduling=True)
+    reqs = [
+        ReqSpec("doc", 6000, decode_passes=50),
+        ReqSpec("q", 30, arrive_pass=1, decode_passes=50),
+        ReqSpec("x1", 30, arrive_pass=2),
+        ReqSpec("x2", 30, arrive_pass=2),
+    ]
+    plugin = Harness(engine, reqs)
+    plugin.sched.enable_priority_preemption = True
+    assert plugin.policy.inactive_reason is None
+    assert plugin.step().admitted == [("doc", 6000)]
+    assert plugin.step().admitted == [("q", 30)]  # one free slot, one waiting: the policy plans
+    assert plugin.policy.num_planned_passes == 2
+    assert plugin.step().admitted == []  # no free slot, two waiting: upstream's pass (it may preempt)
+    assert plugin.policy.num_planned_passes == 2
+    assert any("priority preemption may act" in m for m in caplog.messages)
 
 
 def test_hicache_storage_passes_run_upstreams_rules(caplog):
@@ -177,6 +224,30 @@ def fresh_registry(monkeypatch):
     monkeypatch.setattr(HookRegistry, "_hooks", defaultdict(list))
     monkeypatch.setattr(loading, "_registered", False)
     return HookRegistry._hooks
+
+
+def test_pass_trace_one_line_per_planned_pass(monkeypatch, tmp_path):
+    trace = tmp_path / "passes.jsonl"
+    monkeypatch.setenv("FAIRSHARE_PASS_TRACE", str(trace))
+    reqs = [
+        ReqSpec("holder", 2000, decode_passes=50),
+        ReqSpec("big", 2500, arrive_pass=1),
+        ReqSpec("small", 30, arrive_pass=1),
+    ]
+    plugin = Harness(EngineSpec(pool_tokens=4096, chunk_tokens=2048), reqs)
+    plugin.run(3)
+    records = read_pass_trace(trace)
+    assert len(records) == plugin.policy.num_planned_passes >= 2
+    assert [r["admitted"] for r in records[:2]] == [[["holder", 2000]], [["small", 30]]]
+    second = records[1]
+    assert [j[0] for j in second["judged"]] == ["big", "small"] and second["num_waiting"] == 2
+    assert second["rejections"] == [["big", 2533, second["free_kv_tokens"], True]]  # sglang's own need
+    assert second["grants"] == [["small", 30, False]] and second["decode_rows"] == 0
+
+
+def test_pass_trace_off_formats_nothing(monkeypatch):
+    monkeypatch.setattr(attach_mod, "pass_record", None)  # would raise if called
+    Harness(SEED_ENGINE, [ReqSpec("a", 100)]).run(2)
 
 
 def test_version_guard_patches_nothing_on_another_sglang(monkeypatch, fresh_registry, caplog):

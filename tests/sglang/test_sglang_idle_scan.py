@@ -68,8 +68,8 @@ def run_pair(engine: EngineSpec, reqs: list[ReqSpec], num_passes: int) -> tuple[
         want, got = fresh.step(), reusing.step()
         assert got == want, f"pass {i}: {engine}"
         assert planner_state(reusing) == planner_state(fresh), f"pass {i}"
-    assert fresh.policy.num_scans_reused == 0
-    assert reusing.policy.num_scans == fresh.policy.num_scans
+    assert fresh.policy.num_reused_scans == 0
+    assert reusing.policy.num_planned_passes == fresh.policy.num_planned_passes
     return fresh, reusing
 
 
@@ -93,7 +93,7 @@ def test_passes_that_cannot_admit_match_nobody():
     assert reusing.matches[1] == 17
     assert reusing.matches[2:] == [0] * 28
     assert fresh.matches[2:] == [17] * 28
-    assert reusing.policy.num_scans_reused == 28
+    assert reusing.policy.num_reused_scans == 28
     # The ledger still counts each pass in which "big" was skipped.
     assert reusing.policy.planner.ledger.skipped_passes["big"] == 29
 
@@ -246,4 +246,4 @@ def test_random_queues_do_reuse_scans():
     """The property above is not vacuous: on queues like its own, many passes plan on a reused scan."""
     reqs = build_reqs([(3000 + 7 * i, 300, i % 5, 20, None) for i in range(12)])
     _, reusing = run_pair(EngineSpec(pool_tokens=8192, chunk_tokens=1024, new_token_ratio=0.7), reqs, 40)
-    assert reusing.policy.num_scans_reused >= 10
+    assert reusing.policy.num_reused_scans >= 10

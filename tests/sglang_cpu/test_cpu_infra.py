@@ -1,0 +1,54 @@
+"""The CPU sglang test infrastructure itself: the `sgl_kernel` stand-in and the in-process engine runner."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from setuptools import find_packages
+
+from benchmarks.sglang_local import PLUGIN_START_LINE
+from sglang_cpu.cpu_env import REPO_ROOT, cpu_sglang_env
+from sglang_cpu.engine import run_engine
+from sglang_cpu.standin import sgl_kernel
+
+
+def test_stand_in_assigns_kv_locations_in_order():
+    req_to_token = torch.zeros(3, 8, dtype=torch.int32)
+    sgl_kernel.assign_req_to_token_pool_cpu(
+        torch.tensor([2, 0]), req_to_token, torch.tensor([1, 0]), torch.tensor([4, 2]), torch.tensor([7, 8, 9, 5, 6]), 8
+    )
+    assert req_to_token[2].tolist() == [0, 7, 8, 9, 0, 0, 0, 0]
+    assert req_to_token[0].tolist() == [5, 6, 0, 0, 0, 0, 0, 0]
+    assert req_to_token[1].tolist() == [0] * 8
+
+
+def test_stand_in_fails_loudly_naming_the_symbol():
+    with pytest.raises(NotImplementedError, match="copy_all_layer_kv_cache_cpu"):
+        sgl_kernel.copy_all_layer_kv_cache_cpu()
+    with pytest.raises(AttributeError, match=r"sgl_kernel\.fused_add_rmsnorm_cpu is not provided"):
+        sgl_kernel.fused_add_rmsnorm_cpu  # noqa: B018
+    with pytest.raises(ImportError, match="silu_and_mul"):
+        from sglang_cpu.standin.sgl_kernel import silu_and_mul  # noqa: F401
+
+
+def test_stand_in_is_never_shipped():
+    shipped = find_packages(where=REPO_ROOT, include=["scheduler*", "serve_app*"])  # pyproject's include
+    assert shipped and not [p for p in shipped if "sgl_kernel" in p or "sglang_cpu" in p]
+
+
+@pytest.mark.sglang_cpu
+def test_in_process_engine_generates_with_the_plugin_loaded(tiny_model_dir, tmp_path):
+    prompts = [[5 + i for i in range(40)], [900 - i for i in range(7)]]
+    greedy = {"max_new_tokens": 3, "temperature": 0.0, "ignore_eos": True}
+    result = run_engine(
+        tiny_model_dir,
+        [{"input_ids": prompts, "sampling_params": [greedy] * 2}],
+        cpu_sglang_env(),
+        tmp_path,
+        engine_kwargs={"chunked_prefill_size": 64, "max_running_requests": 4, "max_total_tokens": 2048},
+    )
+    (outputs,) = result["outputs"]
+    assert [len(o["output_ids"]) for o in outputs] == [3, 3]
+    assert [o["meta_info"]["prompt_tokens"] for o in outputs] == [40, 7]
+    log = (tmp_path / "engine.log").read_text()
+    assert log.count(PLUGIN_START_LINE) == 1  # one scheduler process

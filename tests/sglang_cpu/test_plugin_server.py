@@ -1,0 +1,159 @@
+"""The plugin inside a real sglang server (``python -m sglang.launch_server``, tiny model, CPU).
+
+One server with the plugin and its pass trace on serves every test here; a second one with the plugin
+switched off serves the comparison. Decisions are read from the plugin's pass trace and sglang's own
+counters, never from timing: a request is sent once the trace shows the state the test needs.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from benchmarks.sglang_local import PLUGIN_START_LINE, LocalServer
+from scheduler.pass_trace import read_pass_trace
+from sglang_cpu.cpu_env import CPU_SERVER_ARGS, cpu_sglang_env
+from sglang_cpu.traffic import Generation, load, prompt_ids, trace_since, wait_for, wait_idle
+
+pytestmark = pytest.mark.sglang_cpu
+
+POOL_TOKENS = 6000
+SERVER_ARGS = [
+    *CPU_SERVER_ARGS,
+    "--chunked-prefill-size",
+    "128",
+    "--max-running-requests",
+    "4",
+    "--max-total-tokens",
+    str(POOL_TOKENS),
+    "--dtype",
+    "float32",  # the on/off comparison is token for token: no bf16 ties between chunkings
+    "--log-level",
+    "info",
+]
+
+
+@pytest.fixture(scope="module")
+def trace_path(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("trace") / "passes.jsonl"
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model_dir, trace_path, tmp_path_factory) -> Iterator[LocalServer]:
+    # Empty policy variables count as unset (defect 5: they killed the server or changed F before).
+    env = cpu_sglang_env(pass_trace=trace_path, mixed_decode="", max_running_requests="")
+    log = tmp_path_factory.mktemp("server-on") / "sglang.log"
+    with LocalServer(tiny_model_dir, SERVER_ARGS, env, log) as srv:
+        yield srv
+
+
+def admitted_tokens(records: list[dict], rid: str) -> int:
+    return sum(tokens for rec in records for r, tokens in rec["admitted"] if r == rid)
+
+
+def admitted_in(rec: dict) -> set[str]:
+    return {rid for rid, _ in rec["admitted"]}
+
+
+def test_start_line_once_per_scheduler_and_the_launcher_sees_the_policy(server):
+    log = server.log_text()
+    assert log.count(PLUGIN_START_LINE) == 1, server.log_tail()
+    assert "max_running_requests=4 (sglang max_running_requests)" in log  # the empty variable left F to sglang
+    assert "fairshare: scheduler 0: policy active" in log  # the launcher checked the handshake
+    assert server.request("GET", "/get_server_info")["fairshare"] == "active"
+
+
+def test_short_request_arriving_during_a_long_prefill_runs_in_the_next_pass(server, trace_path):
+    start = len(read_pass_trace(trace_path))
+    doc = Generation(server, "doc-live", prompt_ids(4000, seed=11), 4)
+    wait_for(
+        "the document's first chunk", lambda: any("doc-live" in admitted_in(r) for r in trace_since(trace_path, start))
+    )
+    question = Generation(server, "q-live", prompt_ids(30, seed=12), 4)
+    assert doc.finish_reason == "length" and question.finish_reason == "length"
+    records = trace_since(trace_path, start)
+    first_seen = next(r for r in records if any(rid == "q-live" for rid, *_ in r["judged"]))
+    assert [c[0] for c in first_seen["continuing"]] == ["doc-live"], "the document had finished its prefill"
+    assert "q-live" in admitted_in(first_seen)
+    assert admitted_tokens(records, "doc-live") == 4000 and admitted_tokens(records, "q-live") == 30
+    wait_idle(server)
+
+
+def test_skip_ahead_past_a_kv_rejection_loses_and_duplicates_nothing(server, trace_path):
+    start = len(read_pass_trace(trace_path))
+    prompts = {"holder": prompt_ids(3500, seed=21), "big": prompt_ids(3500, seed=22), "small": prompt_ids(30, seed=23)}
+    holder = Generation(server, "holder", prompts["holder"], 600)  # decodes long, holding its KV
+    wait_for("the holder's prefill", lambda: admitted_tokens(trace_since(trace_path, start), "holder") == 3500)
+    big = Generation(server, "big", prompts["big"], 4)
+
+    def big_rejected():
+        return any(rej[0] == "big" and rej[3] for r in trace_since(trace_path, start) for rej in r["rejections"])
+
+    wait_for("a KV-capacity rejection of the second document", big_rejected)
+    small = Generation(server, "small", prompts["small"], 4)
+    assert small.finish_reason == "length"
+    assert holder.is_alive(), "the holder finished before the small request: nothing was skipped"
+    records = trace_since(trace_path, start)
+    admitting_small = next(r for r in records if "small" in admitted_in(r))
+    assert [rej[0] for rej in admitting_small["rejections"]] == ["big"] and admitting_small["rejections"][0][3]
+    assert all(finished.finish_reason == "length" for finished in (holder, big))
+    records = trace_since(trace_path, start)
+    assert {rid: admitted_tokens(records, rid) for rid in prompts} == {rid: len(p) for rid, p in prompts.items()}
+    first_admission = Counter(next(i for i, r in enumerate(records) if rid in admitted_in(r)) for rid in prompts)
+    assert sorted(first_admission.values()) == [1, 1, 1]  # each admitted in its own pass, once
+    assert records.index(admitting_small) < next(i for i, r in enumerate(records) if "big" in admitted_in(r))
+    wait_idle(server)
+
+
+def test_abort_of_a_running_and_a_queued_request_frees_their_kv(server, trace_path):
+    start = len(read_pass_trace(trace_path))
+    running = Generation(server, "run-a", prompt_ids(3500, seed=31), 3000)
+    wait_for("the running request's prefill", lambda: admitted_tokens(trace_since(trace_path, start), "run-a") == 3500)
+    queued = Generation(server, "queued-b", prompt_ids(3500, seed=32), 4)
+    wait_for(
+        "the queued request's KV rejection",
+        lambda: any(rej[0] == "queued-b" for r in trace_since(trace_path, start) for rej in r["rejections"]),
+    )
+    before = load(server)
+    assert before["num_used_tokens"] >= 3500 and before["num_waiting_reqs"] == 1
+
+    server.request("POST", "/abort_request", {"rid": "queued-b"})
+    assert queued.finish_reason == "abort"
+    after_queued = wait_for("the queue to empty", lambda: (s := load(server))["num_waiting_reqs"] == 0 and s)
+    assert after_queued["num_running_reqs"] == 1 and after_queued["num_used_tokens"] >= 3500
+
+    server.request("POST", "/abort_request", {"rid": "run-a"})
+    assert running.finish_reason == "abort"
+    idle = wait_for("the KV to be freed", lambda: (s := wait_idle(server))["num_used_tokens"] == 0 and s)
+    assert idle["num_running_reqs"] == 0 and idle["num_waiting_reqs"] == 0
+
+
+MIXED_BATCH = {
+    "doc-a": (prompt_ids(1500, seed=41), 6),
+    "doc-b": (prompt_ids(900, seed=42), 6),
+    "q-a": (prompt_ids(20, seed=43), 6),
+    "q-b": (prompt_ids(35, seed=44), 6),
+    "q-c": (prompt_ids(12, seed=45), 6),
+}
+
+
+def run_mixed_batch(server: LocalServer) -> dict[str, list[int]]:
+    gens = [Generation(server, f"{rid}-{server.port}", ids, n) for rid, (ids, n) in MIXED_BATCH.items()]
+    return {rid: g.finish()["output_ids"] for rid, g in zip(MIXED_BATCH, gens, strict=True)}
+
+
+def test_greedy_outputs_are_identical_with_the_plugin_on_and_off(server, tiny_model_dir, trace_path, tmp_path):
+    start = len(read_pass_trace(trace_path))
+    with_plugin = run_mixed_batch(server)
+    records = trace_since(trace_path, start)
+    assert any(g[2] for r in records for g in r["grants"]), "the batch ran no cut (fair-share) pass"
+    env = cpu_sglang_env(plugin_enabled=0)
+    with LocalServer(tiny_model_dir, SERVER_ARGS, env, tmp_path / "sglang-off.log") as off:
+        without_plugin = run_mixed_batch(off)
+        assert PLUGIN_START_LINE not in off.log_text()  # switched off: the scheduler logs no policy
+        assert "fairshare" not in off.request("GET", "/get_server_info")
+    assert with_plugin == without_plugin
+    assert all(len(ids) == 6 for ids in with_plugin.values())
