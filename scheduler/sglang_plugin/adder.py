@@ -22,6 +22,7 @@ that would be a second cut request is refused.
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import Enum
@@ -31,6 +32,7 @@ from sglang.srt.managers.schedule_policy import AddReqResult
 
 from scheduler.fair_share import align_down
 from scheduler.planner import PassPlanner
+from scheduler.sglang_plugin.clock import PluginClock
 from scheduler.sglang_plugin.idle_scan import IdleScan
 from scheduler.sglang_plugin.translate import CandidateWindow, build_snapshot, continuing_chunk_tokens, engine_state
 from scheduler.snapshot import Grant, PassPlan, QueueSnapshot
@@ -60,7 +62,13 @@ class Route(Enum):
 class PassRun:
     """One prefill pass under the policy: planned once, then consulted for each request sglang reaches."""
 
-    def __init__(self, sched: Any, planner: PassPlanner, last_idle_scan: IdleScan | None = None) -> None:
+    def __init__(
+        self,
+        sched: Any,
+        planner: PassPlanner,
+        last_idle_scan: IdleScan | None = None,
+        clock: PluginClock | None = None,
+    ) -> None:
         self.sched = sched
         self.planner = planner
         self.adder: Any = None
@@ -73,6 +81,7 @@ class PassRun:
         self.idle_scan: IdleScan | None = None
         """This pass's scan, if it admitted nobody and a later pass may reuse it."""
         self._last_idle_scan = last_idle_scan
+        self._clock = clock
         self.continuing_cut = False
         """True once the continuing request was added and is still not fully prefilled."""
         self._grants: dict[str, Grant] = {}
@@ -89,6 +98,7 @@ class PassRun:
 
     def ensure_plan(self) -> PassPlan:
         if self.plan is None:
+            started = time.perf_counter_ns()
             cfg = self.planner.cfg
             state = engine_state(self.sched, self.adder, cfg)
             last = self._last_idle_scan
@@ -110,6 +120,8 @@ class PassRun:
             self._stop_rid = next((r.rid for r in self.plan.rejections if not r.skipped), None)
             if self._stop_rid is not None:
                 self._pending.add(self._stop_rid)
+            if self._clock is not None:
+                self._clock.add(time.perf_counter_ns() - started)
         return self.plan
 
     @property
