@@ -22,6 +22,7 @@ that would be a second cut request is refused.
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import Enum
@@ -31,7 +32,9 @@ from sglang.srt.managers.schedule_policy import AddReqResult
 
 from scheduler.fair_share import align_down
 from scheduler.planner import PassPlanner
-from scheduler.sglang_plugin.translate import CandidateWindow, build_snapshot, continuing_chunk_tokens
+from scheduler.sglang_plugin.clock import PluginClock
+from scheduler.sglang_plugin.idle_scan import IdleScan
+from scheduler.sglang_plugin.translate import CandidateWindow, build_snapshot, continuing_chunk_tokens, engine_state
 from scheduler.snapshot import Grant, PassPlan, QueueSnapshot
 
 if TYPE_CHECKING:
@@ -59,13 +62,26 @@ class Route(Enum):
 class PassRun:
     """One prefill pass under the policy: planned once, then consulted for each request sglang reaches."""
 
-    def __init__(self, sched: Any, planner: PassPlanner) -> None:
+    def __init__(
+        self,
+        sched: Any,
+        planner: PassPlanner,
+        last_idle_scan: IdleScan | None = None,
+        clock: PluginClock | None = None,
+    ) -> None:
         self.sched = sched
         self.planner = planner
         self.adder: Any = None
         self.snapshot: QueueSnapshot | None = None
         self.plan: PassPlan | None = None
-        self.window: CandidateWindow | None = None
+        self.window: CandidateWindow | IdleScan | None = None
+        """The requests the planner judged (`examined`) and their figures (`candidates`)."""
+        self.reused_scan = False
+        """True when the pass planned on the last idle scan's figures instead of matching requests again."""
+        self.idle_scan: IdleScan | None = None
+        """This pass's scan, if it admitted nobody and a later pass may reuse it."""
+        self._last_idle_scan = last_idle_scan
+        self._clock = clock
         self.continuing_cut = False
         """True once the continuing request was added and is still not fully prefilled."""
         self._grants: dict[str, Grant] = {}
@@ -82,8 +98,21 @@ class PassRun:
 
     def ensure_plan(self) -> PassPlan:
         if self.plan is None:
-            self.snapshot, self.window = build_snapshot(self.sched, self.adder, self.planner.cfg, release_unadmitted)
-            self.plan = self.planner.plan(self.snapshot)
+            started = time.perf_counter_ns()
+            cfg = self.planner.cfg
+            state = engine_state(self.sched, self.adder, cfg)
+            last = self._last_idle_scan
+            if last is not None and last.still_holds(self.sched, state, cfg):
+                self.reused_scan = True
+                self.window = last
+                self.snapshot = state.snapshot(last.candidates)
+                self.plan = self.planner.plan(self.snapshot)
+                self.idle_scan = None if self.plan.grants else last
+            else:
+                self.snapshot, window = build_snapshot(self.sched, self.adder, cfg, release_unadmitted, state)
+                self.window = window
+                self.plan = self.planner.plan(self.snapshot)
+                self.idle_scan = IdleScan.record(self.sched, state, window, self.plan, cfg)
             continuing = {c.rid for c in self.snapshot.continuing}
             self._grants = {g.rid: g for g in self.plan.grants}
             self._examined = {r.rid for r in self.window.examined}
@@ -91,6 +120,8 @@ class PassRun:
             self._stop_rid = next((r.rid for r in self.plan.rejections if not r.skipped), None)
             if self._stop_rid is not None:
                 self._pending.add(self._stop_rid)
+            if self._clock is not None:
+                self._clock.add(time.perf_counter_ns() - started)
         return self.plan
 
     @property
@@ -128,8 +159,9 @@ class PassRun:
 
     def finish(self) -> None:
         """After sglang's scan: clean up every request the plan matched that was not admitted (some never
-        reached `add_one_req`: the scan ended early, or skipped them for LoRA or pooling mode)."""
-        if self.window is None:
+        reached `add_one_req`: the scan ended early, or skipped them for LoRA or pooling mode). A reused scan
+        matched nobody this pass: its requests were cleaned up when they were matched."""
+        if self.window is None or self.reused_scan:
             return
         admitted = {id(r) for r in self.adder.can_run_list}
         for req in self.window.examined:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +32,14 @@ from scheduler.interleave import DecodeInterleave, short_decode_passes
 from scheduler.pass_trace import PassTraceWriter, pass_record
 from scheduler.planner import PassPlanner
 from scheduler.sglang_plugin.adder import PassRun
-from scheduler.sglang_plugin.env import explicit_policy_fields, explicit_policy_value, pass_trace_path
+from scheduler.sglang_plugin.clock import PluginClock
+from scheduler.sglang_plugin.env import (
+    explicit_policy_fields,
+    explicit_policy_value,
+    pass_trace_path,
+    plugin_clock_path,
+)
+from scheduler.sglang_plugin.idle_scan import IdleScan
 from scheduler.sglang_plugin.server_args import POLICY_FIELD_TO_SERVER_ARG
 
 logger = logging.getLogger("fairshare.sglang_plugin")
@@ -96,12 +104,18 @@ class SchedulerPolicy:
     last_run: PassRun | None = None
     """The last pass planned (its snapshot and plan), for inspection."""
     trace: PassTraceWriter | None = None
+    clock: PluginClock | None = None
     num_planned_passes: int = 0
     interleave: DecodeInterleave = field(default_factory=DecodeInterleave)
     """Decode-only passes owed to short streams when sglang's mixed chunk is off (sglang's own
     prefill-decode interval, when set, does this for every stream instead)."""
+    reuse_idle_scans: bool = True
+    """Off: every pass matches the waiting requests and plans afresh (to compare decisions and cost)."""
+    num_reused_scans: int = 0
+    """Planned passes that planned on the last idle scan's figures (`idle_scan`) instead of matching again."""
     _run: PassRun | None = None
     _running_batch: Any = None
+    _idle_scan: IdleScan | None = None
     _warned: set[str] = field(default_factory=set)
 
     @property
@@ -114,14 +128,22 @@ class SchedulerPolicy:
 
     def start_pass(self, sched: Any) -> PassRun | None:
         """A new pass to plan, or None when upstream's rules apply to it."""
+        started = time.perf_counter_ns()
+        run = self._start_pass(sched)
+        if self.clock is not None:
+            self.clock.add(time.perf_counter_ns() - started)
+        return run
+
+    def _start_pass(self, sched: Any) -> PassRun | None:
         self._run = None
         reason = self.inactive_reason or pass_exclusion(sched, self._running_batch)
         if reason is not None:
             if reason not in self._warned:
                 self._warned.add(reason)
                 logger.warning("fairshare: %s; upstream sglang scheduling applies", reason)
+            self._idle_scan = None
             return None
-        self._run = PassRun(sched, self.planner)
+        self._run = PassRun(sched, self.planner, self._idle_scan if self.reuse_idle_scans else None, self.clock)
         return self._run
 
     @property
@@ -135,8 +157,19 @@ class SchedulerPolicy:
         return self.interleave.decode_due(len(running_batch.reqs))
 
     def end_pass(self) -> None:
+        """The pass boundary's end (after upstream's scan), called whether or not sglang built an adder."""
+        started = time.perf_counter_ns()
+        planned = self._end_pass()
+        if self.clock is not None:
+            self.clock.add(time.perf_counter_ns() - started)
+            self.clock.end_pass(planned)
+
+    def _end_pass(self) -> bool:
         run, self._run, self._running_batch = self._run, None, None
+        if run is not None:  # else sglang returned before building an adder: the last idle scan may still hold
+            self._idle_scan = run.idle_scan
         if run is not None and run.adder is not None and run.plan is not None:
+            self.num_reused_scans += run.reused_scan
             run.finish()
             self.last_run = run
             self.num_planned_passes += 1
@@ -147,6 +180,7 @@ class SchedulerPolicy:
         ledger = self.planner.ledger
         if run is not None and len(ledger.first_skipped) > ledger.max_entries:
             ledger.prune({r.rid for r in run.sched.waiting_queue})  # drop requests aborted while waiting
+        return run is not None and run.plan is not None
 
     def _record(self, run: PassRun) -> dict[str, Any]:
         admitted = [(r.rid, int(r.extend_len)) for r in run.adder.can_run_list]
@@ -170,6 +204,9 @@ def attach_policy(sched: Any, missing_targets: list[str] | tuple[str, ...] = ())
     if trace_path is not None and reason is None:
         policy.trace = PassTraceWriter(trace_path, source=f"sglang-tp{getattr(sched, 'tp_rank', 0)}")
         logger.info("fairshare: pass trace -> %s", trace_path)
+    if (path := plugin_clock_path()) is not None and reason is None:
+        policy.clock = PluginClock(path)
+        logger.info("fairshare: plugin time per pass -> %s", path)
     setattr(sched, POLICY_ATTR, policy)
     if reason is None:
         log_startup(cfg, sched)
