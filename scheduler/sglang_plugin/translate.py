@@ -174,6 +174,8 @@ class EngineState:
     num_decoding: int
     num_short_decoding: int
     granule_tokens: int
+    pass_index: int
+    """sglang's `forward_ct`: forward passes run, decode-only ones included (the simulator's count)."""
 
     def snapshot(self, waiting: Sequence[Candidate]) -> QueueSnapshot:
         return QueueSnapshot(
@@ -185,6 +187,7 @@ class EngineState:
             num_short_decoding=self.num_short_decoding,
             max_cut_requests=1,  # sglang tracks one half-prefilled request (`Scheduler.chunked_req`)
             granule_tokens=self.granule_tokens,
+            pass_index=self.pass_index,
         )
 
 
@@ -211,7 +214,7 @@ def engine_state(sched: Any, adder: PrefillAdder, cfg: PolicyConfig) -> EngineSt
         num_decoding=len(running_reqs),
         num_short_decoding=sum(cfg.is_short(uncached_prompt_tokens(r)) for r in running_reqs),
         granule_tokens=granule_tokens(sched, adder),
-        pass_index=sched.forward_ct,  # forward passes run, decode-only ones included: the simulator's count
+        pass_index=sched.forward_ct,
     )
 
 
