@@ -20,9 +20,9 @@ def test_sglang_and_the_simulator_take_the_same_passes(tiny_model_dir, tmp_path,
     result = run_engine(
         tiny_model_dir,
         sglang_batches(MIXES),
-        cpu_sglang_env(pass_trace=trace),
+        cpu_sglang_env(pass_trace=trace, mixed_decode=mixed_decode),  # the plugin writes sglang's mixed chunk
         tmp_path / "engine",
-        engine_kwargs={**ENGINE, "enable_mixed_chunk": mixed_decode},
+        engine_kwargs=ENGINE,
         server_info=True,
     )
     finished = [o["meta_info"]["finish_reason"]["type"] for batch in result["outputs"] for o in batch]
@@ -33,6 +33,8 @@ def test_sglang_and_the_simulator_take_the_same_passes(tiny_model_dir, tmp_path,
         interactive_pass_tokens=ENGINE["chunked_prefill_size"],
         mixed_decode=mixed_decode,
     )
+    log = (tmp_path / "engine" / "engine.log").read_text()
+    assert f"mixed_decode={mixed_decode}" in log  # what sglang resolved, as the plugin's start line reports it
     sim = simulate(MIXES, cfg, result["server_info"]["max_total_num_tokens"])
     report = agreement(read_pass_trace(trace), sim)
     print(report.summary())
