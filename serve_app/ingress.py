@@ -44,7 +44,7 @@ from serve_app.request_rules import (
     parse_session_id,
     validation_error,
 )
-from serve_app.routing import RouteDecision, RouteHint, RouteTicket
+from serve_app.route_records import RouteDecision, RouteHint, RouteTicket
 from serve_app.tokenizer import make_tokenizer
 
 logger = logging.getLogger(__name__)

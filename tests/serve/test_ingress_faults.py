@@ -12,7 +12,7 @@ from ray.exceptions import ActorDiedError
 from serve_app.engine_backend import Chunk, EngineError, GenerateRequest
 from serve_app.errors import OpenAIError
 from serve_app.ingress import Ingress
-from serve_app.routing import RouteHint, RouteTicket
+from serve_app.route_records import RouteHint, RouteTicket
 
 IngressClass = Ingress.func_or_class
 REQUEST = GenerateRequest(rid="r1", prompt_text="hi", prompt_tokens=1, max_tokens=3)
