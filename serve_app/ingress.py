@@ -246,7 +246,9 @@ class Ingress:
         max_tokens = body.output_limit or self.cfg.default_max_tokens
         check_context_window(prompt_tokens, max_tokens, self.cfg.context_limit_tokens, endpoint.prompt_param)
         session_id = (
-            parse_session_id(request.headers.get(SESSION_HEADER)) or body.user or f"sess-{uuid.uuid4().hex[:16]}"
+            parse_session_id(request.headers.get(SESSION_HEADER))
+            or parse_session_id(body.user, "user")
+            or f"sess-{uuid.uuid4().hex[:16]}"
         )
         ids = ResponseIds(f"{endpoint.id_prefix}-{uuid.uuid4().hex}", now_s(), self.model_id)
         gen_req = GenerateRequest(

@@ -7,8 +7,8 @@ The rules, in order:
 
 1. **Traffic class from uncached work.** A request's uncached prompt is what its session does
    not already hold on the replica: `prompt - cached(session, replica)`. The class is the policy
-   core's (`scheduler.traffic.classify`) with the replica's own `short_request_tokens` (the knob
-   its engine's planner uses, published with its load): above it a long document, else a chat. A
+   core's (`scheduler.traffic.classify`) with the engines' `short_request_tokens` (the knob their
+   planners use, published with their loads): above it a long document, else a chat. A
    session classed long stays long until its uncached prompt falls below
    `short_request_tokens * (1 - class_hysteresis)`.
 2. **Lanes.** Long documents go to the long lane (to the chat lane only if there is no long
@@ -30,7 +30,7 @@ up to one stats period old).
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -223,6 +223,17 @@ def _cached_on(sid: str | None, rec: _Session | None, v: ReplicaView) -> int:
     return v.sessions.get(sid, 0)
 
 
+def _agreed_threshold(views: Sequence[ReplicaView]) -> int:
+    """The engines' `short_request_tokens` for one decision: what most replicas publish (the larger on a tie).
+
+    Replicas of one deployment share their policy; they disagree only for a stats period during a live
+    change. One value per decision keeps the class a property of the request's cache, not of which
+    replica happens to be on the old policy (two thresholds could make a document a chat on one replica
+    and a long document on the other, with no lane left that takes it)."""
+    votes = Counter(v.short_request_tokens for v in views)
+    return max(votes, key=lambda t: (votes[t], t))
+
+
 class _Candidates:
     """One decision's view of the usable replicas: each rule of the module docstring as a named method."""
 
@@ -233,6 +244,7 @@ class _Candidates:
         self.knobs = hint.knobs
         self.rec = rec
         self.loads = loads
+        self.short_request_tokens = _agreed_threshold(usable)
         self.has_long_lane = any(v.lane is not Lane.CHAT for v in usable)
         self.has_chat_lane = any(v.lane is not Lane.LONG for v in usable)
         chat_lane = [v for v in usable if v.lane is not Lane.LONG]
@@ -244,7 +256,7 @@ class _Candidates:
     def traffic_class(self, v: ReplicaView) -> TrafficClass:
         """Rule 1: the class on this replica (its cache and its engine's threshold)."""
         previous = self.rec.traffic_class if self.rec else None
-        return classify(self.uncached_tokens(v), v.short_request_tokens, previous, self.knobs.class_hysteresis)
+        return classify(self.uncached_tokens(v), self.short_request_tokens, previous, self.knobs.class_hysteresis)
 
     def busy(self, v: ReplicaView, cls: TrafficClass) -> bool:
         """Rule 3's bound: what the class waits for on that replica."""

@@ -320,3 +320,14 @@ def test_every_decision_respects_lanes_and_limits(views, requests, chat_spill) -
             assert d.lane is Lane.LONG  # a document never lands in the chat lane while a long lane exists
         if d.lane is Lane.LONG and d.traffic_class is TrafficClass.SHORT and d.reason is RouteReason.SPILL:
             assert chat_spill
+
+
+def test_replicas_mid_change_classify_with_the_threshold_most_publish() -> None:
+    # A live change reached one chat replica (threshold 512) but not the others (2048) yet.
+    views = [
+        ReplicaView("L", Lane.LONG, ReplicaLoad(), T0, short_request_tokens=2048),
+        ReplicaView("C1", Lane.CHAT, ReplicaLoad(), T0, short_request_tokens=512),
+        ReplicaView("C2", Lane.CHAT, ReplicaLoad(num_waiting=1), T0, short_request_tokens=2048),
+    ]
+    d = LanePolicy().decide("r1", hint(None, 1000), views, T0)
+    assert (d.traffic_class, d.lane, d.reason) == (TrafficClass.SHORT, Lane.CHAT, RouteReason.LEAST_LOADED)
