@@ -8,6 +8,7 @@ runs `reconfigure()` on the replicas; nothing restarts).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import time
 from pathlib import Path
@@ -73,7 +74,8 @@ class LocalApp:
             except Exception:
                 # Seen on a busy shared machine: the free port taken between our probe and Serve's bind, or
                 # Ray's node start timing out. Both pass on a second try from scratch.
-                sc.stop()
+                with contextlib.suppress(Exception):
+                    sc.stop()
                 if attempt == START_ATTEMPTS - 1:
                     raise
                 self._use_port(sc.free_port())
