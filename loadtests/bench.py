@@ -99,8 +99,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     if args.preset not in PRESETS:
         errors.append(f"--preset {args.preset!r}: choose from {sorted(PRESETS)}")
     args.sim_backend = not args.url and config_backend(args.config) == "sim"
-    if args.time_scale is None or not args.sim_backend:
-        args.time_scale = DEFAULT_TIME_SCALE if args.sim_backend else 1.0  # only the sim engine has a clock to scale
+    if args.time_scale is None:
+        args.time_scale = DEFAULT_TIME_SCALE if args.sim_backend else 1.0
+    elif not args.url and not args.sim_backend:
+        args.time_scale = 1.0  # a real engine started here has no clock to scale
     if args.time_scale <= 0:
         errors.append(f"--time-scale {args.time_scale}: must be > 0")
     if args.engine_replicas < 1:

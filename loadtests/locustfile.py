@@ -30,7 +30,7 @@ from pydantic import ValidationError
 from loadtests import prompts
 from loadtests.recording import SHED_STATUSES, Sample, SampleLog, fire_metrics
 from loadtests.settings import LoadSettings, describe_error, from_options, register
-from loadtests.sse import SseParser, content_of, outcome
+from loadtests.sse import SseParser, StreamOutcome, content_of, outcome
 
 logger = logging.getLogger("loadtests")
 
@@ -148,18 +148,7 @@ class StreamingUser(HttpUser):
                 resp.failure(f"HTTP {resp.status_code}: {(resp.text or '')[:200]}")
                 self._log(Sample(error=f"HTTP {resp.status_code}", **meta))
                 return ""
-            try:
-                for chunk in resp.iter_content(chunk_size=None):
-                    parser.feed(chunk, time.perf_counter())
-            except requests.RequestException as e:
-                cut_error = f"stream cut: {type(e).__name__}"
-            else:
-                cut_error = None
-            parser.close(time.perf_counter())
-            result = outcome(parser.events, sent)
-            if cut_error and result.error:
-                result.error = cut_error
-            sample = Sample.of(result, **meta)
+            sample = Sample.of(read_stream(resp, parser, sent), **meta)
             if sample.error:
                 resp.failure(sample.error)
             else:
@@ -176,6 +165,21 @@ class StreamingUser(HttpUser):
         return prompts.question(n, self.settings.chars_per_token, self.rng)
 
     _questions = itertools.count()
+
+
+def read_stream(resp: requests.Response, parser: SseParser, sent: float) -> StreamOutcome:
+    """Read the body as it arrives, timing each network chunk; a connection cut mid-stream is its failure."""
+    cut_error = None
+    try:
+        for chunk in resp.iter_content(chunk_size=None):
+            parser.feed(chunk, time.perf_counter())
+    except requests.RequestException as e:
+        cut_error = f"stream cut: {type(e).__name__}"
+    parser.close(time.perf_counter())
+    result = outcome(parser.events, sent)
+    if cut_error and result.error:
+        result.error = cut_error
+    return result
 
 
 class ChatUser(StreamingUser):

@@ -10,6 +10,7 @@ Requests still running when the shape ends are dropped, as Locust drops them. On
 
 from __future__ import annotations
 
+import collections
 import heapq
 import itertools
 import math
@@ -106,12 +107,22 @@ def population(stage: Stage, s: LoadSettings, chat_users_fixed: int | None) -> t
     if chat_users_fixed is not None:
         chats = min(stage.users, chat_users_fixed)
         return chats, stage.users - chats
-    weights = {"chat": s.chat_weight, "doc": s.doc_weight}
-    counts = {"chat": 0, "doc": 0}
-    for _ in range(stage.users):  # Locust's rule: the class furthest below its share goes next
-        k = min((k for k in weights if weights[k]), key=lambda k: (counts[k] + 1) / weights[k])
-        counts[k] += 1
+    # Classes sorted by name (ChatUser, DocumentUser), as Locust sorts them.
+    picks = itertools.islice(_weighted_order([("chat", s.chat_weight), ("doc", s.doc_weight)]), stage.users)
+    counts = collections.Counter(picks)
     return counts["chat"], counts["doc"]
+
+
+def _weighted_order(weights: list[tuple[str, int]]) -> Iterator[str]:
+    """The order in which Locust's dispatcher picks weighted user classes (`locust.dispatch._kl_generator`:
+    next is the class whose pick lowers the Kullback-Leibler divergence from the weights most). Written out
+    here because importing Locust into this process would monkey-patch it with gevent."""
+    heap = [(w * math.log2(w / (w + 1.0)), w + 1.0, w, name) for name, w in weights if w > 0]
+    heapq.heapify(heap)
+    while True:
+        _, x, w, name = heap[0]
+        yield name
+        heapq.heapreplace(heap, (w * math.log2(x / (x + 1.0)), x + 1.0, w, name))
 
 
 def predict(

@@ -64,3 +64,21 @@ def test_shapes_tick_through_their_stages_in_engine_time() -> None:
     # A step whose short TTFT p99 (5 s) is above --knee-ttft-s (1 engine s = 500 ms wall): stop after it.
     assert [t and t[0] for t in got["ramp_knee"]] == [3, 6, 6, None, None]
     assert got["soak"] == [[4, 100.0], [4, 100.0], None]
+
+
+ORDER_PROBE = r"""
+import itertools, json
+from locust.dispatch import _kl_generator
+from loadtests.prediction import _weighted_order
+out = []
+for w in [(4, 1), (1, 1), (3, 2), (5, 1), (1, 4), (2, 7), (0, 3)]:
+    pairs = [("chat", w[0]), ("doc", w[1])]
+    out.append(list(itertools.islice(_kl_generator(pairs), 40)) == list(itertools.islice(_weighted_order(pairs), 40)))
+print(json.dumps(out))
+"""
+
+
+def test_prediction_fills_users_in_locusts_order() -> None:
+    proc = subprocess.run([sys.executable, "-c", ORDER_PROBE], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [True] * 7
