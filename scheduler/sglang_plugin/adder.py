@@ -98,7 +98,7 @@ class PassRun:
 
     def ensure_plan(self) -> PassPlan:
         if self.plan is None:
-            started = time.perf_counter_ns()
+            started = time.thread_time_ns()
             cfg = self.planner.cfg
             state = engine_state(self.sched, self.adder, cfg)
             last = self._last_idle_scan
@@ -121,7 +121,7 @@ class PassRun:
             if self._stop_rid is not None:
                 self._pending.add(self._stop_rid)
             if self._clock is not None:
-                self._clock.add(time.perf_counter_ns() - started)
+                self._clock.add(time.thread_time_ns() - started)
         return self.plan
 
     @property
