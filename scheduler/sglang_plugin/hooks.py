@@ -5,7 +5,8 @@
 - ``Scheduler.get_prefill_adder_class`` (AROUND): the intended extension point; wraps the adder class so
   it applies the pass plan.
 - ``Scheduler._get_new_batch_prefill_raw`` (AROUND): the pass boundary; after upstream's scan, clean up
-  the requests the plan matched and did not admit.
+  the requests the plan matched and did not admit. Before it, a pass that can admit nobody (the last idle
+  scan still holds) is planned at once and upstream's call returns nothing, as while ``batch_is_full``.
 - ``Scheduler.get_init_info`` (AFTER): report the policy's state in the scheduler's start-up handshake.
 - ``Engine._launch_subprocesses`` (AFTER, launcher side; `RayEngine` and ``launch_server`` use it too):
   refuse a launch in which a scheduler reported no policy state (it never loaded the plugin).
@@ -41,8 +42,11 @@ def around_get_new_batch_prefill_raw(original: Any, sched: Any, *args: Any, **kw
     policy = policy_of(sched)
     if policy is None:
         return original(sched, *args, **kwargs)
-    policy.begin_pass(kwargs["running_batch"] if "running_batch" in kwargs else args[1])
+    running_batch = kwargs["running_batch"] if "running_batch" in kwargs else args[1]
+    policy.begin_pass(running_batch)
     try:
+        if policy.idle_pass(sched, running_batch):
+            return None, running_batch  # nothing can be admitted: upstream's early return, as if batch_is_full
         return original(sched, *args, **kwargs)
     finally:
         policy.end_pass()
