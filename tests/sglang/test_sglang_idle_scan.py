@@ -20,8 +20,6 @@ from sglang.srt.mem_cache.base_prefix_cache import InsertParams
 from sglang.srt.mem_cache.radix_cache import RadixKey
 from sglang_harness import EngineSpec, Harness, PassRecord, ReqSpec
 
-from scheduler.sglang_plugin.translate import engine_state
-
 RATIO_DECAY = 0.01
 MIN_RATIO = 0.1
 
@@ -54,8 +52,10 @@ class DecodingHarness(Harness):
         record = super().step()
         self.matches.append(self._num_matches)
         run = self.policy.last_run
-        kind = "fresh" if not run.reused_scan else ("reused" if run.adder is not None else "no-adder")
-        self.kinds.append("-" if run is before else kind)
+        if run is None or run is before:
+            self.kinds.append("-")
+        else:
+            self.kinds.append("fresh" if not run.reused_scan else ("reused" if run.adder is not None else "no-adder"))
         ratio = self.sched.new_token_ratio_tracker
         ratio.current = max(MIN_RATIO, ratio.current - RATIO_DECAY)
         return record
@@ -156,8 +156,8 @@ def test_a_finishing_request_rescans():
 
 
 def idle_state(h: Harness):
-    run = h.policy.last_run
-    return run.idle_scan, engine_state(h.sched, run.adder, h.policy.cfg)
+    scan = h.policy.last_run.idle_scan
+    return scan, scan.state_without_adder(h.sched, h.running, h.policy.cfg)
 
 
 def test_each_change_a_scan_read_makes_it_stale():
