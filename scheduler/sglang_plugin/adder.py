@@ -34,7 +34,13 @@ from scheduler.fair_share import align_down
 from scheduler.planner import PassPlanner
 from scheduler.sglang_plugin.clock import PluginClock
 from scheduler.sglang_plugin.idle_scan import IdleScan
-from scheduler.sglang_plugin.translate import CandidateWindow, build_snapshot, continuing_chunk_tokens, engine_state
+from scheduler.sglang_plugin.translate import (
+    CandidateWindow,
+    EngineState,
+    build_snapshot,
+    continuing_chunk_tokens,
+    engine_state,
+)
 from scheduler.snapshot import Grant, PassPlan, QueueSnapshot
 
 if TYPE_CHECKING:
@@ -98,31 +104,45 @@ class PassRun:
 
     def ensure_plan(self) -> PassPlan:
         if self.plan is None:
-            started = time.perf_counter_ns()
+            started = time.thread_time_ns()
             cfg = self.planner.cfg
             state = engine_state(self.sched, self.adder, cfg)
             last = self._last_idle_scan
             if last is not None and last.still_holds(self.sched, state, cfg):
-                self.reused_scan = True
-                self.window = last
-                self.snapshot = state.snapshot(last.candidates)
-                self.plan = self.planner.plan(self.snapshot)
-                self.idle_scan = None if self.plan.grants else last
+                self._plan_on(last, state)
             else:
                 self.snapshot, window = build_snapshot(self.sched, self.adder, cfg, release_unadmitted, state)
                 self.window = window
                 self.plan = self.planner.plan(self.snapshot)
-                self.idle_scan = IdleScan.record(self.sched, state, window, self.plan, cfg)
-            continuing = {c.rid for c in self.snapshot.continuing}
-            self._grants = {g.rid: g for g in self.plan.grants}
-            self._examined = {r.rid for r in self.window.examined}
-            self._pending = {g.rid for g in self.plan.grants if g.rid not in continuing}
-            self._stop_rid = next((r.rid for r in self.plan.rejections if not r.skipped), None)
-            if self._stop_rid is not None:
-                self._pending.add(self._stop_rid)
+                self.idle_scan = IdleScan.record(self.sched, self.adder, state, window, self.plan, cfg)
+                self._index_plan()
             if self._clock is not None:
-                self._clock.add(time.perf_counter_ns() - started)
+                self._clock.add(time.thread_time_ns() - started)
         return self.plan
+
+    def plan_without_adder(self, state: EngineState) -> None:
+        """Plan a pass sglang will not build an adder for (`SchedulerPolicy.idle_pass`): on the last idle
+        scan, which `state` (read without an adder) shows to still hold."""
+        assert self._last_idle_scan is not None
+        self._plan_on(self._last_idle_scan, state)
+
+    def _plan_on(self, scan: IdleScan, state: EngineState) -> None:
+        """Plan on the figures `scan` read: the same decisions a fresh scan would take (`idle_scan`)."""
+        self.reused_scan = True
+        self.window = scan
+        self.snapshot = state.snapshot(scan.candidates)
+        self.plan = self.planner.plan(self.snapshot)
+        self.idle_scan = None if self.plan.grants else scan
+        self._index_plan()
+
+    def _index_plan(self) -> None:
+        continuing = {c.rid for c in self.snapshot.continuing}
+        self._grants = {g.rid: g for g in self.plan.grants}
+        self._examined = {r.rid for r in self.window.examined}
+        self._pending = {g.rid for g in self.plan.grants if g.rid not in continuing}
+        self._stop_rid = next((r.rid for r in self.plan.rejections if not r.skipped), None)
+        if self._stop_rid is not None:
+            self._pending.add(self._stop_rid)
 
     @property
     def exhausted(self) -> bool:

@@ -27,6 +27,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from sglang.srt.managers.schedule_policy import CacheAgnosticPolicy
+
 from scheduler.config import PolicyConfig, default_interactive_pass_tokens, env_var_name
 from scheduler.interleave import DecodeInterleave, short_decode_passes
 from scheduler.pass_trace import PassTraceWriter, pass_record
@@ -126,12 +128,45 @@ class SchedulerPolicy:
         """The pass boundary (`_get_new_batch_prefill_raw`), before sglang builds the adder."""
         self._running_batch = running_batch
 
+    def idle_pass(self, sched: Any, running_batch: Any) -> bool:
+        """True when this pass can admit nobody and is planned already, on the last idle scan, without sglang
+        building an adder: `_get_new_batch_prefill_raw` then returns at once, as upstream's does while
+        ``batch_is_full`` (`idle_scan`). Only where the rest of that call would change nothing: no continuing
+        chunk, no grammar ready, no preemption, FCFS order (no queue reordering), free slots left."""
+        started = time.thread_time_ns()
+        planned = self._idle_pass(sched, running_batch)
+        if self.clock is not None:
+            self.clock.add(time.thread_time_ns() - started)
+        return planned
+
+    def _idle_pass(self, sched: Any, running_batch: Any) -> bool:
+        scan = self._idle_scan
+        if (
+            scan is None
+            or not self.reuse_idle_scans
+            or self.inactive_reason is not None
+            or sched.chunked_req is not None
+            or running_batch.batch_is_full
+            or sched.enable_priority_preemption
+            or sched.is_hybrid_swa
+            or sched.policy.policy is not CacheAgnosticPolicy.FCFS
+            or pass_exclusion(sched, running_batch) is not None
+            or sched.grammar_manager.has_waiting_grammars()
+        ):
+            return False
+        state = scan.state_without_adder(sched, running_batch, self.cfg)
+        if state is None or state.free_running_slots <= 0 or not scan.still_holds(sched, state, self.cfg):
+            return False
+        self._run = PassRun(sched, self.planner, scan, self.clock)
+        self._run.plan_without_adder(state)
+        return True
+
     def start_pass(self, sched: Any) -> PassRun | None:
         """A new pass to plan, or None when upstream's rules apply to it."""
-        started = time.perf_counter_ns()
+        started = time.thread_time_ns()
         run = self._start_pass(sched)
         if self.clock is not None:
-            self.clock.add(time.perf_counter_ns() - started)
+            self.clock.add(time.thread_time_ns() - started)
         return run
 
     def _start_pass(self, sched: Any) -> PassRun | None:
@@ -158,19 +193,20 @@ class SchedulerPolicy:
 
     def end_pass(self) -> None:
         """The pass boundary's end (after upstream's scan), called whether or not sglang built an adder."""
-        started = time.perf_counter_ns()
+        started = time.thread_time_ns()
         planned = self._end_pass()
         if self.clock is not None:
-            self.clock.add(time.perf_counter_ns() - started)
+            self.clock.add(time.thread_time_ns() - started)
             self.clock.end_pass(planned)
 
     def _end_pass(self) -> bool:
         run, self._run, self._running_batch = self._run, None, None
-        if run is not None:  # else sglang returned before building an adder: the last idle scan may still hold
+        if run is not None:  # else sglang returned before planning: the last idle scan may still hold
             self._idle_scan = run.idle_scan
-        if run is not None and run.adder is not None and run.plan is not None:
+        if run is not None and run.plan is not None:
             self.num_reused_scans += run.reused_scan
-            run.finish()
+            if run.adder is not None:
+                run.finish()
             self.last_run = run
             self.num_planned_passes += 1
             if self.trace is not None:
@@ -183,7 +219,7 @@ class SchedulerPolicy:
         return run is not None and run.plan is not None
 
     def _record(self, run: PassRun) -> dict[str, Any]:
-        admitted = [(r.rid, int(r.extend_len)) for r in run.adder.can_run_list]
+        admitted = [(r.rid, int(r.extend_len)) for r in run.adder.can_run_list] if run.adder is not None else []
         rows = run.snapshot.num_decoding if run.sched.is_mixed_chunk else 0
         return pass_record(self.num_planned_passes, run.snapshot, run.window.candidates, run.plan, admitted, rows)
 

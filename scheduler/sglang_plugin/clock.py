@@ -5,7 +5,7 @@ With ``FAIRSHARE_PLUGIN_CLOCK=FILE`` it times the plugin's work at each pass bou
 scan), and cleaning up after the scan — not the upstream code those hooks wrap, nor the routing of each request an
 admitting scan reaches (a few dictionary lookups per admitted request). The durations are kept
 in memory and appended to FILE as one JSON line per batch (at most every `FLUSH_PASSES` passes or `FLUSH_S`
-seconds), so timing adds two clock reads per section and no I/O per pass. Read by
+seconds), so timing adds no I/O per pass. Read by
 `benchmarks/sglang_plugin_cost.py` with `read_clock`.
 """
 

@@ -15,6 +15,11 @@ nothing can be admitted while the streams decode. A pass reuses the last scan in
 - free KV is still below the smallest need rejected. Free KV moves every iteration (decoding takes KV, sglang's
   new-token ratio decays), but only reaching a rejected request's need can change a decision: then it rescans.
 
+Where sglang's pool is a plain token pool and the scheduler is in FCFS order, a pass that free KV cannot change
+(the pool's free and evictable tokens, an upper bound of what the adder would count, stay below the smallest need
+rejected) skips even sglang's adder and scan setup: `_get_new_batch_prefill_raw` returns at once, as upstream's
+does while ``batch_is_full`` (`SchedulerPolicy.idle_pass`). Otherwise the adder is built and the check is exact.
+
 A reused pass still runs the planner, on the figures the scan read, so the state kept across passes (the
 starvation ledger, the pass sizer) moves exactly as if the requests had been matched again, and every decision is
 the one a fresh scan would take. Not repeated is the prefix match itself, hence the radix cache's LRU refresh of
@@ -27,13 +32,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from sglang.srt.mem_cache.prefill_budget import PrefillBudget
+
 from scheduler.config import PolicyConfig
+from scheduler.sglang_plugin.translate import EngineState, uncached_prompt_tokens
 from scheduler.snapshot import Candidate, PassPlan
 
 if TYPE_CHECKING:
     from sglang.srt.managers.schedule_batch import Req
 
-    from scheduler.sglang_plugin.translate import CandidateWindow, EngineState
+    from scheduler.sglang_plugin.translate import CandidateWindow
 
 
 def cache_fingerprint(tree_cache: Any) -> tuple[Any, Any]:
@@ -58,10 +66,13 @@ class IdleScan:
     cfg: PolicyConfig
     engine: tuple[int, int, int, int]
     cache: tuple[Any, Any]
+    prefill_max_requests: int | None
+    plain_budget: bool
+    """sglang's plain token pool (`PrefillBudget`, no mamba): free KV is bounded without building an adder."""
 
     @classmethod
     def record(
-        cls, sched: Any, state: EngineState, window: CandidateWindow, plan: PassPlan, cfg: PolicyConfig
+        cls, sched: Any, adder: Any, state: EngineState, window: CandidateWindow, plan: PassPlan, cfg: PolicyConfig
     ) -> IdleScan | None:
         """The scan just planned, if a later pass may reuse it."""
         candidates = window.candidates
@@ -78,6 +89,8 @@ class IdleScan:
             cfg=cfg,
             engine=engine_key(state),
             cache=cache_fingerprint(sched.tree_cache),
+            prefill_max_requests=adder.prefill_max_requests,
+            plain_budget=type(adder.memory_budget) is PrefillBudget and not sched.tree_cache.supports_mamba(),
         )
 
     def still_holds(self, sched: Any, state: EngineState, cfg: PolicyConfig) -> bool:
@@ -92,4 +105,29 @@ class IdleScan:
             and engine_key(state) == self.engine
             and cache_fingerprint(sched.tree_cache) == self.cache
             and all(a is b for a, b in zip(queue, self.examined, strict=False))
+        )
+
+    def state_without_adder(self, sched: Any, running_batch: Any, cfg: PolicyConfig) -> EngineState | None:
+        """The engine state for a pass that may skip sglang's adder, or None when only an adder can tell.
+
+        Free KV is bounded from above by the pool's free and evictable tokens (the adder subtracts the running
+        requests' reservations from them); below the smallest rejected need, every judged request is still
+        rejected whatever those reservations are now. Slots are read as the scan reads them."""
+        if not self.plain_budget:
+            return None
+        tree = sched.tree_cache
+        free_kv_bound = sched.token_to_kv_pool_allocator.available_size() + tree.evictable_size() - 1
+        if free_kv_bound >= self.min_rejected_need:
+            return None
+        running = running_batch.reqs
+        free_slots = sched.get_num_allocatable_reqs(len(running), running_batch=running_batch)
+        if self.prefill_max_requests is not None:
+            free_slots = min(free_slots, self.prefill_max_requests)
+        return EngineState(
+            free_kv_tokens=free_kv_bound,
+            free_running_slots=free_slots,
+            continuing=(),
+            num_decoding=len(running),
+            num_short_decoding=sum(cfg.is_short(uncached_prompt_tokens(r)) for r in running),
+            granule_tokens=self.engine[3],
         )

@@ -20,8 +20,6 @@ from sglang.srt.mem_cache.base_prefix_cache import InsertParams
 from sglang.srt.mem_cache.radix_cache import RadixKey
 from sglang_harness import EngineSpec, Harness, PassRecord, ReqSpec
 
-from scheduler.sglang_plugin.translate import engine_state
-
 RATIO_DECAY = 0.01
 MIN_RATIO = 0.1
 
@@ -32,6 +30,9 @@ class DecodingHarness(Harness):
     counts the prefix matches each pass makes."""
 
     matches: list[int] = field(default_factory=list)
+    kinds: list[str] = field(default_factory=list)
+    """Per pass: "fresh" (matched and planned), "reused" (planned on the idle scan in sglang's adder),
+    "no-adder" (planned on it before sglang built an adder) or "-" (sglang did not call the plugin)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -47,8 +48,14 @@ class DecodingHarness(Harness):
 
     def step(self) -> PassRecord:
         self._num_matches = 0
+        before = self.policy.last_run
         record = super().step()
         self.matches.append(self._num_matches)
+        run = self.policy.last_run
+        if run is None or run is before:
+            self.kinds.append("-")
+        else:
+            self.kinds.append("fresh" if not run.reused_scan else ("reused" if run.adder is not None else "no-adder"))
         ratio = self.sched.new_token_ratio_tracker
         ratio.current = max(MIN_RATIO, ratio.current - RATIO_DECAY)
         return record
@@ -93,6 +100,8 @@ def test_passes_that_cannot_admit_match_nobody():
     assert reusing.matches[1] == 17
     assert reusing.matches[2:] == [0] * 28
     assert fresh.matches[2:] == [17] * 28
+    # The pool's free tokens alone are below every need: sglang does not even build an adder.
+    assert reusing.kinds[2:] == ["no-adder"] * 28
     assert reusing.policy.num_reused_scans == 28
     # The ledger still counts each pass in which "big" was skipped.
     assert reusing.policy.planner.ledger.skipped_passes["big"] == 29
@@ -123,7 +132,9 @@ def test_freed_kv_rescans_when_a_rejected_request_could_fit(monkeypatch):
     assert admitted_at > 5  # it waited for the ratio to decay
     assert [rid for rid, _ in reusing.history[admitted_at].admitted] == ["big", "small"]
     assert reusing.matches[2:admitted_at] == [0] * (admitted_at - 2)
-    assert not reusing.policy.last_run.reused_scan or reusing.matches[admitted_at] > 0
+    # The running stream's reservation, not the pool, keeps "big" out: only the adder can tell, so it is built.
+    assert reusing.kinds[2:admitted_at] == ["reused"] * (admitted_at - 2)
+    assert reusing.kinds[admitted_at] == "fresh"
 
 
 def test_a_finishing_request_rescans():
@@ -145,8 +156,8 @@ def test_a_finishing_request_rescans():
 
 
 def idle_state(h: Harness):
-    run = h.policy.last_run
-    return run.idle_scan, engine_state(h.sched, run.adder, h.policy.cfg)
+    scan = h.policy.last_run.idle_scan
+    return scan, scan.state_without_adder(h.sched, h.running, h.policy.cfg)
 
 
 def test_each_change_a_scan_read_makes_it_stale():
