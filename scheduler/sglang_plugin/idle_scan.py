@@ -130,4 +130,5 @@ class IdleScan:
             num_decoding=len(running),
             num_short_decoding=sum(cfg.is_short(uncached_prompt_tokens(r)) for r in running),
             granule_tokens=self.engine[3],
+            pass_index=sched.forward_ct,
         )
