@@ -7,7 +7,9 @@
 2. The whole per-iteration path the sglang plugin runs, on sglang 0.5.23's real objects (its
    `_get_new_batch_prefill_raw`, `PrefillAdder`, allocator, `RadixCache` and `Req`s, driven by the test
    harness's stand-in scheduler, no model): translate + plan + adder, while one stream decodes and nothing
-   waiting can be admitted (every request needs more KV than is free). Per iteration: the whole
+   waiting can be admitted (every request needs more KV than is free), in two cases: the stream's prompt leaves
+   too little of the pool (the plugin plans before sglang builds an adder), or its output reservation does
+   (the adder is built to tell). Per iteration: the whole
    `_get_new_batch_prefill_raw` call with the plugin (reusing the last idle scan, as shipped, and matching
    afresh every pass, as before), upstream's own call (it returns at once: ``batch_is_full``), and the plugin's
    own time inside the call (`FAIRSHARE_PLUGIN_CLOCK`). Targets: plugin time <= 100 us, 10k/1k <= 1.2.
@@ -90,25 +92,32 @@ def sglang_setup() -> None:
     logging.getLogger("fairshare").setLevel(logging.WARNING)
 
 
-def blocked_harness(n: int, patched: bool):
+BLOCKED_BY = {"pool": (3400, 1000), "reservation": (2000, 3000)}
+"""The stream's (prompt, output) tokens: its prompt alone leaves too little of the pool for any waiting request
+(the plugin plans before sglang builds an adder), or only its output reservation does (the adder is needed)."""
+
+
+def blocked_harness(n: int, patched: bool, blocked_by: str):
     """One stream decoding; `n` waiting requests, none of which fits in the KV it leaves free."""
     from sglang_harness import EngineSpec, Harness, ReqSpec
 
     engine = EngineSpec(pool_tokens=6000, chunk_tokens=2048, max_running=8, req_rows=64, new_token_ratio=0.5)
     rng = random.Random(n)
-    reqs = [ReqSpec("stream", 2000, max_new_tokens=3000, decode_passes=10**9)]
+    prompt, output = BLOCKED_BY[blocked_by]
+    reqs = [ReqSpec("stream", prompt, max_new_tokens=output, decode_passes=10**9)]
     reqs += [ReqSpec(f"w{i}", rng.randint(2600, 2900), max_new_tokens=64, arrive_pass=1) for i in range(n)]
     h = Harness(engine, reqs, patched=patched)
-    h.run(3)  # the stream is admitted, the queue arrives and is judged once
-    assert [rid for r in h.history for rid, _ in r.admitted] == ["stream"], "the queue must not be admissible"
+    h.run(4)  # the stream is prefilled, the queue arrives and is judged
+    assert {rid for r in h.history for rid, _ in r.admitted} == {"stream"}, "the queue must not be admissible"
+    assert h.sched.chunked_req is None
     return h
 
 
-def plugin_path_us(n: int, loops: int, repeats: int) -> dict[str, list[float]]:
+def plugin_path_us(n: int, loops: int, repeats: int, blocked_by: str) -> dict[str, list[float]]:
     from scheduler.sglang_plugin.clock import PluginClock, read_clock
 
     out: dict[str, list[float]] = {}
-    upstream = blocked_harness(n, patched=False)
+    upstream = blocked_harness(n, patched=False, blocked_by=blocked_by)
     out["upstream"] = timed_us(
         lambda: upstream.sched._get_new_batch_prefill_raw(
             prefill_delayer_single_pass=None, running_batch=upstream.running
@@ -116,7 +125,7 @@ def plugin_path_us(n: int, loops: int, repeats: int) -> dict[str, list[float]]:
         loops,
         repeats,
     )
-    h = blocked_harness(n, patched=True)
+    h = blocked_harness(n, patched=True, blocked_by=blocked_by)
 
     def call():
         return h.sched._get_new_batch_prefill_raw(prefill_delayer_single_pass=None, running_batch=h.running)
@@ -152,25 +161,26 @@ def main() -> None:
     print(f"ratio 10k/1k = {ratio:.2f} (target <= 1.2)")
 
     sglang_setup()
-    print(
-        "\n2. The plugin's per-iteration path on real sglang objects, nothing admissible "
-        "(CPU us per _get_new_batch_prefill_raw call: median (min-max of loops))"
-    )
     loops = 200 if args.quick else 1_000
-    rows = {n: plugin_path_us(n, loops, repeats) for n in SIZES}
-    print(
-        f"{'waiting':>8} | {'upstream call':>22} | {'plugin call, reuse':>22} | {'plugin own, reuse':>22} "
-        f"| {'plugin call, fresh':>22} | {'plugin own, fresh':>22}"
-    )
-    for n, r in rows.items():
+    for blocked_by in BLOCKED_BY:
         print(
-            f"{n:>8} | {fmt(r['upstream']):>22} | {fmt(r['reuse']):>22} | {fmt(r['reuse-plugin']):>22} "
-            f"| {fmt(r['fresh']):>22} | {fmt(r['fresh-plugin']):>22}"
+            f"\n2. The plugin's per-iteration path on real sglang objects, nothing admissible (blocked by the "
+            f"{blocked_by}); CPU us per _get_new_batch_prefill_raw call: median (min-max of loops)"
         )
-    for key in ("reuse-plugin", "fresh-plugin"):
-        ratio = statistics.median(rows[10_000][key]) / statistics.median(rows[1_000][key])
-        worst = max(statistics.median(r[key]) for r in rows.values())
-        print(f"{key}: 10k/1k = {ratio:.2f} (target <= 1.2); largest median {worst:.1f} us (target <= 100 us)")
+        rows = {n: plugin_path_us(n, loops, repeats, blocked_by) for n in SIZES}
+        print(
+            f"{'waiting':>8} | {'upstream call':>22} | {'plugin call, reuse':>22} | {'plugin own, reuse':>22} "
+            f"| {'plugin call, fresh':>22} | {'plugin own, fresh':>22}"
+        )
+        for n, r in rows.items():
+            print(
+                f"{n:>8} | {fmt(r['upstream']):>22} | {fmt(r['reuse']):>22} | {fmt(r['reuse-plugin']):>22} "
+                f"| {fmt(r['fresh']):>22} | {fmt(r['fresh-plugin']):>22}"
+            )
+        for key in ("reuse-plugin", "fresh-plugin"):
+            ratio = statistics.median(rows[10_000][key]) / statistics.median(rows[1_000][key])
+            worst = max(statistics.median(r[key]) for r in rows.values())
+            print(f"{key}: 10k/1k = {ratio:.2f} (target <= 1.2); largest median {worst:.1f} us (target <= 100 us)")
 
 
 if __name__ == "__main__":

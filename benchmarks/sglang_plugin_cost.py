@@ -258,10 +258,12 @@ def main() -> None:
         model = args.model_path or build_tiny_model(tmp_path / "model", TinyModelSpec())
         clock = tmp_path / "clock.jsonl"
         args_ = server_args(args.device)
+        env_on = server_env(args.device, plugin_clock=clock)
+        env_off = server_env(args.device, plugin_enabled=0)
         print(f"starting two sglang servers ({args.device}); machine load {os.getloadavg()[0]:.1f}", flush=True)
         with (
-            LocalServer(model, args_, server_env(args.device, plugin_clock=clock), tmp_path / "on.log") as s_on,
-            LocalServer(model, args_, server_env(args.device, plugin_enabled=0), tmp_path / "off.log") as s_off,
+            LocalServer(model, args_, env_on, tmp_path / "on.log", startup_timeout_s=900) as s_on,
+            LocalServer(model, args_, env_off, tmp_path / "off.log", startup_timeout_s=900) as s_off,
         ):
             on, off = Mode("on", s_on, clock), Mode("off", s_off, None)
             for case in cases:
