@@ -39,6 +39,7 @@ import http.client
 import json
 import os
 import random
+import signal
 import statistics
 import sys
 import tempfile
@@ -372,8 +373,18 @@ def summary_lines(results: list[ModeResult]) -> list[str]:
     return rows
 
 
+def stop_on_sigterm() -> None:
+    """SIGTERM unwinds like Ctrl-C, so the servers' context managers stop their process groups."""
+
+    def raise_exit(signum, frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, raise_exit)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    stop_on_sigterm()
     with tempfile.TemporaryDirectory(prefix="fairshare-gpu-check-") as tmp:
         tmp_dir = Path(tmp)
         model_path = args.model_path or str(tmp_dir / ("dummy-llama3-8b" if args.dummy_model else "tiny-llama"))

@@ -129,7 +129,7 @@ class LocalServer:
         env: dict[str, str],
         log_path: Path,
         port: int | None = None,
-        startup_timeout_s: float = 300,
+        startup_timeout_s: float = 600,
     ) -> None:
         self.port = port or free_port()
         self.command = launch_server_command(model_path, self.port, args)

@@ -31,7 +31,7 @@ def run_engine(
     work_dir: Path,
     engine_kwargs: dict | None = None,
     server_info: bool = False,
-    timeout_s: float = 420,
+    timeout_s: float = 900,
 ) -> dict:
     """Run `batches` (each ``{"input_ids": [[...]], "sampling_params": [{...}]}``) through a fresh engine.
     Returns ``{"outputs": [[{"output_ids", "meta_info"}, ...] per batch], "server_info": {...}}``."""

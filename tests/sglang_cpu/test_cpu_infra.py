@@ -38,6 +38,7 @@ def test_stand_in_is_never_shipped():
 
 
 @pytest.mark.sglang_cpu
+@pytest.mark.timeout(1200)
 def test_in_process_engine_with_priority_scheduling_runs_the_policy(tiny_model_dir, tmp_path):
     """sglang turns priority preemption on with priority scheduling; the plugin used to step aside entirely.
     Now only passes where preemption may act are upstream's: here the requests fit the free slots."""

@@ -18,7 +18,7 @@ from scheduler.pass_trace import read_pass_trace
 from sglang_cpu.cpu_env import CPU_SERVER_ARGS, cpu_sglang_env
 from sglang_cpu.traffic import Generation, load, prompt_ids, trace_since, wait_for, wait_idle
 
-pytestmark = pytest.mark.sglang_cpu
+pytestmark = [pytest.mark.sglang_cpu, pytest.mark.timeout(1200)]  # server starts on a loaded 2-core CPU
 
 POOL_TOKENS = 6000
 SERVER_ARGS = [

@@ -11,7 +11,7 @@ from sglang_cpu.cpu_env import cpu_sglang_env
 from sglang_cpu.engine import run_engine
 from sglang_cpu.sim_vs_sglang import ENGINE, MIXES, agreement, sglang_batches, simulate
 
-pytestmark = pytest.mark.sglang_cpu
+pytestmark = [pytest.mark.sglang_cpu, pytest.mark.timeout(1200)]  # server starts on a loaded 2-core CPU
 
 
 @pytest.mark.parametrize("mixed_decode", [False, True], ids=["prefill-only", "mixed-chunk"])
