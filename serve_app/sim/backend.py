@@ -108,12 +108,13 @@ class SimBackend:
                 if progress.aborted:
                     return
                 upto = produced if progress.num_generated is None else progress.num_generated
-                text = synthetic_text(produced, upto)
                 finish: FinishReason | None = natural_reason if progress.finished else None
-                cut = stop.cut(text)
-                if cut is not None:
-                    text, finish = text[:cut], "stop"
+                text, stopped = stop.feed(synthetic_text(produced, upto))
+                if stopped:
+                    finish = "stop"
                     self.engine.abort(request.rid)  # the answer is complete: free its slot and KV now
+                elif finish is not None:
+                    text += stop.flush()
                 num_new, produced = upto - produced, upto
                 output.append(text)
                 completed = finish is not None
