@@ -59,7 +59,12 @@ def test_locust_smoke(app, tmp_path: Path) -> None:
         "--csv", str(tmp_path / "smoke"), "--only-summary", *to_flags(options),
     ]  # fmt: skip
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=RUN_S + 120)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]  # Locust exits 1 on any failure
+    failures = tmp_path / "smoke_failures.csv"
+    # Locust exits 1 on any failure: say which (its failures table, our failed samples, its log's tail).
+    assert proc.returncode == 0, (
+        f"locust exit {proc.returncode}\n{failures.read_text() if failures.exists() else ''}\n"
+        f"{[s for s in read_samples(samples) if not s.ok][:5] if samples.exists() else ''}\n{proc.stderr[-3000:]}"
+    )
 
     with open(tmp_path / "smoke_stats.csv", newline="") as f:
         rows = {(r["Type"], r["Name"]): r for r in csv.DictReader(f)}
