@@ -73,8 +73,28 @@ class EngineError:
     """Sent as `Retry-After` (backpressure)."""
 
 
+@dataclass(frozen=True, slots=True)
+class ResponseStart:
+    """First item of an OpenAI response written by the engine itself (sglang's serving classes): the status and
+    the media type (`application/json`, or `text/event-stream` for a stream). `ResponseBody` items follow."""
+
+    status: int
+    media_type: str
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseBody:
+    """Bytes of an engine-written response, passed to the client as they are (SSE events or a JSON body)."""
+
+    data: bytes
+
+
 StreamItem = Chunk | EngineError
-"""What the engine replica streams to the ingress."""
+"""What the engine replica streams to the ingress (sim backend)."""
+
+ResponseItem = ResponseStart | ResponseBody | EngineError
+"""What the engine replica streams to the ingress when the engine writes the OpenAI response (sglang backend);
+an `EngineError` first means the replica refused the request (backpressure) before the engine saw it."""
 
 
 @dataclass(frozen=True, slots=True)
