@@ -200,3 +200,18 @@ class LocalServer:
 
     def request(self, method: str, path: str, body: object | None = None, timeout_s: float = 120) -> object:
         return http_json(self.port, method, path, body, timeout_s)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m benchmarks.sglang_local --build-tiny-model DIR`: the tiny model `config.sglang-cpu.yaml` serves."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.sglang_local")
+    parser.add_argument("--build-tiny-model", type=Path, required=True, metavar="DIR", help="where to write it")
+    args = parser.parse_args(argv)
+    print(build_tiny_model(args.build_tiny_model))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

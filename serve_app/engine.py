@@ -103,6 +103,8 @@ class Engine:
         knobs: EngineKnobs = validate(EngineKnobs, user_config, "Engine.user_config")
         # Knobs first, then start: a backend that reads its policy once at start (sglang) gets this one.
         self.backend.reconfigure(knobs)
+        if await self.backend.restart_if_needed():
+            logger.warning("replica %s: engine restarted for the new policy", self.replica_id)
         self.knobs = knobs
         self.limits = backpressure_limits(self.cfg, knobs, self.backend.policy, _serve_max_ongoing_requests())
         await self._ensure_started()

@@ -158,6 +158,11 @@ class EngineBackend(Protocol):
         (the replica's first `user_config`) and on every live change."""
         ...
 
+    async def restart_if_needed(self) -> bool:
+        """Restart the engine if the last `reconfigure` changed something it reads only at start (sglang's policy);
+        True when it did. Called by the replica right after `reconfigure`."""
+        ...
+
     @property
     def policy(self) -> PolicyConfig:
         """The scheduler policy in force (routers classify traffic with its `short_request_tokens`)."""

@@ -5,7 +5,9 @@
 policy is read there from `FAIRSHARE_*` environment variables (`scheduler.config`), which this
 backend sets from `Engine.user_config.policy` before the engine starts; the child inherits them.
 The replica applies its first `user_config` before `start`, so the policy is validated (as a
-`PolicyConfig`) and in force from the engine's first pass; a later change needs a restart.
+`PolicyConfig`) and in force from the engine's first pass. sglang reads the policy once, when its
+scheduler process starts: a later policy change restarts the replica's engine in place (logged, counted in
+the admin view's `engine_starts`); requests in flight then end with an error.
 Mixed decode has one switch, the policy's `mixed_decode`, passed as sglang's `enable_mixed_chunk`.
 
 Kept to the calls checked against sglang 0.5.23's source (unit tests drive a stand-in engine):
@@ -88,6 +90,8 @@ class SglangBackend:
         self._active: set[str] = set()
         self._sessions: OrderedDict[str, int] = OrderedDict()
         self._counters = EngineCounters()
+        self._restart_pending = False
+        self.engine_starts = 0
 
     def engine_kwargs(self) -> dict[str, Any]:
         s = self.cfg.sglang
@@ -106,6 +110,8 @@ class SglangBackend:
     async def start(self) -> None:
         if self._engine is not None:
             return
+        for field in PolicyConfig.model_fields:  # a field dropped from the overrides since the last start too
+            os.environ.pop(env_var_name(field), None)
         for field, value in self._policy_overrides.items():
             os.environ[env_var_name(field)] = "none" if value is None else str(value)
         kwargs = self.engine_kwargs()
@@ -115,28 +121,40 @@ class SglangBackend:
         self._engine = await self._loop.build(lambda: self._engine_factory(**kwargs))
         self._openai = await self._loop.build(lambda: SglangOpenAI(self._engine))
         self._load_task = asyncio.get_running_loop().create_task(self._poll_load())
+        self.engine_starts += 1
 
     async def shutdown(self) -> None:
         if self._load_task is not None:
             self._load_task.cancel()
+            self._load_task = None
         if self._engine is not None:
             await asyncio.to_thread(self._engine.shutdown)
             self._engine = None
         if self._loop is not None:
             self._loop.stop()
+            self._loop = None
 
     def reconfigure(self, knobs: EngineKnobs) -> None:
-        if self._engine is not None:
-            if dict(knobs.policy) != self._policy_overrides:
-                raise ConfigError(
-                    "Engine.user_config.policy: the sglang backend reads the policy when its engine starts; "
-                    "changing it needs a replica restart (redeploy with a changed `args` or restart the app)"
-                )
+        if dict(knobs.policy) == self._policy_overrides:
             return
-        # Validated as the plugin will build it, before anything starts: a bad value is a ConfigError naming
-        # the field, not a scheduler process that dies at start.
+        # Validated as the plugin will build it, before anything (re)starts: a bad value is a ConfigError naming
+        # the field, the old policy stays in force, no scheduler process dies at start.
         self._policy = engine_policy(self.cfg, knobs.policy)
         self._policy_overrides = dict(knobs.policy)
+        self._restart_pending = self._engine is not None
+
+    async def restart_if_needed(self) -> bool:
+        """Restart the engine when its policy changed since it started (sglang cannot take a policy live)."""
+        if not self._restart_pending:
+            return False
+        self._restart_pending = False
+        logger.warning(
+            "policy changed: restarting the sglang engine to apply it (requests in flight end with an error): %s",
+            self._policy_overrides,
+        )
+        await self.shutdown()
+        await self.start()
+        return True
 
     @property
     def policy(self) -> PolicyConfig:
@@ -210,6 +228,8 @@ class SglangBackend:
             if finished:
                 self._counters.num_finished += 1
                 self._remember(session_id, prompt_tokens)
+            else:  # the client left: `SglangOpenAI.respond` aborted it in sglang
+                self._counters.num_aborted += 1
 
     def abort(self, rid: str) -> bool:
         if self._engine is None or self._loop is None:
@@ -261,6 +281,7 @@ class SglangBackend:
             "pid": os.getpid(),
             "model_path": self.cfg.sglang.model_path,
             "policy": self._policy.model_dump(),
+            "engine_starts": self.engine_starts,
             "active_request_ids": sorted(self._active),
             "kv_used_tokens": self._load.kv_used_tokens,
             "counters": {"finished": self._counters.num_finished, "aborted": self._counters.num_aborted},
