@@ -33,7 +33,7 @@ from http import HTTPStatus
 from typing import Any
 
 from scheduler.config import PolicyConfig, env_var_name
-from serve_app.config import AppConfig, ConfigError, EngineKnobs, engine_policy
+from serve_app.config import AppConfig, EngineKnobs, engine_policy
 from serve_app.engine_backend import (
     Chunk,
     EngineCounters,

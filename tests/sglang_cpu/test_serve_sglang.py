@@ -65,9 +65,8 @@ def deploy(cfg: dict[str, Any]) -> None:
     time.sleep(1)
     while time.monotonic() < deadline:
         app = serve.status().applications.get(APP)
-        if app is not None and app.status == "RUNNING":
-            if all(d.status == "HEALTHY" for d in app.deployments.values()):
-                return
+        if app is not None and app.status == "RUNNING" and all(d.status == "HEALTHY" for d in app.deployments.values()):
+            return
         if app is not None and app.status == "DEPLOY_FAILED":
             raise RuntimeError(f"deploy failed: {app.message}")
         time.sleep(1)
@@ -261,7 +260,10 @@ def test_client_disconnect_aborts_the_sglang_request(app: App) -> None:
         "ignore_eos": True,  # sglang's field: the stream runs until we leave
         "stream": True,
     }
-    with httpx.Client(timeout=120) as client, client.stream("POST", f"{app.base_url}/v1/chat/completions", json=body) as r:
+    with (
+        httpx.Client(timeout=120) as client,
+        client.stream("POST", f"{app.base_url}/v1/chat/completions", json=body) as r,
+    ):
         assert r.status_code == 200
         replica_id = r.headers["x-replica"]
         lines = r.iter_lines()
