@@ -38,7 +38,7 @@ CHAT_MODEL, EMBEDDING_MODEL = "tiny-llama", "tiny-llama-embedding"
 
 
 def words(n: int, start: int = 10) -> str:
-    """`n` tokens of the tiny model's word-level vocabulary."""
+    """`n` words (one to three tokens each for the tiny model's byte-level tokenizer)."""
     return " ".join(f"w{start + i % 900}" for i in range(n))
 
 
@@ -93,13 +93,13 @@ class App:
 
 
 @pytest.fixture(scope="module")
-def app(tiny_model_dir: Path) -> Iterator[App]:
+def app(tiny_bytes_model_dir: Path) -> Iterator[App]:
     import ray
     from ray import serve
     from ray.serve._private.api import serve_start
 
     port = free_port()
-    cfg = app_config(port, tiny_model_dir)
+    cfg = app_config(port, tiny_bytes_model_dir)
     ray.init(address="local", include_dashboard=False, num_cpus=4, namespace="sglang-serve", log_to_driver=False)
     try:
         serve_start(http_options=cfg["http_options"], proxy_location=cfg["proxy_location"])
@@ -125,7 +125,7 @@ def test_chat_and_completions_with_usage(app: App) -> None:
     assert resp.usage.total_tokens == resp.usage.prompt_tokens + resp.usage.completion_tokens
     assert headers["x-session-id"] == "plain-1" and headers["x-replica"]
     comp = app.client.completions.create(model=CHAT_MODEL, prompt="w5 w6", max_tokens=3)
-    assert comp.object == "text_completion" and comp.usage.prompt_tokens == 2
+    assert comp.object == "text_completion" and comp.usage.prompt_tokens > 0
 
 
 def test_streaming_chat_with_usage(app: App) -> None:
@@ -166,13 +166,15 @@ SCHEMA = {
 
 def test_response_format_json_schema_output_parses_and_matches(app: App) -> None:
     fmt = {"type": "json_schema", "json_schema": {"name": "answer", "schema": SCHEMA}}
-    _, resp = app.chat(USER, max_tokens=64, response_format=fmt)
+    _, resp = app.chat(USER, max_tokens=100, response_format=fmt)
     jsonschema.validate(json.loads(resp.choices[0].message.content), SCHEMA)
 
 
 def test_tools_with_tool_choice_required_are_constrained_calls(app: App) -> None:
     tools = [{"type": "function", "function": {"name": "lookup", "parameters": SCHEMA}}]
-    _, resp = app.chat(USER, max_tokens=64, tools=tools, tool_choice="required")
+    # The grammar allows any number of calls; a random model closes the list after each with ~1/2 chance, so
+    # 600 tokens (~15 calls) leave a truncated list a ~1e-5 event.
+    _, resp = app.chat(USER, max_tokens=600, tools=tools, tool_choice="required")
     message = resp.choices[0].message
     calls = message.tool_calls or []
     if calls:  # sglang filled tool_calls: each names our tool with arguments matching its schema
@@ -213,7 +215,7 @@ def test_sglang_error_reaches_the_client_with_its_status_and_message(app: App) -
 def test_sglang_abort_surfaces_as_an_openai_error(app: App) -> None:
     # Within the context window (the tokenizer lets it through) but over the KV pool: sglang's scheduler
     # aborts the request (finish_reason abort with a status); the client gets that status and message.
-    prompt = words(KV_POOL_TOKENS + 200)
+    prompt = [5] * (KV_POOL_TOKENS + 300)  # token ids: exactly this many tokens
     with pytest.raises(openai.APIStatusError) as e:
         app.client.completions.create(model=CHAT_MODEL, prompt=prompt, max_tokens=2)
     assert 400 <= e.value.status_code < 600
@@ -233,7 +235,7 @@ def test_sglang_abort_surfaces_as_an_openai_error(app: App) -> None:
 
 def test_lanes_and_session_affinity(app: App) -> None:
     short = [app.chat(USER, session="aff-short") for _ in range(2)]
-    long_headers, _ = app.chat([{"role": "user", "content": words(1200)}], session="aff-long")
+    long_headers, _ = app.chat([{"role": "user", "content": words(400)}], session="aff-long")
     (h1, _), (h2, _) = short
     assert (h1["x-lane"], h1["x-traffic-class"]) == ("chat", "short")
     assert (long_headers["x-lane"], long_headers["x-traffic-class"]) == ("long", "long")
