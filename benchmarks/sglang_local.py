@@ -84,7 +84,7 @@ def build_byte_tokenizer(directory: Path, vocab_size: int) -> int:
     core.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=list(SPECIAL_TOKENS),
+        special_tokens=[t for t in SPECIAL_TOKENS if t != ":"],  # a special ":" would vanish from decoded JSON
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )

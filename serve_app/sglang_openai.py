@@ -60,6 +60,14 @@ def check_fields(kind: OpenAIKind, body: dict[str, Any], model: type[BaseModel])
     check_supported_fields(body, set(model.model_fields) - ROUTING_ONLY_FIELDS, f"{kind} on the sglang backend")
 
 
+def request_ids(kind: OpenAIKind, body: dict[str, Any], rid: str) -> str | list[str]:
+    """sglang wants one id per input of a list embedding request (`<rid>_<i>`, as it names `n` choices)."""
+    items = body.get("input")
+    if kind == "embeddings" and isinstance(items, list) and items and not isinstance(items[0], int):
+        return [f"{rid}_{i}" for i in range(len(items))]
+    return rid
+
+
 def error_items(error: OpenAIError) -> list[ResponseStart | ResponseBody]:
     return [ResponseStart(error.status, JSON), ResponseBody(json.dumps(error.body()).encode())]
 
@@ -109,7 +117,7 @@ class SglangOpenAI:
         model = self._models[kind]
         try:
             check_fields(kind, body, model)
-            request = model.model_validate({**body, "rid": rid})
+            request = model.model_validate({**body, "rid": request_ids(kind, body, rid)})
         except OpenAIError as e:
             for item in error_items(e):
                 yield item
@@ -128,7 +136,7 @@ class SglangOpenAI:
         finally:
             if not done:
                 raw.disconnect()
-                self._abort(rid, getattr(request, "n", 1) or 1)
+                self._abort(rid, max(getattr(request, "n", 1) or 1, len(getattr(request, "input", None) or ())))
 
     async def _items(self, result: Any) -> AsyncIterator[ResponseStart | ResponseBody]:
         from starlette.responses import Response, StreamingResponse

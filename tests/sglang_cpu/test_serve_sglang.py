@@ -26,8 +26,9 @@ import yaml
 
 from benchmarks.serve_common import deployment, free_port
 from sglang_cpu.cpu_env import REPO_ROOT, STANDIN_DIR
+from sglang_cpu.fixtures import TINY_MODEL
 
-pytestmark = [pytest.mark.sglang_cpu, pytest.mark.serve]
+pytestmark = [pytest.mark.sglang_cpu, pytest.mark.serve, pytest.mark.timeout(900)]  # the first test starts 3 engines
 
 CONFIG_FILE = REPO_ROOT / "config.sglang-cpu.yaml"
 APP = "fairshare"
@@ -194,7 +195,11 @@ def test_embeddings_single_list_and_dimensions(app: App) -> None:
     assert [d.index for d in many.data] == [0, 1, 2]
     assert {len(d.embedding) for d in many.data} == {len(one.data[0].embedding)}
     assert many.data[0].embedding == pytest.approx(one.data[0].embedding, abs=1e-3)  # same input, same vector
-    assert many.usage.prompt_tokens >= 6
+    assert many.usage.prompt_tokens >= 3
+    assert len(one.data[0].embedding) == TINY_MODEL.hidden_size  # the model's own dimension
+    with pytest.raises(openai.BadRequestError) as e:  # sglang's answer for a model without matryoshka dimensions
+        app.client.embeddings.create(model=EMBEDDING_MODEL, input="w1", dimensions=8)
+    assert "dimensions" in e.value.message
 
 
 def test_wrong_model_kind_and_unknown_field_are_400s(app: App) -> None:
