@@ -358,6 +358,7 @@ class Ingress:
         received_s = time.perf_counter()
         status = "500"
         stream: DeploymentResponseGenerator | None = None
+        consumed = False  # the engine's whole answer was read: nothing left to cancel
         try:
             raw = await request.json()
             self._check_model(raw.get("model"), CHAT_KIND)
@@ -381,6 +382,7 @@ class Ingress:
                     relay, status_code=head.status, media_type=head.media_type, headers=call.headers()
                 )
             body = b"".join([item.data async for item in stream if isinstance(item, ResponseBody)])
+            consumed = True
             status = str(head.status)
             return Response(body, status_code=head.status, media_type=head.media_type, headers=call.headers())
         except OpenAIError as e:
@@ -391,7 +393,7 @@ class Ingress:
             raise
         finally:
             if status != "streaming":
-                if stream is not None and status not in {"200", "400", "404"}:
+                if stream is not None and not consumed:
                     _cancel(stream)
                 self.metrics.requests.inc(tags={"endpoint": endpoint.name, "status": status})
 
