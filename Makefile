@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SGLANG_STAMP := $(VENV)/.sglang-installed
 
-.PHONY: serve test test-sglang-cpu lint sim-reproduce sim-frontier bench clean
+.PHONY: serve test test-sglang-cpu lint sim-reproduce sim-frontier sim-overload bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,9 @@ sim-reproduce: $(STAMP)
 
 sim-frontier: $(STAMP)
 	$(BIN)/python -m scheduler.sim frontier --plot frontier.png
+
+sim-overload: $(STAMP)
+	$(BIN)/python benchmarks/overload.py --plot overload.png
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/policy_decision_time.py

@@ -145,7 +145,7 @@ class PassPlanner:
             for cand in snap.waiting_short:
                 if free_slots <= 0 or demand_left <= 0 or not scan.may_examine_next():
                     break
-                if cand.rid not in examined:
+                if cand.rid not in examined and cfg.is_short(cand.extend_tokens):  # the index may predate a reconfigure
                     consider(cand)
         return admitted, past_rejection
 
@@ -210,7 +210,8 @@ def _finishable(grants: list[Grant], budget: int, continuing: Sequence[Candidate
 def _first_over_cut_limit(grants: list[Grant], max_cut: int, continuing: Sequence[Candidate]) -> str | None:
     """The first newly admitted request that would be one half-prefilled request too many."""
     kept = {c.rid for c in continuing}
-    num_cut = 0
+    granted = {g.rid for g in grants}
+    num_cut = sum(c.rid not in granted for c in continuing)  # left out of the pass, still half-prefilled
     for g in grants:
         if not g.cut:
             continue

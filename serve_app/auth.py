@@ -13,8 +13,9 @@ A missing or wrong key is answered 401 with OpenAI's error body and `WWW-Authent
 
 from __future__ import annotations
 
+import functools
 import hmac
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Self
 
@@ -58,6 +59,13 @@ class AuthSettings(BaseSettings):
         return None
 
 
+@functools.cache
+def process_api_key() -> bytes | None:
+    """The key this process requires, read from its environment once. A function, not a value, so that
+    an app object pickled in one process (Serve ships the ingress's FastAPI app) reads the replica's env."""
+    return AuthSettings().expected_key
+
+
 def _read_key_file(path: Path) -> str:
     text = path.read_text(encoding="utf-8")
     return text.removesuffix("\n").removesuffix("\r")
@@ -85,17 +93,28 @@ def check_authorization(authorization: str | None, expected_key: bytes | None) -
 class ApiKeyMiddleware:
     """Plain ASGI middleware: every HTTP route but `open_paths` needs the key."""
 
-    def __init__(self, app: ASGIApp, expected_key: bytes | None, open_paths: Iterable[str] = OPEN_PATHS) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        expected_key: bytes | Callable[[], bytes | None] | None,
+        open_paths: Iterable[str] = OPEN_PATHS,
+    ) -> None:
         self.app = app
-        self.expected_key = expected_key
+        self._expected_key = expected_key
         self.open_paths = frozenset(open_paths)
 
+    @property
+    def expected_key(self) -> bytes | None:
+        key = self._expected_key
+        return key() if callable(key) else key
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or self.expected_key is None or scope["path"] in self.open_paths:
+        expected_key = self.expected_key
+        if scope["type"] != "http" or expected_key is None or scope["path"] in self.open_paths:
             await self.app(scope, receive, send)
             return
         try:
-            check_authorization(header(scope, "authorization"), self.expected_key)
+            check_authorization(header(scope, "authorization"), expected_key)
         except OpenAIError as e:
             await send_error(send, e)
             return

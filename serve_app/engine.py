@@ -30,7 +30,7 @@ from serve_app.engine_backend import (
 )
 from serve_app.metrics import EngineMetrics
 from serve_app.request_log import configure_logging
-from serve_app.routing import Lane, RouteTicket, RoutingStats
+from serve_app.route_records import Lane, RouteTicket, RoutingStats
 
 logger = logging.getLogger(__name__)
 

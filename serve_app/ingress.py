@@ -34,7 +34,7 @@ from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
 from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from serve_app.auth import ApiKeyMiddleware, AuthSettings
+from serve_app.auth import ApiKeyMiddleware, process_api_key
 from serve_app.config import AppConfig, RoutingKnobs, validate
 from serve_app.endpoints import CHAT, COMPLETIONS, Endpoint, ResponseIds
 from serve_app.engine_backend import Chunk, EngineError, GenerateRequest, ResponseBody, ResponseStart
@@ -49,7 +49,7 @@ from serve_app.request_rules import (
     parse_session_id,
     validation_error,
 )
-from serve_app.routing import RouteDecision, RouteHint, RouteTicket
+from serve_app.route_records import RouteDecision, RouteHint, RouteTicket
 from serve_app.tokenizer import make_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ CHAT_KIND, EMBEDDING_KIND = "chat", "embedding"
 api = FastAPI(title="fairshare-serve", docs_url=None, redoc_url=None)
 # Starlette runs the last added outermost: every answer, 401 and 413 included, carries a request id.
 api.add_middleware(RequestBodyGuard, max_body_bytes=lambda: api.state.max_body_bytes)
-api.add_middleware(ApiKeyMiddleware, expected_key=AuthSettings().expected_key)
+api.add_middleware(ApiKeyMiddleware, expected_key=process_api_key)  # read in the replica, not where the app was built
 api.add_middleware(RequestIdMiddleware)  # behind Serve's proxy, which echoes the id in the response
 
 
@@ -125,8 +125,9 @@ def _replica_lost_error() -> OpenAIError:
 
 def _session_of(request: Request, user: Any) -> str:
     """The session header, else the `user` field, else a fresh id."""
-    header_session = parse_session_id(request.headers.get(SESSION_HEADER))
-    return header_session or (user if isinstance(user, str) and user else None) or f"sess-{uuid.uuid4().hex[:16]}"
+    # A `user` that is not a string is the engine's to refuse (sglang backend): it names no session.
+    user_session = parse_session_id(user, "user") if isinstance(user, str) else None
+    return parse_session_id(request.headers.get(SESSION_HEADER)) or user_session or f"sess-{uuid.uuid4().hex[:16]}"
 
 
 def _engine_error(item: EngineError) -> OpenAIError:
@@ -218,6 +219,7 @@ class Ingress:
         self.metrics = IngressMetrics()
         api.state.metrics = self.metrics  # the exception handlers count the requests they answer
         api.state.max_body_bytes = self.cfg.request_bytes_limit
+        process_api_key()  # a bad FAIRSHARE_API_KEY[_FILE] stops the replica at start, naming the variable
         configure_logging()
 
     def reconfigure(self, user_config: dict[str, Any]) -> None:

@@ -12,7 +12,7 @@ how they are wired):
 - `validation_error`: one 400 from pydantic's errors, naming each field and the *type* it got
   (never the value: it may be prompt text).
 - `check_context_window`: prompt and `max_tokens` against the context window, sizes in the message.
-- `parse_session_id`: the session header's value, or a 400 naming the header.
+- `parse_session_id`: the session id (header or `user` field), or a 400 naming which.
 - `check_supported_fields`: a 400 naming every request field the backend would not act on (no field is
   accepted and silently ignored, on any backend).
 """
@@ -36,7 +36,8 @@ STRICT_PART = ConfigDict(strict=True, extra="forbid")
 """Small closed objects (`stream_options`, content parts): strict, unknown fields refused."""
 
 SESSION_HEADER = "X-Session-ID"
-SESSION_ID_MAX_CHARS = 128
+SESSION_ID_MAX_CHARS = 256
+"""As OpenAI's `user` field, which is also a session id here."""
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 BYTES_PER_TOKEN_BOUND = 16
 """A token is at most ~4 characters, a character at most 4 UTF-8 bytes: a body within the
@@ -239,15 +240,16 @@ def parse_request(model: type[BaseModel], raw: Mapping[str, Any], where: str) ->
         raise validation_error(e.errors()) from None
 
 
-def parse_session_id(value: str | None) -> str | None:
-    """The session header's value if usable, None if absent; a 400 naming the header otherwise."""
+def parse_session_id(value: str | None, param: str = SESSION_HEADER) -> str | None:
+    """A session id (the header, or the `user` field) if usable, None if absent; a 400 naming `param` otherwise.
+    It is echoed in the `X-Session-ID` response header, so it must be header-safe."""
     if value is None:
         return None
     if not value or len(value) > SESSION_ID_MAX_CHARS or not value.isprintable() or not value.isascii():
         raise bad_request(
-            f"{SESSION_HEADER} must be 1 to {SESSION_ID_MAX_CHARS} printable ASCII characters "
+            f"{param} must be 1 to {SESSION_ID_MAX_CHARS} printable ASCII characters: it is the session id "
             f"(got {len(value)} characters).",
-            param=SESSION_HEADER,
+            param=param,
             code="invalid_session_id",
         )
     return value

@@ -18,7 +18,8 @@ import time
 from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, RunningReplica
 
 from serve_app import metrics
-from serve_app.routing import Lane, LanePolicy, ReplicaView, RouteHint, RouteTicket, RoutingStats
+from serve_app.route_records import Lane, ReplicaView, RouteHint, RouteTicket, RoutingStats
+from serve_app.routing import LanePolicy
 
 logger = logging.getLogger(__name__)
 

@@ -7,8 +7,8 @@ The rules, in order:
 
 1. **Traffic class from uncached work.** A request's uncached prompt is what its session does
    not already hold on the replica: `prompt - cached(session, replica)`. The class is the policy
-   core's (`scheduler.traffic.classify`) with the replica's own `short_request_tokens` (the knob
-   its engine's planner uses, published with its load): above it a long document, else a chat. A
+   core's (`scheduler.traffic.classify`) with the engines' `short_request_tokens` (the knob their
+   planners use, published with their loads): above it a long document, else a chat. A
    session classed long stays long until its uncached prompt falls below
    `short_request_tokens * (1 - class_hysteresis)`.
 2. **Lanes.** Long documents go to the long lane (to the chat lane only if there is no long
@@ -30,148 +30,21 @@ up to one stats period old).
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from enum import StrEnum
-from typing import Any
+from dataclasses import dataclass, replace
 
-from scheduler.config import PolicyConfig
 from scheduler.traffic import TrafficClass, classify
 from serve_app.config import RoutingKnobs
 from serve_app.engine_backend import ReplicaLoad
-
-
-class Lane(StrEnum):
-    LONG = "long"
-    CHAT = "chat"
-    BOTH = "both"
-
-
-class RouteReason(StrEnum):
-    AFFINITY = "affinity"  # the session's cache is on that replica
-    LEAST_LOADED = "least-loaded"  # no usable pin: least loaded replica of the class's lane
-    GAVE_WAY = "gave-way"  # the pinned replica was busy; another allowed replica was not
-    MOVED = "moved"  # the pinned replica's lane does not take the request's new class
-    SPILL = "spill"  # a chat in the long lane because every chat replica is busy
-    NO_LANE = "no-lane"  # the class's lane has no replica: the other lane serves it
-    TARGETED = "targeted"  # the caller named the replica (admin and diagnostics)
-
-
-DEFAULT_SHORT_REQUEST_TOKENS = PolicyConfig.model_fields["short_request_tokens"].default
-"""A replica's threshold until it has published its own."""
-
-
-@dataclass(frozen=True, slots=True)
-class RouteHint:
-    """What the ingress knows of a request before routing."""
-
-    session_id: str | None
-    prompt_tokens: int
-    knobs: RoutingKnobs = field(default_factory=RoutingKnobs)
-    target_replica: str | None = None
-    request_id: str | None = None
-    """The engine request id (replicas publish the ids of their pending requests)."""
-
-
-@dataclass(frozen=True, slots=True)
-class RouteDecision:
-    """The router's choice and why."""
-
-    replica_id: str
-    lane: Lane
-    """The lane the request is served in (never BOTH: a both-lanes replica serves the class's lane)."""
-    traffic_class: TrafficClass
-    reason: RouteReason
-    uncached_tokens: int
-    session_id: str | None
-
-
-@dataclass(slots=True)
-class RouteTicket:
-    """A request's route, passed as the `route` handle kwarg.
-
-    The ingress creates it with the hint; the router (in the ingress process, before Serve sends the
-    request) records its decision on it. Serve then pickles the ticket with the request, so the decision
-    travels once, ingress to engine replica, and the ingress reads it from its own ticket. On a retry
-    (the chosen replica was full) the router decides again and the last decision is the one sent.
-    """
-
-    hint: RouteHint
-    decision: RouteDecision | None = None
-    decided_at_s: float | None = None
-    """`time.perf_counter()` in the ingress process when the decision was made."""
-
-    def record(self, decision: RouteDecision, at_s: float) -> None:
-        self.decision, self.decided_at_s = decision, at_s
-
-
-@dataclass(frozen=True, slots=True)
-class RoutingStats:
-    """What a replica publishes to routers (`record_routing_stats`; Serve carries it as a dict)."""
-
-    lane: Lane
-    load: ReplicaLoad
-    short_request_tokens: int
-    """The replica's `PolicyConfig.short_request_tokens`: routers classify with the engine's own knob."""
-    time_s: float
-    """Wall time of publication."""
-    sessions: dict[str, int] = field(default_factory=dict)
-    """Cached tokens of recently used sessions."""
-    pending: dict[str, int] = field(default_factory=dict)
-    """Pending requests (no first token yet): request id -> uncached tokens still to prefill."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "lane": self.lane.value,
-            "load": self.load.to_dict(),
-            "short_request_tokens": self.short_request_tokens,
-            "time_s": self.time_s,
-            "sessions": dict(self.sessions),
-            "pending": dict(self.pending),
-        }
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any] | None, lane: Lane = Lane.BOTH) -> RoutingStats:
-        """Parse published stats; a replica that has published nothing yet reads as idle, time 0."""
-        d = d or {}
-        return cls(
-            lane=Lane(d.get("lane") or lane),
-            load=ReplicaLoad.from_dict(d.get("load")),
-            short_request_tokens=int(d.get("short_request_tokens", DEFAULT_SHORT_REQUEST_TOKENS)),
-            time_s=float(d.get("time_s", 0.0)),
-            sessions=dict(d.get("sessions") or {}),
-            pending=dict(d.get("pending") or {}),
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class ReplicaView:
-    replica_id: str
-    lane: Lane
-    load: ReplicaLoad
-    stats_time_s: float = 0.0
-    """Wall time of the published load (0 = nothing published yet)."""
-    sessions: Mapping[str, int] = field(default_factory=dict)
-    """Published cached tokens of recently used sessions."""
-    pending: Mapping[str, int] = field(default_factory=dict)
-    """Published pending requests (no first token yet): request id -> uncached tokens still to prefill."""
-    full: bool = False
-    """Serve's own limit: the replica has max_ongoing_requests in flight."""
-    short_request_tokens: int = DEFAULT_SHORT_REQUEST_TOKENS
-
-    @classmethod
-    def from_stats(cls, replica_id: str, stats: RoutingStats, full: bool = False) -> ReplicaView:
-        return cls(
-            replica_id,
-            stats.lane,
-            stats.load,
-            stats.time_s,
-            stats.sessions,
-            stats.pending,
-            full,
-            stats.short_request_tokens,
-        )
+from serve_app.route_records import (
+    Lane,
+    ReplicaView,
+    RouteDecision,
+    RouteHint,
+    RouteReason,
+    serving_lane,
+)
 
 
 @dataclass(slots=True)
@@ -198,12 +71,6 @@ class _InFlight:
     prompt_tokens: int
     uncached_tokens: int
     decided_s: float
-
-
-def serving_lane(lane: Lane, cls: TrafficClass) -> Lane:
-    if lane is not Lane.BOTH:
-        return lane
-    return Lane.LONG if cls is TrafficClass.LONG else Lane.CHAT
 
 
 class LanePolicy:
@@ -356,6 +223,17 @@ def _cached_on(sid: str | None, rec: _Session | None, v: ReplicaView) -> int:
     return v.sessions.get(sid, 0)
 
 
+def _agreed_threshold(views: Sequence[ReplicaView]) -> int:
+    """The engines' `short_request_tokens` for one decision: what most replicas publish (the larger on a tie).
+
+    Replicas of one deployment share their policy; they disagree only for a stats period during a live
+    change. One value per decision keeps the class a property of the request's cache, not of which
+    replica happens to be on the old policy (two thresholds could make a document a chat on one replica
+    and a long document on the other, with no lane left that takes it)."""
+    votes = Counter(v.short_request_tokens for v in views)
+    return max(votes, key=lambda t: (votes[t], t))
+
+
 class _Candidates:
     """One decision's view of the usable replicas: each rule of the module docstring as a named method."""
 
@@ -366,6 +244,7 @@ class _Candidates:
         self.knobs = hint.knobs
         self.rec = rec
         self.loads = loads
+        self.short_request_tokens = _agreed_threshold(usable)
         self.has_long_lane = any(v.lane is not Lane.CHAT for v in usable)
         self.has_chat_lane = any(v.lane is not Lane.LONG for v in usable)
         chat_lane = [v for v in usable if v.lane is not Lane.LONG]
@@ -377,7 +256,7 @@ class _Candidates:
     def traffic_class(self, v: ReplicaView) -> TrafficClass:
         """Rule 1: the class on this replica (its cache and its engine's threshold)."""
         previous = self.rec.traffic_class if self.rec else None
-        return classify(self.uncached_tokens(v), v.short_request_tokens, previous, self.knobs.class_hysteresis)
+        return classify(self.uncached_tokens(v), self.short_request_tokens, previous, self.knobs.class_hysteresis)
 
     def busy(self, v: ReplicaView, cls: TrafficClass) -> bool:
         """Rule 3's bound: what the class waits for on that replica."""

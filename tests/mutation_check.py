@@ -102,15 +102,15 @@ MUTANTS = [
     _r("R16", "return v.lane is Lane.LONG or not self.has_long_lane", "return v.lane is Lane.LONG", "no lane fallback"),
     _r(
         "R17",
-        "return classify(self.uncached_tokens(v), v.short_request_tokens,",
-        "return classify(self.uncached_tokens(v), 2048,",
+        "self.short_request_tokens = _agreed_threshold(usable)",
+        "self.short_request_tokens = 2048",
         "the replica's published threshold ignored",
     ),
     # -- the policy core -------------------------------------------------------------------------------
     _c(
         "C1",
         "scheduler/admission.py",
-        "if len(self.skipped_passes) > self.max_entries:",
+        "if len(self.first_skipped) > self.max_entries:",
         "if False:",
         "ledger never pruned",
     ),

@@ -54,3 +54,17 @@ def test_missing_workload_file_is_named(capsys):
     with pytest.raises(SystemExit):
         main(["compare", "--workload", "/nonexistent.yaml", "--policy", "fairshare"])
     assert "/nonexistent.yaml" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("scenario", ["kv-burst", "poisson-80", "doc-flood"])
+def test_overload_scenarios_are_named_in_the_cli_and_sized_for_the_preset(capsys, scenario):
+    assert main(["compare", "--scenario", scenario, "--preset", "h100-8b", "--policy", "fairshare", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["workload"] == scenario and out["preset"] == "h100-8b"
+    assert {"short", "long"} <= set(out["classes"])
+
+
+def test_an_unknown_scenario_is_named(capsys):
+    with pytest.raises(SystemExit):
+        main(["compare", "--scenario", "poisson-99", "--policy", "fairshare"])
+    assert "poisson-99" in capsys.readouterr().err

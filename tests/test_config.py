@@ -21,12 +21,23 @@ def test_explicit_f_overrides_the_derivation():
     assert "set explicitly" in cfg.describe_cap()
 
 
+def _other_valid_value(name: str, default: object) -> object:
+    """A valid value other than the default, for any knob."""
+    if isinstance(default, bool):
+        return not default
+    if default is None:
+        return 1024  # the optional token knobs: a pass size or a cap within the default chunk budget
+    if name == "chunk_budget_tokens":
+        return default * 2  # stays above the pass sizes it bounds
+    return default + 1
+
+
 def test_every_knob_has_an_environment_override(monkeypatch):
-    monkeypatch.setenv(env_var_name("skip_ahead"), "false")
-    monkeypatch.setenv(env_var_name("lookahead"), "3")
-    monkeypatch.setenv(env_var_name("quiet_pass_tokens"), "2048")
-    cfg = PolicyConfig()
-    assert (cfg.skip_ahead, cfg.lookahead, cfg.quiet_pass_tokens) == (False, 3, 2048)
+    expected = {}
+    for name, field in PolicyConfig.model_fields.items():
+        expected[name] = _other_valid_value(name, field.default)
+        monkeypatch.setenv(env_var_name(name), str(expected[name]))
+    assert PolicyConfig().model_dump() == expected
     assert env_var_name("diagnostics") == "FAIRSHARE_DIAGNOSTICS"
 
 

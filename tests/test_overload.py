@@ -28,6 +28,16 @@ def test_a_re_scan_still_counts_a_capacity_rejection_for_the_starvation_guard():
     assert planner.ledger.first_skipped == {"big": 7}
 
 
+def test_a_continuing_request_left_out_of_the_pass_still_counts_as_cut():
+    # Found by the property test: two short requests served whole first left the half-prefilled document no
+    # share, and the bigger short one was cut too: two half-prefilled requests. It now waits for a pass of its own.
+    planner = PassPlanner(cfg(chunk_budget_tokens=2048))
+    plan = planner.plan(snap([cand("q1", 184), cand("q2", 2019)], continuing=[cand("doc", 246, 0)], num_decoding=3))
+    granted = {g.rid: g for g in plan.grants}
+    still_cut = [g.rid for g in plan.grants if g.cut] + [r for r in ("doc",) if r not in granted]
+    assert len(still_cut) <= 1 and plan.deferred == ["q2"]
+
+
 def test_long_requests_leave_the_reserve_to_short_ones():
     c = cfg(max_running_requests=8)
     assert (c.reserved_slots, c.reserved_kv_tokens) == (1, 2 * 2048)

@@ -22,6 +22,7 @@ that would be a second cut request is refused.
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import Enum
@@ -31,7 +32,15 @@ from sglang.srt.managers.schedule_policy import AddReqResult
 
 from scheduler.fair_share import align_down
 from scheduler.planner import PassPlanner
-from scheduler.sglang_plugin.translate import CandidateWindow, build_snapshot, continuing_chunk_tokens
+from scheduler.sglang_plugin.clock import PluginClock
+from scheduler.sglang_plugin.idle_scan import IdleScan
+from scheduler.sglang_plugin.translate import (
+    CandidateWindow,
+    EngineState,
+    build_snapshot,
+    continuing_chunk_tokens,
+    engine_state,
+)
 from scheduler.snapshot import Grant, PassPlan, QueueSnapshot
 
 if TYPE_CHECKING:
@@ -59,13 +68,26 @@ class Route(Enum):
 class PassRun:
     """One prefill pass under the policy: planned once, then consulted for each request sglang reaches."""
 
-    def __init__(self, sched: Any, planner: PassPlanner) -> None:
+    def __init__(
+        self,
+        sched: Any,
+        planner: PassPlanner,
+        last_idle_scan: IdleScan | None = None,
+        clock: PluginClock | None = None,
+    ) -> None:
         self.sched = sched
         self.planner = planner
         self.adder: Any = None
         self.snapshot: QueueSnapshot | None = None
         self.plan: PassPlan | None = None
-        self.window: CandidateWindow | None = None
+        self.window: CandidateWindow | IdleScan | None = None
+        """The requests the planner judged (`examined`) and their figures (`candidates`)."""
+        self.reused_scan = False
+        """True when the pass planned on the last idle scan's figures instead of matching requests again."""
+        self.idle_scan: IdleScan | None = None
+        """This pass's scan, if it admitted nobody and a later pass may reuse it."""
+        self._last_idle_scan = last_idle_scan
+        self._clock = clock
         self.continuing_cut = False
         """True once the continuing request was added and is still not fully prefilled."""
         self._grants: dict[str, Grant] = {}
@@ -82,16 +104,45 @@ class PassRun:
 
     def ensure_plan(self) -> PassPlan:
         if self.plan is None:
-            self.snapshot, self.window = build_snapshot(self.sched, self.adder, self.planner.cfg, release_unadmitted)
-            self.plan = self.planner.plan(self.snapshot)
-            continuing = {c.rid for c in self.snapshot.continuing}
-            self._grants = {g.rid: g for g in self.plan.grants}
-            self._examined = {r.rid for r in self.window.examined}
-            self._pending = {g.rid for g in self.plan.grants if g.rid not in continuing}
-            self._stop_rid = next((r.rid for r in self.plan.rejections if not r.skipped), None)
-            if self._stop_rid is not None:
-                self._pending.add(self._stop_rid)
+            started = time.thread_time_ns()
+            cfg = self.planner.cfg
+            state = engine_state(self.sched, self.adder, cfg)
+            last = self._last_idle_scan
+            if last is not None and last.still_holds(self.sched, state, cfg):
+                self._plan_on(last, state)
+            else:
+                self.snapshot, window = build_snapshot(self.sched, self.adder, cfg, release_unadmitted, state)
+                self.window = window
+                self.plan = self.planner.plan(self.snapshot)
+                self.idle_scan = IdleScan.record(self.sched, self.adder, state, window, self.plan, cfg)
+                self._index_plan()
+            if self._clock is not None:
+                self._clock.add(time.thread_time_ns() - started)
         return self.plan
+
+    def plan_without_adder(self, state: EngineState) -> None:
+        """Plan a pass sglang will not build an adder for (`SchedulerPolicy.idle_pass`): on the last idle
+        scan, which `state` (read without an adder) shows to still hold."""
+        assert self._last_idle_scan is not None
+        self._plan_on(self._last_idle_scan, state)
+
+    def _plan_on(self, scan: IdleScan, state: EngineState) -> None:
+        """Plan on the figures `scan` read: the same decisions a fresh scan would take (`idle_scan`)."""
+        self.reused_scan = True
+        self.window = scan
+        self.snapshot = state.snapshot(scan.candidates)
+        self.plan = self.planner.plan(self.snapshot)
+        self.idle_scan = None if self.plan.grants else scan
+        self._index_plan()
+
+    def _index_plan(self) -> None:
+        continuing = {c.rid for c in self.snapshot.continuing}
+        self._grants = {g.rid: g for g in self.plan.grants}
+        self._examined = {r.rid for r in self.window.examined}
+        self._pending = {g.rid for g in self.plan.grants if g.rid not in continuing}
+        self._stop_rid = next((r.rid for r in self.plan.rejections if not r.skipped), None)
+        if self._stop_rid is not None:
+            self._pending.add(self._stop_rid)
 
     @property
     def exhausted(self) -> bool:
@@ -128,8 +179,9 @@ class PassRun:
 
     def finish(self) -> None:
         """After sglang's scan: clean up every request the plan matched that was not admitted (some never
-        reached `add_one_req`: the scan ended early, or skipped them for LoRA or pooling mode)."""
-        if self.window is None:
+        reached `add_one_req`: the scan ended early, or skipped them for LoRA or pooling mode). A reused scan
+        matched nobody this pass: its requests were cleaned up when they were matched."""
+        if self.window is None or self.reused_scan:
             return
         admitted = {id(r) for r in self.adder.can_run_list}
         for req in self.window.examined:

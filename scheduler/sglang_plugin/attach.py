@@ -23,15 +23,25 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Any
+
+from sglang.srt.managers.schedule_policy import CacheAgnosticPolicy
 
 from scheduler.config import PolicyConfig, default_interactive_pass_tokens, env_var_name
 from scheduler.interleave import DecodeInterleave, short_decode_passes
 from scheduler.pass_trace import PassTraceWriter, pass_record
 from scheduler.planner import PassPlanner
 from scheduler.sglang_plugin.adder import PassRun
-from scheduler.sglang_plugin.env import explicit_policy_fields, explicit_policy_value, pass_trace_path
+from scheduler.sglang_plugin.clock import PluginClock
+from scheduler.sglang_plugin.env import (
+    explicit_policy_fields,
+    explicit_policy_value,
+    pass_trace_path,
+    plugin_clock_path,
+)
+from scheduler.sglang_plugin.idle_scan import IdleScan
 from scheduler.sglang_plugin.server_args import POLICY_FIELD_TO_SERVER_ARG
 
 logger = logging.getLogger("fairshare.sglang_plugin")
@@ -96,12 +106,18 @@ class SchedulerPolicy:
     last_run: PassRun | None = None
     """The last pass planned (its snapshot and plan), for inspection."""
     trace: PassTraceWriter | None = None
+    clock: PluginClock | None = None
     num_planned_passes: int = 0
     interleave: DecodeInterleave = field(default_factory=DecodeInterleave)
     """Decode-only passes owed to short streams when sglang's mixed chunk is off (sglang's own
     prefill-decode interval, when set, does this for every stream instead)."""
+    reuse_idle_scans: bool = True
+    """Off: every pass matches the waiting requests and plans afresh (to compare decisions and cost)."""
+    num_reused_scans: int = 0
+    """Planned passes that planned on the last idle scan's figures (`idle_scan`) instead of matching again."""
     _run: PassRun | None = None
     _running_batch: Any = None
+    _idle_scan: IdleScan | None = None
     _warned: set[str] = field(default_factory=set)
 
     @property
@@ -112,16 +128,57 @@ class SchedulerPolicy:
         """The pass boundary (`_get_new_batch_prefill_raw`), before sglang builds the adder."""
         self._running_batch = running_batch
 
+    def idle_pass(self, sched: Any, running_batch: Any) -> bool:
+        """True when this pass can admit nobody and is planned already, on the last idle scan, without sglang
+        building an adder: `_get_new_batch_prefill_raw` then returns at once, as upstream's does while
+        ``batch_is_full`` (`idle_scan`). Only where the rest of that call would change nothing: no continuing
+        chunk, no grammar ready, no preemption, FCFS order (no queue reordering), free slots left."""
+        started = time.thread_time_ns()
+        planned = self._idle_pass(sched, running_batch)
+        if self.clock is not None:
+            self.clock.add(time.thread_time_ns() - started)
+        return planned
+
+    def _idle_pass(self, sched: Any, running_batch: Any) -> bool:
+        scan = self._idle_scan
+        if (
+            scan is None
+            or not self.reuse_idle_scans
+            or self.inactive_reason is not None
+            or sched.chunked_req is not None
+            or running_batch.batch_is_full
+            or sched.enable_priority_preemption
+            or sched.is_hybrid_swa
+            or sched.policy.policy is not CacheAgnosticPolicy.FCFS
+            or pass_exclusion(sched, running_batch) is not None
+            or sched.grammar_manager.has_waiting_grammars()
+        ):
+            return False
+        state = scan.state_without_adder(sched, running_batch, self.cfg)
+        if state is None or state.free_running_slots <= 0 or not scan.still_holds(sched, state, self.cfg):
+            return False
+        self._run = PassRun(sched, self.planner, scan, self.clock)
+        self._run.plan_without_adder(state)
+        return True
+
     def start_pass(self, sched: Any) -> PassRun | None:
         """A new pass to plan, or None when upstream's rules apply to it."""
+        started = time.thread_time_ns()
+        run = self._start_pass(sched)
+        if self.clock is not None:
+            self.clock.add(time.thread_time_ns() - started)
+        return run
+
+    def _start_pass(self, sched: Any) -> PassRun | None:
         self._run = None
         reason = self.inactive_reason or pass_exclusion(sched, self._running_batch)
         if reason is not None:
             if reason not in self._warned:
                 self._warned.add(reason)
                 logger.warning("fairshare: %s; upstream sglang scheduling applies", reason)
+            self._idle_scan = None
             return None
-        self._run = PassRun(sched, self.planner)
+        self._run = PassRun(sched, self.planner, self._idle_scan if self.reuse_idle_scans else None, self.clock)
         return self._run
 
     @property
@@ -135,9 +192,21 @@ class SchedulerPolicy:
         return self.interleave.decode_due(len(running_batch.reqs))
 
     def end_pass(self) -> None:
+        """The pass boundary's end (after upstream's scan), called whether or not sglang built an adder."""
+        started = time.thread_time_ns()
+        planned = self._end_pass()
+        if self.clock is not None:
+            self.clock.add(time.thread_time_ns() - started)
+            self.clock.end_pass(planned)
+
+    def _end_pass(self) -> bool:
         run, self._run, self._running_batch = self._run, None, None
-        if run is not None and run.adder is not None and run.plan is not None:
-            run.finish()
+        if run is not None:  # else sglang returned before planning: the last idle scan may still hold
+            self._idle_scan = run.idle_scan
+        if run is not None and run.plan is not None:
+            self.num_reused_scans += run.reused_scan
+            if run.adder is not None:
+                run.finish()
             self.last_run = run
             self.num_planned_passes += 1
             if self.trace is not None:
@@ -147,9 +216,10 @@ class SchedulerPolicy:
         ledger = self.planner.ledger
         if run is not None and len(ledger.first_skipped) > ledger.max_entries:
             ledger.prune({r.rid for r in run.sched.waiting_queue})  # drop requests aborted while waiting
+        return run is not None and run.plan is not None
 
     def _record(self, run: PassRun) -> dict[str, Any]:
-        admitted = [(r.rid, int(r.extend_len)) for r in run.adder.can_run_list]
+        admitted = [(r.rid, int(r.extend_len)) for r in run.adder.can_run_list] if run.adder is not None else []
         rows = run.snapshot.num_decoding if run.sched.is_mixed_chunk else 0
         return pass_record(self.num_planned_passes, run.snapshot, run.window.candidates, run.plan, admitted, rows)
 
@@ -170,6 +240,9 @@ def attach_policy(sched: Any, missing_targets: list[str] | tuple[str, ...] = ())
     if trace_path is not None and reason is None:
         policy.trace = PassTraceWriter(trace_path, source=f"sglang-tp{getattr(sched, 'tp_rank', 0)}")
         logger.info("fairshare: pass trace -> %s", trace_path)
+    if (path := plugin_clock_path()) is not None and reason is None:
+        policy.clock = PluginClock(path)
+        logger.info("fairshare: plugin time per pass -> %s", path)
     setattr(sched, POLICY_ATTR, policy)
     if reason is None:
         log_startup(cfg, sched)

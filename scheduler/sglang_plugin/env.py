@@ -2,7 +2,8 @@
 
 ``FAIRSHARE_PLUGIN_ENABLED=0`` turns the plugin off (sglang runs unpatched); ``FAIRSHARE_PLUGIN_FORCE=1``
 patches an sglang version other than the tested one; ``FAIRSHARE_PASS_TRACE=FILE`` appends one JSON line
-per planned pass to FILE (`scheduler.pass_trace`). The policy knobs are `PolicyConfig`'s
+per planned pass to FILE (`scheduler.pass_trace`); ``FAIRSHARE_PLUGIN_CLOCK=FILE`` records the plugin's own time per
+pass there (`clock`). The policy knobs are `PolicyConfig`'s
 ``FAIRSHARE_<FIELD>`` variables, the same as in the simulator; a knob counts as *explicitly set* when
 `PolicyConfig`'s own settings source reads it (same prefix, case and empty-value rules: an empty variable
 is unset, ``none`` sets an optional knob to None), which decides whether a value sglang already has (its
@@ -22,6 +23,7 @@ from scheduler.config import PolicyConfig
 PLUGIN_ENABLED_VAR = "FAIRSHARE_PLUGIN_ENABLED"
 PLUGIN_FORCE_VAR = "FAIRSHARE_PLUGIN_FORCE"
 PASS_TRACE_VAR = "FAIRSHARE_PASS_TRACE"
+PLUGIN_CLOCK_VAR = "FAIRSHARE_PLUGIN_CLOCK"
 
 
 def _flag(name: str, default: bool) -> bool:
@@ -42,6 +44,12 @@ def plugin_forced() -> bool:
 def pass_trace_path() -> Path | None:
     """Where to write the pass trace; None (unset or empty) writes nothing."""
     value = os.environ.get(PASS_TRACE_VAR, "").strip()
+    return Path(value) if value else None
+
+
+def plugin_clock_path() -> Path | None:
+    """Where to record the plugin's own time per pass; None (unset or empty) records nothing."""
+    value = os.environ.get(PLUGIN_CLOCK_VAR, "").strip()
     return Path(value) if value else None
 
 

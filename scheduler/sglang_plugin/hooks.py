@@ -7,6 +7,8 @@
 - ``Scheduler._get_new_batch_prefill_raw`` (AROUND): the pass boundary; after upstream's scan, clean up
   the requests the plan matched and did not admit. With mixed chunk off it also returns no prefill batch when
   a decode-only pass is owed to short streams (as sglang's own prefill-decode interval defers prefill).
+  Before it, a pass that can admit nobody (the last idle scan still holds) is planned at once and upstream's
+  call returns nothing, as while ``batch_is_full``.
 - ``Scheduler.get_init_info`` (AFTER): report the policy's state in the scheduler's start-up handshake.
 - ``Engine._launch_subprocesses`` (AFTER, launcher side; `RayEngine` and ``launch_server`` use it too):
   refuse a launch in which a scheduler reported no policy state (it never loaded the plugin).
@@ -47,6 +49,8 @@ def around_get_new_batch_prefill_raw(original: Any, sched: Any, *args: Any, **kw
         return None, running_batch  # no prefill this iteration: sglang runs the decode batch, as its interval does
     policy.begin_pass(running_batch)
     try:
+        if policy.idle_pass(sched, running_batch):
+            return None, running_batch  # nothing can be admitted: upstream's early return, as if batch_is_full
         return original(sched, *args, **kwargs)
     finally:
         policy.end_pass()

@@ -35,11 +35,12 @@ def apply_policy_env(server_args) -> None:
         return  # already resolved (e.g. a copy pickled into a child process): the record is sealed
     for field, arg in POLICY_FIELD_TO_SERVER_ARG.items():
         value = explicit_policy_value(field)
+        source = env_var_name(field)
         if value is None and field in POLICY_DEFAULT_FIELDS:
-            value = PolicyConfig.model_fields[field].default
+            value, source = PolicyConfig.model_fields[field].default, f"{source} unset, policy default"
         if value is None:
             continue
         old = getattr(server_args, arg)
         if old != value:
             setattr(server_args, arg, value)
-        logger.info("fairshare: %s=%s -> sglang %s=%s (was %s)", env_var_name(field), value, arg, value, old)
+        logger.info("fairshare: %s=%s -> sglang %s=%s (was %s)", source, value, arg, value, old)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sglang.srt.managers.schedule_policy import CLIP_MAX_NEW_TOKENS
@@ -163,19 +164,42 @@ def granule_tokens(sched: Any, adder: PrefillAdder) -> int:
     )
 
 
-def build_snapshot(
-    sched: Any, adder: PrefillAdder, cfg: PolicyConfig, release: Callable[[Req, Any], None]
-) -> tuple[QueueSnapshot, CandidateWindow]:
-    """The snapshot for this pass; call after the adder is built and before it admits anyone. `release`
-    undoes what a match holds for a request that is not admitted (`adder.release_unadmitted`)."""
+@dataclass(frozen=True, slots=True)
+class EngineState:
+    """The snapshot's figures other than the waiting queue: cheap to read every pass (no prefix matching)."""
+
+    free_kv_tokens: int
+    free_running_slots: int
+    continuing: tuple[Candidate, ...]
+    num_decoding: int
+    num_short_decoding: int
+    granule_tokens: int
+    pass_index: int
+    """sglang's `forward_ct`: forward passes run, decode-only ones included (the simulator's count)."""
+
+    def snapshot(self, waiting: Sequence[Candidate]) -> QueueSnapshot:
+        return QueueSnapshot(
+            waiting=waiting,
+            free_kv_tokens=self.free_kv_tokens,
+            free_running_slots=self.free_running_slots,
+            continuing=self.continuing,
+            num_decoding=self.num_decoding,
+            num_short_decoding=self.num_short_decoding,
+            max_cut_requests=1,  # sglang tracks one half-prefilled request (`Scheduler.chunked_req`)
+            granule_tokens=self.granule_tokens,
+            pass_index=self.pass_index,
+        )
+
+
+def engine_state(sched: Any, adder: PrefillAdder, cfg: PolicyConfig) -> EngineState:
+    """Read after the adder is built and before it admits anyone."""
     running_batch = adder.running_batch
     running_reqs = running_batch.reqs
-    window = CandidateWindow(sched.waiting_queue, sched.tree_cache, adder, release)
     free_kv = int(adder.rem_total_tokens) - 1
-    continuing: list[Candidate] = []
+    continuing: tuple[Candidate, ...] = ()
     held_rows = 0
     if sched.chunked_req is not None:
-        continuing.append(continuing_candidate(sched.chunked_req, adder))
+        continuing = (continuing_candidate(sched.chunked_req, adder),)
         free_kv -= continuing_kv_tokens(sched.chunked_req, adder)
         held_rows = int(sched.chunked_req.kv.holds_kv)
     free_slots = sched.get_num_allocatable_reqs(
@@ -183,15 +207,27 @@ def build_snapshot(
     ) - len(continuing)
     if adder.prefill_max_requests is not None:
         free_slots = min(free_slots, adder.prefill_max_requests - len(continuing))
-    snap = QueueSnapshot(
-        waiting=window,
+    return EngineState(
         free_kv_tokens=free_kv,
         free_running_slots=free_slots,
         continuing=continuing,
         num_decoding=len(running_reqs),
         num_short_decoding=sum(cfg.is_short(uncached_prompt_tokens(r)) for r in running_reqs),
-        max_cut_requests=1,  # sglang tracks one half-prefilled request (`Scheduler.chunked_req`)
         granule_tokens=granule_tokens(sched, adder),
-        pass_index=sched.forward_ct,  # forward passes run, decode-only ones included: the simulator's count
+        pass_index=sched.forward_ct,
     )
-    return snap, window
+
+
+def build_snapshot(
+    sched: Any,
+    adder: PrefillAdder,
+    cfg: PolicyConfig,
+    release: Callable[[Req, Any], None],
+    state: EngineState | None = None,
+) -> tuple[QueueSnapshot, CandidateWindow]:
+    """The snapshot for this pass, its waiting requests matched lazily; call after the adder is built and
+    before it admits anyone. `release` undoes what a match holds for a request that is not admitted
+    (`adder.release_unadmitted`)."""
+    state = state or engine_state(sched, adder, cfg)
+    window = CandidateWindow(sched.waiting_queue, sched.tree_cache, adder, release)
+    return state.snapshot(window), window

@@ -74,7 +74,9 @@ def test_images_pin_the_projects_versions(name: str) -> None:
         assert base.split()[0] == f"rayproject/ray:${{RAY_VERSION}}-${{PYTHON_TAG}}-{IMAGES[name]}", base
     if name == "Dockerfile":
         make = makefile_pins()
-        assert {k: args[f"{k.upper()}_VERSION"] for k in ("sglang", "torch")} == {k: make[k] for k in ("sglang", "torch")}
+        assert {k: args[f"{k.upper()}_VERSION"] for k in ("sglang", "torch")} == {
+            k: make[k] for k in ("sglang", "torch")
+        }
         install = " ".join(rest for op, rest in stages(text)[-1] if op == "RUN")
         assert '"sglang==${SGLANG_VERSION}"' in install and '"torch==${TORCH_VERSION}"' in install
     for overlay in OVERLAYS:

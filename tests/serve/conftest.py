@@ -26,7 +26,8 @@ from benchmarks.serve_common import CONFIG_FILE, SEED000_MODEL, deployment, free
 
 REPO = Path(__file__).resolve().parents[2]
 APP_NAME = "fairshare"
-DEPLOY_TIMEOUT_S = 120
+DEPLOY_TIMEOUT_S = 300
+"""Generous: on 2 shared cores under load, starting Ray and four replicas has taken 150 s."""
 
 
 def serve_test_config(port: int) -> dict[str, Any]:
@@ -91,7 +92,7 @@ def deploy(cfg: dict[str, Any]) -> None:
         if app is not None and app.status == "DEPLOY_FAILED":
             raise RuntimeError(f"deploy failed: {app.message}")
         time.sleep(0.25)
-    raise TimeoutError("the app did not become RUNNING")
+    raise TimeoutError(f"the app did not become RUNNING in {DEPLOY_TIMEOUT_S} s: {serve.status().applications}")
 
 
 @pytest.fixture(scope="module")

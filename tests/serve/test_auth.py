@@ -8,13 +8,13 @@ from fastapi.responses import StreamingResponse
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
-from serve_app.auth import ApiKeyMiddleware, AuthSettings, check_authorization
+from serve_app.auth import ApiKeyMiddleware, AuthSettings, check_authorization, process_api_key
 from serve_app.errors import OpenAIError
 
 KEY = "sk-test-0123456789"
 
 
-def app_with_key(key: bytes | None) -> TestClient:
+def app_with_key(key) -> TestClient:
     api = FastAPI()
 
     @api.get("/health")
@@ -89,6 +89,20 @@ def test_middleware_guards_every_route_but_health() -> None:
 
 def test_middleware_without_key_is_open() -> None:
     assert app_with_key(None).post("/v1/chat/completions").status_code == 200
+
+
+def test_middleware_reads_the_key_where_it_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The app is built (and pickled) in one process and served in another: the key is read when serving.
+    monkeypatch.delenv("FAIRSHARE_API_KEY_FILE", raising=False)
+    monkeypatch.delenv("FAIRSHARE_API_KEY", raising=False)
+    process_api_key.cache_clear()
+    client = app_with_key(process_api_key)
+    monkeypatch.setenv("FAIRSHARE_API_KEY", KEY)
+    try:
+        assert client.post("/v1/chat/completions").status_code == 401
+        assert client.post("/v1/chat/completions", headers={"Authorization": f"Bearer {KEY}"}).status_code == 200
+    finally:
+        process_api_key.cache_clear()
 
 
 def test_settings_from_env_and_secret_file(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:

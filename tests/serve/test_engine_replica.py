@@ -19,7 +19,7 @@ from serve_app.endpoints import CHAT, COMPLETIONS, ResponseIds
 from serve_app.engine_backend import Chunk, EngineError, GenerateRequest
 from serve_app.ingress import Ingress, _Call
 from serve_app.protocol import OpenAIError
-from serve_app.routing import Lane, RouteDecision, RouteHint, RouteReason, RouteTicket
+from serve_app.route_records import Lane, RouteDecision, RouteHint, RouteReason, RouteTicket
 from serve_app.sglang_backend import SglangBackend
 from tests.serve.fake_sglang import FakeSglangEngine, output
 

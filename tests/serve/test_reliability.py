@@ -22,6 +22,7 @@ from benchmarks.reliability_report import (
     ANSWERED,
     CANCELLED,
     FAILED,
+    SHED,
     StreamWatch,
     chat_body,
     classify_response,
@@ -123,8 +124,10 @@ def test_oversized_body_is_413(served: ServeHandle) -> None:
 def test_unknown_model_bad_headers_and_request_ids(served: ServeHandle) -> None:
     r = post(served, ok_body(served, model="gpt-nope"))
     assert r.status_code == 404 and error_of(r)["code"] == "model_not_found"
-    r = post(served, ok_body(served), **{"X-Session-ID": "x" * 200})
+    r = post(served, ok_body(served), **{"X-Session-ID": "x" * 300})
     assert r.status_code == 400 and error_of(r)["param"] == "X-Session-ID"
+    r = post(served, ok_body(served, user="line\nbreak"))  # `user` is the session id when no header is sent
+    assert r.status_code == 400 and error_of(r)["param"] == "user"
     r = post(served, ok_body(served), **{"X-Request-ID": "bad id with spaces"})
     assert r.status_code == 400 and error_of(r)["param"] == "X-Request-ID"
     r = post(served, ok_body(served), **{"X-Request-ID": "client-trace-7"})
@@ -182,6 +185,38 @@ def test_fuzzed_requests_never_get_a_5xx(served: ServeHandle, fields: dict, comp
 def test_server_alive_after_the_fuzz(served: ServeHandle) -> None:
     assert httpx.get(f"{served.base_url}/health", timeout=10).status_code == 200
     assert post(served, ok_body(served)).status_code == 200
+
+
+# -- security ----------------------------------------------------------------------------------
+def test_api_key_guards_every_route_but_health(served: ServeHandle) -> None:
+    key = "sk-test-reliability"
+    cfg = copy.deepcopy(served.config)
+    ingress = deployment(cfg, "Ingress")
+    ingress["ray_actor_options"] = {
+        **ingress["ray_actor_options"],
+        "runtime_env": {"env_vars": {"FAIRSHARE_API_KEY": key}},
+    }
+    original = served.config
+    served.deploy(cfg)
+    try:
+        _until(lambda: post(served, ok_body(served)).status_code == 401)
+        r = post(served, ok_body(served), Authorization="Bearer wrong")
+        assert r.status_code == 401 and error_of(r)["code"] == "invalid_api_key"
+        assert r.headers["www-authenticate"] == "Bearer"
+        assert httpx.get(f"{served.base_url}/v1/models", timeout=10).status_code == 401
+        assert httpx.get(f"{served.base_url}/health", timeout=10).status_code == 200
+        assert post(served, ok_body(served), Authorization=f"Bearer {key}").status_code == 200
+    finally:
+        served.deploy(original)
+    _until(lambda: post(served, ok_body(served)).status_code == 200)
+
+
+def _until(check, timeout_s: float = 120.0) -> None:
+    """Wait for a redeployed ingress to serve (the old replica may answer while it drains)."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "the redeployed ingress never answered as expected"
+        time.sleep(0.5)
 
 
 # -- backpressure ------------------------------------------------------------------------------
@@ -244,7 +279,7 @@ def test_disconnect_storm_leaves_no_engine_request_behind(served: ServeHandle) -
 
     results = asyncio.run(storm())
     kinds = Counter(o.kind for o, _ in results)
-    assert set(kinds) <= {CANCELLED, "shed"} and kinds[CANCELLED] >= 1
+    assert set(kinds) <= {CANCELLED, SHED} and kinds[CANCELLED] >= 1
     views = wait_until_idle(served)
     for rid, v in views.items():
         assert not v["active_request_ids"], rid
@@ -278,14 +313,16 @@ def test_replica_killed_under_streams_fails_only_its_requests(served: ServeHandl
         if w.replica == victim:
             # Cut only by the kill: an explicit error (never a stream without [DONE]) or, if it won the race, done.
             assert o.kind == ANSWERED or (o.kind == FAILED and o.detail == "stream:engine_replica_lost"), o
+        elif w.replica:
+            assert o.kind == ANSWERED, o  # the other replicas' streams are untouched
         else:
-            assert o.kind == ANSWERED, o
+            assert o.kind == SHED, o  # never started: shed at the door, with a status and a body
 
     # Serve replaces the replica; new requests are answered meanwhile (re-routed) or shed with a body.
     deadline = time.monotonic() + 60
     while victim in engine_replicas() or len(engine_replicas()) < 3:
         assert time.monotonic() < deadline, "Serve did not replace the killed replica"
         r = post(served, ok_body(served))
-        assert classify_response(r.status_code, r.content).kind in {ANSWERED, "shed"}
+        assert classify_response(r.status_code, r.content).kind in {ANSWERED, SHED}
         time.sleep(0.5)
     assert post(served, ok_body(served)).status_code == 200

@@ -166,7 +166,7 @@ def test_prompt_alone_over_the_window_names_the_prompt() -> None:
     assert e.value.param == "prompt"
 
 
-@pytest.mark.parametrize("value", ["", "x" * 129, "tab\there", "naïve", "line\nbreak"])
+@pytest.mark.parametrize("value", ["", "x" * 257, "tab\there", "naïve", "line\nbreak", "Ā"])
 def test_bad_session_ids_name_the_header(value: str) -> None:
     with pytest.raises(OpenAIError) as e:
         parse_session_id(value)
@@ -176,6 +176,10 @@ def test_bad_session_ids_name_the_header(value: str) -> None:
 def test_good_session_ids_pass() -> None:
     assert parse_session_id(None) is None
     assert parse_session_id("user-42/chat 7") == "user-42/chat 7"
+    assert parse_session_id("x" * 256, "user") == "x" * 256
+    with pytest.raises(OpenAIError) as e:
+        parse_session_id("\n", "user")
+    assert e.value.param == "user"
 
 
 def test_default_body_limit_covers_the_context_window() -> None:

@@ -8,16 +8,8 @@ from hypothesis import strategies as st
 from scheduler.traffic import TrafficClass, classify
 from serve_app.config import RoutingKnobs
 from serve_app.engine_backend import ReplicaLoad
-from serve_app.routing import (
-    ARRIVAL_MARGIN_S,
-    Lane,
-    LanePolicy,
-    ReplicaView,
-    RouteHint,
-    RouteReason,
-    RouteTicket,
-    RoutingStats,
-)
+from serve_app.route_records import Lane, ReplicaView, RouteHint, RouteReason, RouteTicket, RoutingStats
+from serve_app.routing import ARRIVAL_MARGIN_S, LanePolicy
 
 KNOBS = RoutingKnobs(class_hysteresis=0.5, busy_pending_requests=2, busy_prefill_tokens=16384)
 T0 = 1000.0
@@ -328,3 +320,14 @@ def test_every_decision_respects_lanes_and_limits(views, requests, chat_spill) -
             assert d.lane is Lane.LONG  # a document never lands in the chat lane while a long lane exists
         if d.lane is Lane.LONG and d.traffic_class is TrafficClass.SHORT and d.reason is RouteReason.SPILL:
             assert chat_spill
+
+
+def test_replicas_mid_change_classify_with_the_threshold_most_publish() -> None:
+    # A live change reached one chat replica (threshold 512) but not the others (2048) yet.
+    views = [
+        ReplicaView("L", Lane.LONG, ReplicaLoad(), T0, short_request_tokens=2048),
+        ReplicaView("C1", Lane.CHAT, ReplicaLoad(), T0, short_request_tokens=512),
+        ReplicaView("C2", Lane.CHAT, ReplicaLoad(num_waiting=1), T0, short_request_tokens=2048),
+    ]
+    d = LanePolicy().decide("r1", hint(None, 1000), views, T0)
+    assert (d.traffic_class, d.lane, d.reason) == (TrafficClass.SHORT, Lane.CHAT, RouteReason.LEAST_LOADED)

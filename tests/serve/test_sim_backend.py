@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from serve_app.config import AppConfig, ConfigError, EngineKnobs
 from serve_app.engine_backend import GenerateRequest
 from serve_app.sim.backend import SimBackend
 from serve_app.sim.prefix_cache import SessionPrefixCache
+from serve_app.sim.stop import StopMatcher
 
 FAST = EngineKnobs(time_scale=0.0)
 SEED000 = AppConfig(sim={"preset": "seed000-12gb-27b"})
@@ -160,3 +164,24 @@ def test_cancelled_while_queued_leaves_the_queue() -> None:
     waiting, after, b = run(go())
     assert waiting == ["b"] and after == []
     assert b.engine.idle and b.engine.kv_used_tokens == 0 and b.counters().num_aborted == 2
+
+
+@settings(deadline=None)
+@given(
+    text=st.text(alphabet="ab ", max_size=40),
+    stops=st.lists(st.text(alphabet="ab ", min_size=1, max_size=4), min_size=1, max_size=3),
+    cuts=st.lists(st.integers(0, 40), max_size=6),
+)
+def test_stop_is_found_wherever_the_chunks_split_the_text(text: str, stops: list[str], cuts: list[int]) -> None:
+    bounds = [0, *sorted({min(c, len(text)) for c in cuts}), len(text)]
+    chunks = [text[a:b] for a, b in itertools.pairwise(bounds)]
+    matcher, sent = StopMatcher(tuple(stops)), ""
+    for chunk in chunks:
+        cut = matcher.cut(chunk)
+        if cut is not None:
+            sent += chunk[:cut]
+            break
+        sent += chunk
+    # What a client receives is the text up to the first stop sequence, as if matched on the whole text.
+    first = min((i for i in (text.find(s) for s in stops) if i >= 0), default=len(text))
+    assert sent == text[:first]

@@ -81,7 +81,10 @@ def test_an_empty_variable_is_unset_as_in_policy_config(monkeypatch):
     assert (cfg.max_running_requests, cfg.cap_tokens, cfg.lookahead) == (10, 409, 3)  # sglang's limit stands
     args = ServerArgs(model_path="dummy", device="cpu", chunked_prefill_size=512)
     apply_policy_env(args)  # raised on the empty string before
-    assert args.enable_mixed_chunk is False
+    monkeypatch.delenv("FAIRSHARE_MIXED_DECODE")
+    unset = ServerArgs(model_path="dummy", device="cpu", chunked_prefill_size=512)
+    apply_policy_env(unset)
+    assert args.enable_mixed_chunk is unset.enable_mixed_chunk is PolicyConfig.model_fields["mixed_decode"].default
 
 
 def test_scheduler_reports_the_policy_in_its_handshake_and_the_launcher_checks_it():

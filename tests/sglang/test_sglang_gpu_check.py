@@ -27,7 +27,7 @@ def test_dry_run_prints_the_plan_and_both_server_commands():
     for line in (off, on):
         assert "-m sglang.launch_server" in line
         assert "--chunked-prefill-size 8192 --max-running-requests 10" in line
-    assert "document: 4096 prompt tokens" in out
+    assert "document: 4096 prompt tokens to start" in out and "until its lone prefill lasts 3 s" in out
 
 
 def test_stream_parsing_and_question_timing():
@@ -43,7 +43,7 @@ def test_summary_reports_ratios():
         doc = gpu_check.Timing(1000, 0.0, first_token_s=1000 / lone)
         with_q = gpu_check.Timing(1000, 0.0, first_token_s=1000 / company)
         questions = [gpu_check.Timing(30, 0.0, first_token_s=t) for t in ttft]
-        return gpu_check.ModeResult(name, "line" if name == "on" else None, doc, with_q, questions)
+        return gpu_check.ModeResult(name, "line" if name == "on" else None, doc, with_q, questions, 1000)
 
     lines = gpu_check.summary_lines([mode("off", [4.0, 6.0], 1000, 1000), mode("on", [0.5, 1.0], 900, 950)])
     assert lines[-1].startswith("on/off  short TTFT p50 x0.15   max x0.17   long alone x0.90")
@@ -60,12 +60,13 @@ def _gpu_ready() -> bool:
 @pytest.mark.gpu
 @pytest.mark.skipif(
     not _gpu_ready(),
-    reason="GPU-only: needs a CUDA GPU and sglang 0.5.23 with its CUDA dependencies (the CPU test env installs "
-    "sglang --no-deps); run `python benchmarks/sglang_gpu_check.py --tiny-model` on a GPU machine",
+    reason="GPU-only figures: needs a CUDA GPU and sglang 0.5.23 with its CUDA dependencies (the CPU test env "
+    "installs sglang --no-deps; tests/sglang_cpu runs this script on CPU); run "
+    "`python benchmarks/sglang_gpu_check.py --dummy-model` on a GPU machine",
 )
-def test_gpu_check_runs_with_a_tiny_model(tmp_path):
+def test_gpu_check_runs_with_an_8b_shaped_dummy_model(tmp_path):
     out = subprocess.run(
-        [sys.executable, str(SCRIPT), "--tiny-model", "--doc-tokens", "16384", "--out", str(tmp_path / "r.json")],
+        [sys.executable, str(SCRIPT), "--dummy-model", "--out", str(tmp_path / "r.json")],
         capture_output=True,
         text=True,
         timeout=1800,

@@ -2,7 +2,8 @@
 
     python engine_driver.py JOB.json RESULT.json
 
-The job names the model, the `sglang.Engine` keyword arguments and batches of token-id prompts; each batch
+The job names the model, the `sglang.Engine` keyword arguments and batches of token-id prompts (with
+optional request ids, ``rid``); each batch
 goes to `Engine.generate` as one call (sglang sends a batch of token ids to the scheduler as one message,
 so every request of a batch is queued before the scheduler's next pass). The result holds each batch's
 outputs (``output_ids`` and ``meta_info``) and, if asked, a few of sglang's own counters after the run.
@@ -23,7 +24,9 @@ def main(job_path: str, result_path: str) -> None:
     try:
         outputs = []
         for batch in job["batches"]:
-            out = engine.generate(input_ids=batch["input_ids"], sampling_params=batch["sampling_params"])
+            out = engine.generate(
+                input_ids=batch["input_ids"], sampling_params=batch["sampling_params"], rid=batch.get("rid")
+            )
             outputs.append([{"output_ids": o["output_ids"], "meta_info": o["meta_info"]} for o in out])
         result = {"outputs": outputs}
         if job.get("server_info"):

@@ -7,6 +7,7 @@ import torch
 from setuptools import find_packages
 
 from benchmarks.sglang_local import PLUGIN_START_LINE
+from scheduler.pass_trace import read_pass_trace
 from sglang_cpu.cpu_env import REPO_ROOT, cpu_sglang_env
 from sglang_cpu.engine import run_engine
 from sglang_cpu.standin import sgl_kernel
@@ -37,18 +38,31 @@ def test_stand_in_is_never_shipped():
 
 
 @pytest.mark.sglang_cpu
-def test_in_process_engine_generates_with_the_plugin_loaded(tiny_model_dir, tmp_path):
-    prompts = [[5 + i for i in range(40)], [900 - i for i in range(7)]]
+def test_in_process_engine_with_priority_scheduling_runs_the_policy(tiny_model_dir, tmp_path):
+    """sglang turns priority preemption on with priority scheduling; the plugin used to step aside entirely.
+    Now only passes where preemption may act are upstream's: here the requests fit the free slots."""
+    trace = tmp_path / "passes.jsonl"
+    prompts = [[5 + i % 900 for i in range(600)], [900 - i for i in range(20)]]
     greedy = {"max_new_tokens": 3, "temperature": 0.0, "ignore_eos": True}
     result = run_engine(
         tiny_model_dir,
-        [{"input_ids": prompts, "sampling_params": [greedy] * 2}],
-        cpu_sglang_env(),
-        tmp_path,
-        engine_kwargs={"chunked_prefill_size": 64, "max_running_requests": 4, "max_total_tokens": 2048},
+        [{"input_ids": prompts, "sampling_params": [greedy] * 2, "rid": ["doc", "q"]}],
+        cpu_sglang_env(pass_trace=trace),
+        tmp_path / "engine",
+        engine_kwargs={
+            "chunked_prefill_size": 64,
+            "max_running_requests": 4,
+            "max_total_tokens": 4096,
+            "enable_priority_scheduling": True,
+        },
     )
     (outputs,) = result["outputs"]
     assert [len(o["output_ids"]) for o in outputs] == [3, 3]
-    assert [o["meta_info"]["prompt_tokens"] for o in outputs] == [40, 7]
-    log = (tmp_path / "engine.log").read_text()
-    assert log.count(PLUGIN_START_LINE) == 1  # one scheduler process
+    assert [o["meta_info"]["prompt_tokens"] for o in outputs] == [600, 20]
+    log = (tmp_path / "engine" / "engine.log").read_text()
+    assert log.count(PLUGIN_START_LINE) == 1  # one scheduler process, the policy attached
+    assert "fairshare policy: skip_ahead=False" in log  # no overtaking by arrival under priorities
+    records = read_pass_trace(trace)
+    assert records[0]["admitted"][0][0] == "doc" and ["q", 20] in records[0]["admitted"]
+    assert sum(t for r in records for rid, t in r["admitted"] if rid == "doc") == 600
+    assert any(g[0] == "doc" and g[2] for r in records for g in r["grants"])  # the policy cut the document

@@ -1,0 +1,286 @@
+"""The plugin's cost inside sglang's scheduler loop: decode throughput with the plugin on and off.
+
+Two real sglang servers (``python -m sglang.launch_server``) serve the same model side by side, one with the
+plugin (its own time per pass recorded by ``FAIRSHARE_PLUGIN_CLOCK``) and one with ``FAIRSHARE_PLUGIN_ENABLED=0``
+(upstream sglang). Runs alternate between them (on, off, on, off, ...). In each run one stream decodes while the
+case's waiting requests sit in the queue, none of which fits in the KV the stream leaves free:
+
+- ``lone``: nothing waits;
+- ``rejected``: one request waits, rejected for KV capacity (the issue's case);
+- ``queue100`` / ``queue1000``: 100 / 1,000 requests wait, all too big for the free KV.
+
+A run measures the stream's decode rate over `--window` tokens once every waiting request is queued (sglang's
+own streamed output, one token per scheduler iteration), then aborts everything and waits for the server to go
+idle. Printed per case: decode tok/s and ms per scheduler iteration, on and off (median and min-max over runs),
+the on/off ratio of the medians (target >= 98%), and the plugin's own CPU time per pass inside the scheduler
+process (median and p90 over every pass of the case's runs; target <= 100 us with nothing admissible).
+
+On a machine without a GPU it runs sglang on CPU with a tiny random-weight model built locally (the test
+infrastructure's `sgl_kernel` stand-in and CPU switches); with ``--device cuda`` the same script runs on a GPU.
+
+    python benchmarks/sglang_plugin_cost.py --quick          # CI scale: 5 runs per mode and case
+    python benchmarks/sglang_plugin_cost.py --runs 7 --window 600
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import http.client
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "tests")]
+
+from benchmarks.sglang_local import LocalServer, TinyModelSpec, build_tiny_model, http_json  # noqa: E402
+from scheduler.sglang_plugin.clock import read_clock  # noqa: E402
+
+POOL_TOKENS = 5000
+STREAM_PROMPT = 2600
+"""With the stream's prompt in KV, at most 2,399 tokens are free: a waiting request of `WAITING_PROMPT` never fits."""
+WAITING_PROMPT = 2500
+STREAM_MAX_NEW = 2000
+CASES = {"lone": 0, "rejected": 1, "queue100": 100, "queue1000": 1000}
+FIRST_WORD_ID = 5
+VOCAB = TinyModelSpec().vocab_size
+
+
+def ids(n: int, seed: int) -> list[int]:
+    rng = random.Random(seed)
+    return [rng.randrange(FIRST_WORD_ID, VOCAB) for _ in range(n)]
+
+
+def server_args(device: str) -> list[str]:
+    common = [
+        "--max-total-tokens",
+        str(POOL_TOKENS),
+        "--chunked-prefill-size",
+        "1024",
+        "--max-running-requests",
+        "8",
+        "--log-level",
+        "warning",
+    ]
+    if device == "cpu":
+        from sglang_cpu.cpu_env import CPU_SERVER_ARGS
+
+        return [*CPU_SERVER_ARGS, *common]
+    return common
+
+
+def server_env(device: str, **fairshare: object) -> dict[str, str]:
+    if device == "cpu":
+        from sglang_cpu.cpu_env import cpu_sglang_env
+
+        return cpu_sglang_env(**fairshare)
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("FAIRSHARE_")}
+    env.update({f"FAIRSHARE_{k.upper()}": str(v) for k, v in fairshare.items()})
+    return env
+
+
+def load(port: int) -> dict:
+    (rank0,) = http_json(port, "GET", "/v1/loads")["loads"]
+    return rank0
+
+
+def wait_until(what: str, check, timeout_s: float = 300, poll_s: float = 0.05):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if value := check():
+            return value
+        time.sleep(poll_s)
+    raise TimeoutError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+
+
+class Stream(threading.Thread):
+    """A streamed ``/generate``: the arrival time and the completion-token count of every chunk."""
+
+    def __init__(self, port: int, rid: str, prompt: list[int]) -> None:
+        super().__init__(daemon=True, name=rid)
+        self.port, self.rid, self.prompt = port, rid, prompt
+        self.chunks: list[tuple[float, int]] = []
+        self.error: str | None = None
+        self.start()
+
+    def run(self) -> None:
+        body = {
+            "rid": self.rid,
+            "input_ids": self.prompt,
+            "stream": True,
+            "sampling_params": {"max_new_tokens": STREAM_MAX_NEW, "temperature": 0.0, "ignore_eos": True},
+        }
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=600)
+        try:
+            conn.request("POST", "/generate", body=json.dumps(body), headers={"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            for raw in resp:
+                line = raw.strip()
+                if not line.startswith(b"data:") or line == b"data: [DONE]":
+                    continue
+                self.chunks.append((time.perf_counter(), json.loads(line[5:])["meta_info"]["completion_tokens"]))
+        except Exception as e:  # reported by the run
+            self.error = repr(e)
+        finally:
+            conn.close()
+
+    def tokens(self) -> int:
+        return self.chunks[-1][1] if self.chunks else 0
+
+
+class Batch(threading.Thread):
+    """The waiting requests, sent as one batched ``/generate`` (sglang queues them together); aborted later."""
+
+    def __init__(self, port: int, run_id: str, n: int, seed: int) -> None:
+        super().__init__(daemon=True, name=f"{run_id}-waiting")
+        rng = random.Random(seed)
+        self.body = {
+            "rid": [f"{run_id}-w{i}" for i in range(n)],
+            "input_ids": [ids(WAITING_PROMPT, rng.randrange(1 << 30)) for _ in range(n)],
+            "sampling_params": [{"max_new_tokens": 16, "temperature": 0.0} for _ in range(n)],
+        }
+        self.port = port
+        self.start()
+
+    def run(self) -> None:
+        # Aborted requests may answer with an error status; the run checks the queue itself.
+        with contextlib.suppress(Exception):
+            http_json(self.port, "POST", "/generate", self.body, timeout_s=900)
+
+
+@dataclass
+class Mode:
+    name: str
+    server: LocalServer
+    clock: Path | None
+    clock_line: int = 0
+    rates: dict[str, list[float]] = field(default_factory=dict)
+    plugin_ns: dict[str, list[int]] = field(default_factory=dict)
+    planned: dict[str, list[bool]] = field(default_factory=dict)
+
+
+def one_run(mode: Mode, case: str, run: int, window: int) -> float:
+    """Decode tok/s of one stream while the case's requests wait; leaves the server idle."""
+    port = mode.server.port
+    n_waiting = CASES[case]
+    run_id = f"{case}-{mode.name}-{run}"
+    stream = Stream(port, f"{run_id}-stream", ids(STREAM_PROMPT, seed=1000 + run))
+    wait_until("the stream's first tokens", lambda: stream.tokens() >= 2 or stream.error)
+    batch = Batch(port, run_id, n_waiting, seed=run) if n_waiting else None
+    if n_waiting:
+        wait_until(f"{n_waiting} waiting requests", lambda: load(port)["num_waiting_reqs"] >= n_waiting or stream.error)
+    start_line = len(stream.chunks)
+    first = stream.tokens()
+    wait_until("the measured window", lambda: stream.tokens() >= first + window or not stream.is_alive(), 900)
+    t0, c0 = stream.chunks[start_line - 1]
+    t1, c1 = stream.chunks[-1]
+    if stream.error or c1 - c0 < window:
+        raise RuntimeError(f"{run_id}: the stream ended early ({c1 - c0} tokens; {stream.error})")
+    assert load(port)["num_waiting_reqs"] == n_waiting, "a waiting request was admitted: the case is wrong"
+    http_json(port, "POST", "/abort_request", {"rid": "", "abort_all": True})
+    stream.join(120)
+    if batch is not None:
+        batch.join(300)
+    wait_until("the server to go idle", lambda: (s := load(port))["num_running_reqs"] + s["num_waiting_reqs"] == 0)
+    return (c1 - c0) / (t1 - t0)
+
+
+def collect_clock(mode: Mode, case: str) -> None:
+    if mode.clock is None:
+        return
+    time.sleep(0.6)  # the clock flushes at least every 0.5 s while passes run
+    passes, mode.clock_line = read_clock(mode.clock, mode.clock_line)
+    mode.plugin_ns.setdefault(case, []).extend(ns for ns, _ in passes)
+    mode.planned.setdefault(case, []).extend(p for _, p in passes)
+
+
+def spread(values: list[float], scale: float = 1.0, digits: int = 1) -> str:
+    v = [x * scale for x in values]
+    return f"{statistics.median(v):.{digits}f} ({min(v):.{digits}f}-{max(v):.{digits}f})"
+
+
+def percentile(values: list[int], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def report(on: Mode, off: Mode, cases: list[str]) -> None:
+    print(f"\nmachine load after the runs (1-min average): {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    header = (
+        f"{'case':>10} | {'on: tok/s':>20} | {'off: tok/s':>20} | {'on/off':>6} | {'on: ms/iter':>18} | "
+        f"{'off: ms/iter':>18} | {'plugin us/pass med, p90':>24} | planned"
+    )
+    print(header)
+    for case in cases:
+        r_on, r_off = on.rates[case], off.rates[case]
+        ratio = statistics.median(r_on) / statistics.median(r_off)
+        ns = on.plugin_ns.get(case, [])
+        planned = on.planned.get(case, [])
+        own = f"{statistics.median(ns) / 1e3:.1f}, {percentile(ns, 0.9) / 1e3:.1f}" if ns else "-"
+        share = f"{sum(planned)}/{len(planned)}" if planned else "-"
+        print(
+            f"{case:>10} | {spread(r_on):>20} | {spread(r_off):>20} | {ratio:6.1%} | "
+            f"{spread([1 / r for r in r_on], 1e3, 2):>18} | {spread([1 / r for r in r_off], 1e3, 2):>18} | "
+            f"{own:>24} | {share}"
+        )
+    print("target: on/off >= 98% in every case; plugin time per pass <= 100 us with nothing admissible")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="CI scale: 5 runs per mode and case, 200-token window")
+    parser.add_argument("--runs", type=int, default=None, help="runs per mode and case (at least 5)")
+    parser.add_argument("--window", type=int, default=None, help="decode tokens measured per run")
+    parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated subset of {', '.join(CASES)}")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--model-path", type=Path, default=None, help="default: a tiny random Llama built here")
+    args = parser.parse_args()
+    runs = args.runs or 5
+    window = args.window or (200 if args.quick else 600)
+    cases = args.cases.split(",")
+    if unknown := [c for c in cases if c not in CASES]:
+        parser.error(f"unknown case(s) {', '.join(unknown)}; choose from {', '.join(CASES)}")
+    if runs < 5:
+        parser.error(f"--runs {runs}: at least 5 runs per mode are needed for a median and spread")
+    if window + 2 >= STREAM_MAX_NEW:
+        parser.error(f"--window {window}: must be below {STREAM_MAX_NEW - 2} (the stream's length)")
+
+    with tempfile.TemporaryDirectory(prefix="plugin-cost-") as tmp:
+        tmp_path = Path(tmp)
+        model = args.model_path or build_tiny_model(tmp_path / "model", TinyModelSpec())
+        clock = tmp_path / "clock.jsonl"
+        args_ = server_args(args.device)
+        env_on = server_env(args.device, plugin_clock=clock)
+        env_off = server_env(args.device, plugin_enabled=0)
+        print(f"starting two sglang servers ({args.device}); machine load {os.getloadavg()[0]:.1f}", flush=True)
+        with (
+            LocalServer(model, args_, env_on, tmp_path / "on.log", startup_timeout_s=900) as s_on,
+            LocalServer(model, args_, env_off, tmp_path / "off.log", startup_timeout_s=900) as s_off,
+        ):
+            on, off = Mode("on", s_on, clock), Mode("off", s_off, None)
+            for case in cases:
+                collect_clock(on, case)  # passes before the case (warm-up, idle) are not the case's
+                on.plugin_ns.pop(case, None)
+                on.planned.pop(case, None)
+                for run in range(runs):
+                    for mode in (on, off):
+                        mode.rates.setdefault(case, []).append(one_run(mode, case, run, window))
+                        collect_clock(mode, case)
+                print(
+                    f"{case}: on {spread(on.rates[case])} tok/s, off {spread(off.rates[case])} tok/s "
+                    f"(load {os.getloadavg()[0]:.1f})",
+                    flush=True,
+                )
+        report(on, off, cases)
+
+
+if __name__ == "__main__":
+    main()

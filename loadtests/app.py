@@ -1,0 +1,142 @@
+"""The app under test: a local Ray + Serve from a deploy config (as `serve run FILE` deploys it), or a URL.
+
+The benchmark sets what it needs explicitly (sim preset, rule set, time scale, engine replicas) on
+top of the file, so it does not depend on the file's current defaults. The policy is switched live
+through the `Engine` deployment's `user_config.policy` (a redeploy that changes only `user_config`
+runs `reconfigure()` on the replicas; nothing restarts).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import time
+from pathlib import Path
+from typing import Any
+
+import requests
+import yaml
+
+from benchmarks import serve_common as sc
+from scheduler.sim.presets import PRESETS
+from scheduler.sim.rules import RuleSet, policy_for
+
+APP_READY_TIMEOUT_S = 60
+START_ATTEMPTS = 3
+
+
+def upstream_policy_overrides(preset: str) -> dict[str, Any]:
+    """`user_config.policy` that turns a `fairshare` sim engine into upstream sglang's decisions on this preset:
+    every `PolicyConfig` field where the `baseline` rule set differs from `fairshare` (skip-ahead, fair share and
+    adaptive passes off, and upstream's own chunk size, no mixed decode, no starvation guard). Both rule sets
+    keep one half-prefilled request, so the engine then runs exactly the `baseline` rule set."""
+    p = PRESETS[preset]
+    base, base_cut = policy_for(RuleSet.BASELINE, p)
+    ours, our_cut = policy_for(RuleSet.FAIRSHARE, p)
+    assert base_cut == our_cut, "the live config cannot change the half-prefilled-request limit"
+    a, b = base.model_dump(), ours.model_dump()
+    return {k: v for k, v in a.items() if v != b[k]}
+
+
+def load_config(path: Path, port: int, overrides: dict[str, Any]) -> dict[str, Any]:
+    """The deploy config at `path` on 127.0.0.1:`port`, with the benchmark's settings:
+    `sim` (dict merged into args.sim), `engine_replicas`, `time_scale`, `policy`."""
+    cfg = copy.deepcopy(yaml.safe_load(path.read_text()))
+    cfg["http_options"] = {**cfg.get("http_options", {}), "host": "127.0.0.1", "port": port}
+    app = cfg["applications"][0]
+    args = app.setdefault("args", {})
+    if args.get("backend", "sim") == "sim" and overrides.get("sim"):
+        args["sim"] = {**args.get("sim", {}), **overrides["sim"]}
+    engine = sc.deployment(cfg, "Engine")
+    if overrides.get("engine_replicas") is not None:
+        engine["num_replicas"] = overrides["engine_replicas"]
+    user = engine.setdefault("user_config", {})
+    if overrides.get("time_scale") is not None:
+        user["time_scale"] = overrides["time_scale"]
+    user["policy"] = dict(overrides.get("policy", {}))
+    return cfg
+
+
+class LocalApp:
+    """Ray + Serve in this process, on a free loopback port; `with LocalApp(...) as app:` stops it on exit."""
+
+    def __init__(self, config_path: Path, overrides: dict[str, Any], num_cpus: int = 4) -> None:
+        self.port = sc.free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.config = load_config(config_path, self.port, overrides)
+        self.num_cpus = num_cpus
+
+    def __enter__(self) -> LocalApp:
+        for attempt in range(START_ATTEMPTS):
+            try:
+                sc.start(self.port, num_cpus=self.num_cpus)
+                break
+            except Exception:
+                # Seen on a busy shared machine: the free port taken between our probe and Serve's bind, or
+                # Ray's node start timing out. Both pass on a second try from scratch.
+                with contextlib.suppress(Exception):
+                    sc.stop()
+                if attempt == START_ATTEMPTS - 1:
+                    raise
+                self._use_port(sc.free_port())
+        try:
+            sc.deploy(self.config)
+            wait_ready(self.url)
+        except BaseException:
+            sc.stop()
+            raise
+        return self
+
+    def _use_port(self, port: int) -> None:
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.config["http_options"]["port"] = port
+
+    def __exit__(self, *exc: object) -> None:
+        sc.stop()
+
+    def set_policy(self, policy: dict[str, Any]) -> None:
+        cfg = copy.deepcopy(self.config)
+        sc.deployment(cfg, "Engine")["user_config"]["policy"] = dict(policy)
+        sc.deploy(cfg)
+        self.config = cfg
+
+
+def wait_ready(url: str, timeout_s: float = APP_READY_TIMEOUT_S) -> str:
+    """The served model id, once `GET /v1/models` answers."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            r = requests.get(f"{url}/v1/models", timeout=10)
+            if r.status_code == 200:
+                return r.json()["data"][0]["id"]
+        except requests.RequestException:
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{url}/v1/models did not answer in {timeout_s:.0f} s")
+        time.sleep(0.5)
+
+
+def engine_view(url: str, model: str) -> dict[str, Any]:
+    """The admin view of the replica a probe request lands on (policy in force, active requests)."""
+    r = requests.post(
+        f"{url}/v1/chat/completions",
+        json={"model": model, "messages": [{"role": "user", "content": "ping"}], "max_tokens": 1},
+        timeout=120,
+    )
+    r.raise_for_status()
+    view = requests.get(f"{url}/admin/replicas/{r.headers['X-Replica']}", timeout=30)
+    view.raise_for_status()
+    return view.json()
+
+
+def wait_idle(url: str, model: str, timeout_s: float = 300) -> dict[str, Any]:
+    """Wait until the engine has no request left from a previous run; returns its view."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        view = engine_view(url, model)
+        if not view.get("active_request_ids"):
+            return view
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"engine still busy after {timeout_s:.0f} s: {view.get('active_request_ids')}")
+        time.sleep(1.0)

@@ -1,0 +1,134 @@
+"""The last scan that admitted nobody, and whether a new scan could decide anything else.
+
+Upstream sglang stops scanning the waiting queue after a ``NO_TOKEN`` rejection (``batch_is_full``) until a
+request leaves the running batch. With skip-ahead the plugin passes over rejections, so sglang calls it on every
+scheduler iteration, and without this record each call would prefix-match the judged requests again although
+nothing can be admitted while the streams decode. A pass reuses the last scan instead of matching again while:
+
+- that scan admitted nobody, every request it judged was rejected for KV capacity, and no request was
+  half-prefilled (a continuing chunk runs every pass and changes the cache);
+- the waiting queue is the same list, of the same length, with the same requests where the scan judged them
+  (an arrival, an abort or a reordering rescans);
+- the prefix cache holds as many evictable and protected tokens as then (nothing was inserted or evicted, so
+  every judged request would match the same prefix and need as much KV);
+- free running slots, decoding streams, the granule and the config are the same;
+- free KV is still below the smallest need rejected. Free KV moves every iteration (decoding takes KV, sglang's
+  new-token ratio decays), but only reaching a rejected request's need can change a decision: then it rescans.
+
+Where sglang's pool is a plain token pool and the scheduler is in FCFS order, a pass that free KV cannot change
+(the pool's free and evictable tokens, an upper bound of what the adder would count, stay below the smallest need
+rejected) skips even sglang's adder and scan setup: `_get_new_batch_prefill_raw` returns at once, as upstream's
+does while ``batch_is_full`` (`SchedulerPolicy.idle_pass`). Otherwise the adder is built and the check is exact.
+
+A reused pass still runs the planner, on the figures the scan read, so the state kept across passes (the
+starvation ledger, the pass sizer) moves exactly as if the requests had been matched again, and every decision is
+the one a fresh scan would take. Not repeated is the prefix match itself, hence the radix cache's LRU refresh of
+the judged requests' prefixes (upstream skips it too while ``batch_is_full``). Off under hierarchical caching,
+where host-tier hits can change without the device tree changing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sglang.srt.mem_cache.prefill_budget import PrefillBudget
+
+from scheduler.config import PolicyConfig
+from scheduler.sglang_plugin.translate import EngineState, uncached_prompt_tokens
+from scheduler.snapshot import Candidate, PassPlan
+
+if TYPE_CHECKING:
+    from sglang.srt.managers.schedule_batch import Req
+
+    from scheduler.sglang_plugin.translate import CandidateWindow
+
+
+def cache_fingerprint(tree_cache: Any) -> tuple[Any, Any]:
+    """Changes whenever the prefix cache gains or loses tokens (an insert or an eviction)."""
+    return tree_cache.evictable_size(), tree_cache.protected_size()
+
+
+def engine_key(state: EngineState) -> tuple[int, int, int, int]:
+    return state.free_running_slots, state.num_decoding, state.num_short_decoding, state.granule_tokens
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class IdleScan:
+    queue: list = field(repr=False)
+    """The waiting-queue list object the scan walked (sglang replaces it after every admission)."""
+    queue_len: int
+    examined: tuple[Req, ...] = field(repr=False)
+    """The requests the planner judged, in queue order."""
+    candidates: tuple[Candidate, ...]
+    """Their figures as the planner read them."""
+    min_rejected_need: int | float
+    cfg: PolicyConfig
+    engine: tuple[int, int, int, int]
+    cache: tuple[Any, Any]
+    prefill_max_requests: int | None
+    plain_budget: bool
+    """sglang's plain token pool (`PrefillBudget`, no mamba): free KV is bounded without building an adder."""
+
+    @classmethod
+    def record(
+        cls, sched: Any, adder: Any, state: EngineState, window: CandidateWindow, plan: PassPlan, cfg: PolicyConfig
+    ) -> IdleScan | None:
+        """The scan just planned, if a later pass may reuse it."""
+        candidates = window.candidates
+        if plan.grants or state.continuing or len(plan.rejections) != len(candidates):
+            return None
+        if sched.enable_hierarchical_cache:
+            return None
+        return cls(
+            queue=sched.waiting_queue,
+            queue_len=len(sched.waiting_queue),
+            examined=tuple(window.examined),
+            candidates=tuple(candidates),
+            min_rejected_need=min((r.need_tokens for r in plan.rejections), default=float("inf")),
+            cfg=cfg,
+            engine=engine_key(state),
+            cache=cache_fingerprint(sched.tree_cache),
+            prefill_max_requests=adder.prefill_max_requests,
+            plain_budget=type(adder.memory_budget) is PrefillBudget and not sched.tree_cache.supports_mamba(),
+        )
+
+    def still_holds(self, sched: Any, state: EngineState, cfg: PolicyConfig) -> bool:
+        """True when a fresh scan now would judge the same requests with the same figures and admit nobody."""
+        queue = sched.waiting_queue
+        return (
+            queue is self.queue
+            and len(queue) == self.queue_len
+            and state.free_kv_tokens < self.min_rejected_need
+            and cfg is self.cfg
+            and not state.continuing
+            and engine_key(state) == self.engine
+            and cache_fingerprint(sched.tree_cache) == self.cache
+            and all(a is b for a, b in zip(queue, self.examined, strict=False))
+        )
+
+    def state_without_adder(self, sched: Any, running_batch: Any, cfg: PolicyConfig) -> EngineState | None:
+        """The engine state for a pass that may skip sglang's adder, or None when only an adder can tell.
+
+        Free KV is bounded from above by the pool's free and evictable tokens (the adder subtracts the running
+        requests' reservations from them); below the smallest rejected need, every judged request is still
+        rejected whatever those reservations are now. Slots are read as the scan reads them."""
+        if not self.plain_budget:
+            return None
+        tree = sched.tree_cache
+        free_kv_bound = sched.token_to_kv_pool_allocator.available_size() + tree.evictable_size() - 1
+        if free_kv_bound >= self.min_rejected_need:
+            return None
+        running = running_batch.reqs
+        free_slots = sched.get_num_allocatable_reqs(len(running), running_batch=running_batch)
+        if self.prefill_max_requests is not None:
+            free_slots = min(free_slots, self.prefill_max_requests)
+        return EngineState(
+            free_kv_tokens=free_kv_bound,
+            free_running_slots=free_slots,
+            continuing=(),
+            num_decoding=len(running),
+            num_short_decoding=sum(cfg.is_short(uncached_prompt_tokens(r)) for r in running),
+            granule_tokens=self.engine[3],
+            pass_index=sched.forward_ct,
+        )

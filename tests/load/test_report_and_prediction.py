@@ -1,0 +1,108 @@
+"""Figures from client samples, the simulator's closed-loop prediction, and upstream through the live config."""
+
+from __future__ import annotations
+
+import itertools
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from loadtests.app import upstream_policy_overrides
+from loadtests.prediction import population, predict
+from loadtests.recording import Sample
+from loadtests.report import figures, long_prefill_tok_per_s, to_engine_time
+from loadtests.settings import LoadSettings
+from loadtests.stages import Stage
+from scheduler.sim.experiments import run_spec
+from scheduler.sim.presets import PRESETS
+from scheduler.sim.request import TrafficClass
+from scheduler.sim.rules import RuleSet, policy_for
+from scheduler.sim.workload import Group, Workload
+from serve_app.config import policy_config
+
+SEED000 = PRESETS["seed000-12gb-27b"]
+
+
+def long_sample(sent: float, ttft: float, prompt: int, cached: int = 0) -> Sample:
+    return Sample(
+        user="doc", intent="long", traffic_class="long", status=200, sent_at_s=sent, ttft_s=ttft, e2e_s=ttft + 1,
+        prompt_tokens=prompt, cached_tokens=cached,
+    )  # fmt: skip
+
+
+def test_long_throughput_counts_overlapping_documents_once() -> None:
+    samples = [long_sample(0, 10, 10_000), long_sample(5, 10, 20_000, cached=5_000), long_sample(30, 5, 5_000)]
+    # busy: [0, 15] and [30, 35] = 20 s; uncached tokens 10k + 15k + 5k
+    assert long_prefill_tok_per_s(samples) == 30_000 / 20
+
+
+def test_failures_and_shed_are_counted_apart() -> None:
+    base = dict(user="chat", intent="short", traffic_class="short", sent_at_s=0.0)
+    samples = [
+        Sample(status=200, ttft_s=0.1, e2e_s=0.5, **base),
+        Sample(status=429, shed=True, **base),
+        Sample(status=500, error="HTTP 500", **base),
+        Sample(status=200, error="stream ended without [DONE]", **base),
+    ]
+    f = figures(samples)
+    assert (f["short requests"], f["failures"], f["shed (429/503)"]) == (1, 2, 1)
+
+
+@given(st.floats(0.01, 1.0), st.floats(0, 1e9))
+def test_engine_time_divides_by_the_time_scale(scale: float, start: float) -> None:
+    s = long_sample(start + 2.0, 0.5, 100)
+    s.itl_s = [0.1]
+    (e,) = to_engine_time([s], start, scale)
+    assert abs(e.sent_at_s - 2.0 / scale) < 1e-6 * max(1.0, start)
+    assert abs(e.ttft_s - 0.5 / scale) < 1e-9 and abs(e.itl_s[0] - 0.1 / scale) < 1e-9
+
+
+def test_upstream_through_the_live_config_is_the_baseline_rule_set() -> None:
+    """The overrides, applied the way the replica applies user_config.policy, give exactly `baseline`."""
+    ours, _ = policy_for(RuleSet.FAIRSHARE, SEED000)
+    base, _ = policy_for(RuleSet.BASELINE, SEED000)
+    live = policy_config(ours, upstream_policy_overrides(SEED000.name))
+    assert live == base
+    assert {"skip_ahead", "fair_share", "adaptive_pass"} <= set(upstream_policy_overrides(SEED000.name))
+
+
+def test_a_lone_document_is_predicted_as_the_simulator_runs_it() -> None:
+    """One document user, nothing else: the closed-loop driver and scheduler.sim's runner agree."""
+    s = LoadSettings(doc_tokens="60000", docs_per_user=1, doc_followups=0, doc_max_tokens=16, question_tokens="30")
+    (sample,) = predict(s, [Stage(1000, 1, 100, "doc")], SEED000, "fairshare", chat_users_fixed=0)
+    w = Workload(
+        name="one",
+        groups=[
+            Group(
+                name="doc", traffic_class=TrafficClass.LONG, count=1, prompt_tokens=sample.prompt_tokens,
+                output_tokens=16,
+            )
+        ],
+    )  # fmt: skip
+    (req,) = run_spec(w, "fairshare", SEED000).requests
+    assert sample.traffic_class == "long" and sample.prompt_tokens > 60_000
+    assert abs(sample.ttft_s - req.ttft_s) < 1e-9
+    assert abs(sample.e2e_s - (req.finish_s - req.arrival_s)) < 1e-9
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(1, 3), st.floats(0.5, 20), st.integers(1, 4))
+def test_chat_users_are_closed_loop(users: int, think: float, turns: int) -> None:
+    """A user's next question leaves a think time after its previous answer, never earlier."""
+    s = LoadSettings(think_s=f"{think}", chat_turns=turns, chat_weight=1, doc_weight=0, question_tokens="30")
+    samples = predict(s, [Stage(120, users, 100, "chats")], SEED000, "fairshare")
+    assert samples and all(x.traffic_class == "short" for x in samples)
+    sends = sorted(x.sent_at_s for x in samples)
+    assert sends[0] >= think - 1e-9  # a person thinks before the first question
+    # With one user, each send follows the previous request's end by the think time.
+    if users == 1:
+        ordered = sorted(samples, key=lambda x: x.sent_at_s)
+        for a, b in itertools.pairwise(ordered):
+            assert abs(b.sent_at_s - (a.sent_at_s + a.e2e_s + think)) < 1e-6
+
+
+def test_population_follows_locust_weights_and_fixed_counts() -> None:
+    s = LoadSettings(chat_weight=4, doc_weight=1)
+    assert population(Stage(1, 5, 1, ""), s, None) == (4, 1)
+    assert population(Stage(1, 10, 1, ""), s, None) == (8, 2)
+    assert population(Stage(1, 5, 1, ""), s, 1) == (1, 4)

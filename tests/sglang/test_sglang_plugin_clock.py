@@ -1,0 +1,29 @@
+"""``FAIRSHARE_PLUGIN_CLOCK``: the plugin's own time per pass, recorded in the scheduler process."""
+
+from sglang_harness import EngineSpec, Harness, ReqSpec
+
+from scheduler.sglang_plugin.clock import read_clock
+
+
+def test_every_pass_boundary_is_recorded_and_planned_ones_are_marked(monkeypatch, tmp_path):
+    path = tmp_path / "clock.jsonl"
+    monkeypatch.setenv("FAIRSHARE_PLUGIN_CLOCK", str(path))
+    reqs = [ReqSpec("holder", 2000, decode_passes=50), ReqSpec("big", 2500, arrive_pass=1)]
+    plugin = Harness(EngineSpec(pool_tokens=4096, chunk_tokens=2048), reqs)
+    plugin.run(6)
+    plugin.policy.clock.flush()
+    passes, next_line = read_clock(path)
+    assert len(passes) == 6
+    assert [planned for _, planned in passes] == [True] * 6  # the queue is never empty after pass 0
+    assert all(ns > 0 for ns, _ in passes)
+    plugin.sched.waiting_queue.clear()  # sglang returns before building an adder: nothing is planned
+    plugin.run(2)
+    plugin.policy.clock.flush()
+    more, _ = read_clock(path, next_line)
+    assert [planned for _, planned in more] == [False, False]
+
+
+def test_off_by_default():
+    plugin = Harness(EngineSpec(), [ReqSpec("a", 10)])
+    plugin.run(1)
+    assert plugin.policy.clock is None

@@ -1,0 +1,42 @@
+"""`benchmarks/sglang_gpu_check.py` end to end on CPU at a small scale (tiny model): the script itself works.
+Its figures mean nothing here (CPU timings); the GPU run is `--dummy-model` on a GPU machine."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from sglang_cpu.cpu_env import CPU_SERVER_ARGS, REPO_ROOT, cpu_sglang_env
+
+pytestmark = pytest.mark.sglang_cpu
+
+SCRIPT = REPO_ROOT / "benchmarks" / "sglang_gpu_check.py"
+
+
+def test_gpu_check_script_runs_on_cpu_with_the_tiny_model(tmp_path):
+    small = [
+        "--tiny-model",
+        "--doc-tokens", "1024",
+        "--max-doc-tokens", "6144",
+        "--min-lone-prefill-s", "0.6",
+        "--questions", "1",
+        "--question-output-tokens", "3",
+        "--doc-output-tokens", "2",
+        "--chunked-prefill-size", "256",
+        "--max-running-requests", "4",
+        "--server-arg", " ".join(CPU_SERVER_ARGS),
+        "--startup-timeout-s", "300",
+        "--out", str(tmp_path / "r.json"),
+    ]  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, str(SCRIPT), *small], capture_output=True, text=True, timeout=900, env=cpu_sglang_env()
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "on/off  short TTFT p50" in out.stdout
+    results = {r["mode"]: r for r in json.loads((tmp_path / "r.json").read_text())}
+    assert {m: r["plugin_loaded"] for m, r in results.items()} == {"off": False, "on": True}
+    for r in results.values():
+        assert r["lone_prefill_s"] >= 0.6 and r["questions_during_prefill"] == 1
