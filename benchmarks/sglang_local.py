@@ -39,6 +39,9 @@ class TinyModelSpec:
     num_attention_heads: int = 4
     max_position_embeddings: int = 8_192
     tokenizer: bool = True
+    byte_level: bool = False
+    """A byte-level BPE tokenizer instead of the word-level one: every string has tokens, so grammar-constrained
+    output (JSON, tool calls) can be generated; token counts of text are then not one per word."""
     seed: int = 0
 
 
@@ -64,14 +67,50 @@ def build_tokenizer(directory: Path, vocab_size: int) -> None:
     tok.save_pretrained(directory)
 
 
+BYTE_CORPUS = (
+    'w1 w2 w3 {"ok": true, "size": "small"} [{"name": "lookup", "parameters": {"ok": false}}] '
+    "the quick brown fox jumps over the lazy dog 0123456789 , . : ; ! ? ( ) [ ] { } \" ' - _ / \\"
+)
+
+
+def build_byte_tokenizer(directory: Path, vocab_size: int) -> int:
+    """A byte-level BPE tokenizer trained in-process on a few lines (no download): all 256 bytes plus merges, at
+    most `vocab_size` tokens. Returns its size (the model's vocabulary must match it: no id without a token)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    core = Tokenizer(models.BPE(unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[t for t in SPECIAL_TOKENS if t != ":"],  # a special ":" would vanish from decoded JSON
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    core.train_from_iterator([BYTE_CORPUS] * 50, trainer=trainer)
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=core, unk_token="<unk>", bos_token="<s>", eos_token="</s>", pad_token="<pad>"
+    )
+    tok.chat_template = CHAT_TEMPLATE
+    tok.save_pretrained(directory)
+    return len(tok)
+
+
 def build_tiny_model(directory: Path, spec: TinyModelSpec = TinyModelSpec()) -> Path:
     """A random-weight Llama (bf16) saved with transformers in seconds; with a local tokenizer if asked."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(spec.seed)
+    directory.mkdir(parents=True, exist_ok=True)
+    vocab_size = spec.vocab_size
+    if spec.tokenizer and spec.byte_level:
+        vocab_size = build_byte_tokenizer(directory, spec.vocab_size)
+    elif spec.tokenizer:
+        build_tokenizer(directory, spec.vocab_size)
     config = LlamaConfig(
-        vocab_size=spec.vocab_size,
+        vocab_size=vocab_size,
         hidden_size=spec.hidden_size,
         intermediate_size=spec.intermediate_size,
         num_hidden_layers=spec.num_hidden_layers,
@@ -83,10 +122,7 @@ def build_tiny_model(directory: Path, spec: TinyModelSpec = TinyModelSpec()) -> 
         pad_token_id=3,
         dtype="bfloat16",
     )
-    directory.mkdir(parents=True, exist_ok=True)
     LlamaForCausalLM(config).to(torch.bfloat16).save_pretrained(directory)
-    if spec.tokenizer:
-        build_tokenizer(directory, spec.vocab_size)
     return directory
 
 
@@ -200,3 +236,18 @@ class LocalServer:
 
     def request(self, method: str, path: str, body: object | None = None, timeout_s: float = 120) -> object:
         return http_json(self.port, method, path, body, timeout_s)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m benchmarks.sglang_local --build-tiny-model DIR`: the tiny model `config.sglang-cpu.yaml` serves."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.sglang_local")
+    parser.add_argument("--build-tiny-model", type=Path, required=True, metavar="DIR", help="where to write it")
+    args = parser.parse_args(argv)
+    print(build_tiny_model(args.build_tiny_model, TinyModelSpec(byte_level=True)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

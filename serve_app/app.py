@@ -3,7 +3,7 @@
 `args` is validated as `AppConfig` before anything starts; a bad value stops `serve run` with a
 message naming the field. Deployment sizes, limits and knobs come from the config file's
 `deployments:` entries (one place); only what the app cannot work without is set here: the lane
-router on the engine handle.
+router on the engine handle. With `args.embeddings` set, the `Embedder` deployment runs beside the engines.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from ray.serve import Application
 from ray.serve.config import RequestRouterConfig
 
 from serve_app.config import AppConfig, validate
+from serve_app.embedder import Embedder
 from serve_app.engine import Engine
 from serve_app.ingress import Ingress
 
@@ -24,4 +25,5 @@ def build_app(args: dict[str, Any] | None = None) -> Application:
     cfg: AppConfig = validate(AppConfig, args or {}, "args")
     cfg_dict = cfg.model_dump()
     engine = Engine.options(request_router_config=RequestRouterConfig(request_router_class=ROUTER_CLASS)).bind(cfg_dict)
-    return Ingress.bind(engine, cfg_dict)
+    embedder = Embedder.bind(cfg_dict) if cfg.embeddings is not None else None
+    return Ingress.bind(engine, cfg_dict, embedder)

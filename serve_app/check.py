@@ -27,7 +27,11 @@ from serve_app.config import (
     validate,
 )
 
-DEPLOYMENTS = {"Ingress": RoutingKnobs, "Engine": EngineKnobs}
+DEPLOYMENTS: dict[str, type[RoutingKnobs] | type[EngineKnobs] | None] = {
+    "Ingress": RoutingKnobs,
+    "Engine": EngineKnobs,
+    "Embedder": None,  # no user_config: its settings are `args.embeddings`
+}
 
 
 def problems(raw: dict[str, Any]) -> list[str]:
@@ -51,10 +55,17 @@ def problems(raw: dict[str, Any]) -> list[str]:
             unknown = sorted(set(d) - set(DeploymentSchema.model_fields))
             if unknown:
                 out.append(f"{where}.{name}: keys Serve would ignore: {unknown}")
+            knobs_model = DEPLOYMENTS[name]
+            if knobs_model is None:
+                if name == "Embedder" and cfg.embeddings is None:
+                    out.append(f"{where}.Embedder: the app runs no Embedder without args.embeddings")
+                if "user_config" in d:
+                    out.append(f"{where}.{name}: takes no user_config")
+                continue
             if "user_config" not in d:
                 continue
             try:
-                knobs = validate(DEPLOYMENTS[name], d["user_config"], f"{where}.{name}.user_config")
+                knobs = validate(knobs_model, d["user_config"], f"{where}.{name}.user_config")
             except ConfigError as e:
                 out.append(str(e))
                 continue

@@ -118,6 +118,39 @@ class SglangSettings(_Strict):
         return args
 
 
+class EmbeddingsSettings(_Strict):
+    """`/v1/embeddings`: a separate `Embedder` deployment, reached through the same ingress by model name."""
+
+    backend: Backend = Field("sim", description="`sim` (deterministic vectors) or `sglang` (`is_embedding=True`).")
+    model_id: str | None = Field(
+        None,
+        description="Model id clients name. Default: `sim-embedding-<dimensions>` for sim, the model path's last "
+        "component for sglang.",
+    )
+    dimensions: int = Field(256, ge=1, le=8192, description="sim only: length of the vectors it returns.")
+    chars_per_token: float = Field(4.0, gt=0, description="sim only: approximate tokenizer for `usage`.")
+    max_batch_size: int = Field(64, ge=1, description="sim only: concurrent requests embedded in one batch.")
+    batch_wait_timeout_s: float = Field(0.002, ge=0, description="sim only: longest a request waits for a batch.")
+    model_path: str = Field("", description="sglang only: the embedding model's directory (local disk).")
+    engine_args: dict[str, Any] = Field(
+        default_factory=dict, description="sglang only: further `sglang.Engine(**kwargs)` arguments."
+    )
+
+    @model_validator(mode="after")
+    def _backend_settings(self) -> Self:
+        if self.backend == "sglang" and not self.model_path:
+            raise ValueError("embeddings backend 'sglang' needs embeddings.model_path")
+        return self
+
+    @property
+    def served_model_id(self) -> str:
+        if self.model_id:
+            return self.model_id
+        if self.backend == "sim":
+            return f"sim-embedding-{self.dimensions}"
+        return self.model_path.rstrip("/").rsplit("/", 1)[-1]
+
+
 class AppConfig(_Strict):
     """The application's `args` in `config.yaml`."""
 
@@ -135,6 +168,9 @@ class AppConfig(_Strict):
         description="Largest prompt + max_tokens accepted (400 above). Default: the sim preset's KV pool, or "
         "sglang's context_length (required then).",
     )
+    embeddings: EmbeddingsSettings | None = Field(
+        None, description="An embeddings model next to the chat model (the `Embedder` deployment); none if unset."
+    )
     default_max_tokens: int = Field(256, ge=1, description="`max_tokens` when a request does not set it.")
     max_request_bytes: int | None = Field(
         None,
@@ -150,6 +186,12 @@ class AppConfig(_Strict):
                 raise ValueError("backend 'sglang' needs sglang.model_path")
             if self.context_limit_tokens is None:
                 raise ValueError("backend 'sglang' needs max_context_tokens or sglang.context_length")
+        return self
+
+    @model_validator(mode="after")
+    def _distinct_model_ids(self) -> Self:
+        if self.embeddings is not None and self.embeddings.served_model_id == self.served_model_id:
+            raise ValueError("embeddings.model_id must differ from the chat model's id (requests route by model)")
         return self
 
     @property

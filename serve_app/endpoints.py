@@ -5,7 +5,7 @@ its responses. Everything else (counting, routing, streaming, errors, metrics) i
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from pydantic import BaseModel
 
@@ -42,7 +42,14 @@ class Endpoint(Protocol):
     prompt_param: str
     """The request field named by a too-long-prompt error."""
 
+    request_model: type[BaseModel]
+    """The sim backend's request model: the fields it supports (a 400 names any other)."""
+
     def prompt(self, body, tokenizer: PromptTokenizer) -> str: ...
+
+    def routing_prompt(self, raw: dict[str, Any], tokenizer: PromptTokenizer) -> str:
+        """The prompt's text as routing counts it, from a request the engine itself will validate (sglang)."""
+        ...
 
     def response(self, ids: ResponseIds, text: str, finish: FinishReason | None, usage: Usage) -> BaseModel: ...
 
@@ -59,10 +66,25 @@ class Endpoint(Protocol):
         ...
 
 
+def _text(content: Any) -> str:
+    """Text of a message's content or a prompt, whatever its shape (parts, lists); the rest is not text."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(_text(c.get("text") if isinstance(c, dict) else c) for c in content)
+    return ""
+
+
 class ChatEndpoint:
     name = "chat"
     id_prefix = "chatcmpl"
     prompt_param = "messages"
+    request_model = ChatCompletionRequest
+
+    def routing_prompt(self, raw: dict[str, Any], tokenizer: PromptTokenizer) -> str:
+        messages = raw.get("messages") if isinstance(raw.get("messages"), list) else []
+        rendered = [{"role": "user", "content": _text(m.get("content"))} for m in messages if isinstance(m, dict)]
+        return tokenizer.render_chat(rendered) if rendered else ""
 
     def prompt(self, body: ChatCompletionRequest, tokenizer: PromptTokenizer) -> str:
         return tokenizer.render_chat([{"role": m.role, "content": m.text} for m in body.messages])
@@ -91,6 +113,10 @@ class CompletionsEndpoint:
     name = "completions"
     id_prefix = "cmpl"
     prompt_param = "prompt"
+    request_model = CompletionRequest
+
+    def routing_prompt(self, raw: dict[str, Any], tokenizer: PromptTokenizer) -> str:
+        return _text(raw.get("prompt"))
 
     def prompt(self, body: CompletionRequest, tokenizer: PromptTokenizer) -> str:
         return body.prompt_text

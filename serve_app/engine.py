@@ -20,7 +20,14 @@ from scheduler.config import PolicyConfig
 from scheduler.sim.presets import PRESETS
 from serve_app.backpressure import Admit, BackpressureLimits, decide, derive_limits
 from serve_app.config import AppConfig, EngineKnobs, validate
-from serve_app.engine_backend import EngineBackend, EngineError, GenerateRequest, RequestError, StreamItem
+from serve_app.engine_backend import (
+    EngineBackend,
+    EngineError,
+    GenerateRequest,
+    RequestError,
+    ResponseItem,
+    StreamItem,
+)
 from serve_app.metrics import EngineMetrics
 from serve_app.request_log import configure_logging
 from serve_app.route_records import Lane, RouteTicket, RoutingStats
@@ -96,6 +103,8 @@ class Engine:
         knobs: EngineKnobs = validate(EngineKnobs, user_config, "Engine.user_config")
         # Knobs first, then start: a backend that reads its policy once at start (sglang) gets this one.
         self.backend.reconfigure(knobs)
+        if await self.backend.restart_if_needed():
+            logger.warning("replica %s: engine restarted for the new policy", self.replica_id)
         self.knobs = knobs
         self.limits = backpressure_limits(self.cfg, knobs, self.backend.policy, _serve_max_ongoing_requests())
         await self._ensure_started()
@@ -153,6 +162,28 @@ class Engine:
                     yield chunk
         except RequestError as e:
             yield EngineError(e.status, e.message)
+
+    async def respond(
+        self,
+        kind: str,
+        body: dict[str, Any],
+        rid: str,
+        session_id: str | None = None,
+        prompt_tokens: int = 0,
+        route: RouteTicket | None = None,
+    ) -> AsyncIterator[ResponseItem]:
+        """The engine's own OpenAI response to `body` (sglang backend): `ResponseStart`, then `ResponseBody` items.
+        Backpressure first, as for `generate`: over a limit, one `EngineError` (429) and nothing reaches sglang."""
+        await self._ensure_started()
+        uncached = route.decision.uncached_tokens if route is not None and route.decision is not None else prompt_tokens
+        admission = decide({self.replica_id: self.backend.load()}, uncached, self.limits)
+        if not isinstance(admission, Admit):
+            yield EngineError(admission.status, admission.message, admission.code, admission.retry_after_s)
+            return
+        gen = self.backend.openai(kind, body, rid, session_id, prompt_tokens)  # type: ignore[attr-defined]
+        async with contextlib.aclosing(gen):
+            async for item in gen:
+                yield item
 
     async def describe(self, route: RouteTicket | None = None) -> dict[str, Any]:
         """Admin view of this replica (reach a given replica with a ticket whose hint names `target_replica`)."""

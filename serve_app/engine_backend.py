@@ -73,8 +73,28 @@ class EngineError:
     """Sent as `Retry-After` (backpressure)."""
 
 
+@dataclass(frozen=True, slots=True)
+class ResponseStart:
+    """First item of an OpenAI response written by the engine itself (sglang's serving classes): the status and
+    the media type (`application/json`, or `text/event-stream` for a stream). `ResponseBody` items follow."""
+
+    status: int
+    media_type: str
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseBody:
+    """Bytes of an engine-written response, passed to the client as they are (SSE events or a JSON body)."""
+
+    data: bytes
+
+
 StreamItem = Chunk | EngineError
-"""What the engine replica streams to the ingress."""
+"""What the engine replica streams to the ingress (sim backend)."""
+
+ResponseItem = ResponseStart | ResponseBody | EngineError
+"""What the engine replica streams to the ingress when the engine writes the OpenAI response (sglang backend);
+an `EngineError` first means the replica refused the request (backpressure) before the engine saw it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +156,11 @@ class EngineBackend(Protocol):
     def reconfigure(self, knobs: EngineKnobs) -> None:
         """Apply knobs; raise `ConfigError` on a bad value, leaving the old ones in force. Called before `start`
         (the replica's first `user_config`) and on every live change."""
+        ...
+
+    async def restart_if_needed(self) -> bool:
+        """Restart the engine if the last `reconfigure` changed something it reads only at start (sglang's policy);
+        True when it did. Called by the replica right after `reconfigure`."""
         ...
 
     @property

@@ -1,7 +1,11 @@
 """The OpenAI-compatible ingress: validate, count the prompt, read the session, hand off to the engine lanes.
 
 Chat and completions run one pipeline (`Ingress._serve`); `endpoints` says how each renders its prompt
-and writes its responses. Every error is an OpenAI error body (400 bad input, 404 unknown model or
+and writes its responses (sim backend: a documented subset of fields, a 400 naming any other). With the
+sglang backend the engine writes the response itself (sglang's OpenAI serving classes, every field they
+support): the ingress routes the client's request unchanged and relays the engine's bytes
+(`Ingress._pass_through`). `/v1/embeddings` goes to the `Embedder` deployment, chosen by model name;
+`/v1/models` lists each model with its kind. Every error is an OpenAI error body (400 bad input, 404 unknown model or
 route, 429 + Retry-After when the engine lanes are full, 503 with no replica, the engine's status when it
 refuses or aborts a request, 500 otherwise, never a stack trace); once a stream has started, an error
 is an SSE error event followed by `[DONE]`. Every answered request, errors included, is counted in
@@ -33,14 +37,15 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from serve_app.auth import ApiKeyMiddleware, process_api_key
 from serve_app.config import AppConfig, RoutingKnobs, validate
 from serve_app.endpoints import CHAT, COMPLETIONS, Endpoint, ResponseIds
-from serve_app.engine_backend import Chunk, EngineError, GenerateRequest
+from serve_app.engine_backend import Chunk, EngineError, GenerateRequest, ResponseBody, ResponseStart
 from serve_app.metrics import IngressMetrics
-from serve_app.protocol import ChatCompletionRequest, CompletionRequest, OpenAIError, Usage, now_s, sse
+from serve_app.protocol import OpenAIError, Usage, now_s, sse
 from serve_app.request_log import RequestIdMiddleware, configure_logging
 from serve_app.request_rules import (
     SESSION_HEADER,
     RequestBodyGuard,
     check_context_window,
+    parse_request,
     parse_session_id,
     validation_error,
 )
@@ -55,7 +60,9 @@ START_ATTEMPTS = 2
 REPLICA_LOST = (RayActorError, ActorUnavailableError)
 CHAT_PATH = "/v1/chat/completions"
 COMPLETIONS_PATH = "/v1/completions"
-ENDPOINT_BY_PATH = {CHAT_PATH: CHAT.name, COMPLETIONS_PATH: COMPLETIONS.name}
+EMBEDDINGS_PATH = "/v1/embeddings"
+ENDPOINT_BY_PATH = {CHAT_PATH: CHAT.name, COMPLETIONS_PATH: COMPLETIONS.name, EMBEDDINGS_PATH: "embeddings"}
+CHAT_KIND, EMBEDDING_KIND = "chat", "embedding"
 
 api = FastAPI(title="fairshare-serve", docs_url=None, redoc_url=None)
 # Starlette runs the last added outermost: every answer, 401 and 413 included, carries a request id.
@@ -116,6 +123,13 @@ def _replica_lost_error() -> OpenAIError:
     )
 
 
+def _session_of(request: Request, user: Any) -> str:
+    """The session header, else the `user` field, else a fresh id."""
+    # A `user` that is not a string is the engine's to refuse (sglang backend): it names no session.
+    user_session = parse_session_id(user, "user") if isinstance(user, str) else None
+    return parse_session_id(request.headers.get(SESSION_HEADER)) or user_session or f"sess-{uuid.uuid4().hex[:16]}"
+
+
 def _engine_error(item: EngineError) -> OpenAIError:
     """The engine's own refusal (backpressure 429 with its `Retry-After`, a request it can never fit, ...)."""
     error = OpenAIError.of_status(item.status, item.message)
@@ -125,6 +139,14 @@ def _engine_error(item: EngineError) -> OpenAIError:
     if item.retry_after_s is not None:
         error.headers["Retry-After"] = str(item.retry_after_s)
     return error
+
+
+def _whole_response(items: list[ResponseStart | ResponseBody]) -> Response:
+    """A response the engine wrote whole (`ResponseStart`, then its body)."""
+    head = items[0]
+    assert isinstance(head, ResponseStart)
+    body = b"".join(item.data for item in items[1:] if isinstance(item, ResponseBody))
+    return Response(body, status_code=head.status, media_type=head.media_type)
 
 
 class _Call:
@@ -148,10 +170,10 @@ class _Call:
     def traffic_class(self) -> str:
         return self.decision.traffic_class.value if self.decision else ""
 
-    def routed(self, ticket: RouteTicket, first: Chunk) -> None:
+    def routed(self, ticket: RouteTicket, cached_tokens: int | None) -> None:
         self.decision, self.routed_s = ticket.decision, ticket.decided_at_s
         self.first_item_s = time.perf_counter()
-        self.cached_tokens = first.cached_tokens or 0
+        self.cached_tokens = cached_tokens or 0
 
     def usage(self, completion_tokens: int) -> Usage:
         return Usage.of(self.prompt_tokens, completion_tokens, self.cached_tokens)
@@ -181,9 +203,15 @@ class _Call:
 @serve.deployment(name="Ingress")
 @serve.ingress(api)
 class Ingress:
-    def __init__(self, engine: DeploymentHandle, app_config: dict[str, Any]) -> None:
+    def __init__(
+        self, engine: DeploymentHandle, app_config: dict[str, Any], embedder: DeploymentHandle | None = None
+    ) -> None:
         self.cfg: AppConfig = validate(AppConfig, app_config, "args")
         self.model_id = self.cfg.served_model_id
+        self.embedder = embedder
+        self.model_kinds = {self.model_id: CHAT_KIND}
+        if self.cfg.embeddings is not None:
+            self.model_kinds[self.cfg.embeddings.served_model_id] = EMBEDDING_KIND
         self.tokenizer = make_tokenizer(self.cfg)
         self.engine_stream = engine.options(stream=True)
         self.engine = engine
@@ -205,10 +233,11 @@ class Ingress:
 
     @api.get("/v1/models")
     async def models(self) -> dict[str, Any]:
-        return {
-            "object": "list",
-            "data": [{"id": self.model_id, "object": "model", "created": 0, "owned_by": "fairshare-serve"}],
-        }
+        cards = [
+            {"id": model, "object": "model", "created": 0, "owned_by": "fairshare-serve", "kind": kind}
+            for model, kind in self.model_kinds.items()
+        ]
+        return {"object": "list", "data": cards}
 
     @api.get("/admin/replicas/{replica_id}")
     async def replica(self, replica_id: str) -> dict[str, Any]:
@@ -219,37 +248,66 @@ class Ingress:
         return info
 
     @api.post(CHAT_PATH)
-    async def chat_completions(self, body: ChatCompletionRequest, request: Request) -> Response:
-        return await self._serve(CHAT, body, request)
+    async def chat_completions(self, request: Request) -> Response:
+        return await self._serve(CHAT, request)
 
     @api.post(COMPLETIONS_PATH)
-    async def completions(self, body: CompletionRequest, request: Request) -> Response:
-        return await self._serve(COMPLETIONS, body, request)
+    async def completions(self, request: Request) -> Response:
+        return await self._serve(COMPLETIONS, request)
+
+    @api.post(EMBEDDINGS_PATH)
+    async def embeddings(self, request: Request) -> Response:
+        status = "500"
+        try:
+            raw = await request.json()
+            self._check_model(raw.get("model"), EMBEDDING_KIND)
+            assert self.embedder is not None  # a model of kind embedding exists only with an Embedder
+            try:
+                items = await self.embedder.embed.remote(raw, f"embd-{uuid.uuid4().hex}")
+            except BaseException as e:
+                raise self._map_error(e, "embedding replicas") from None
+            response = _whole_response(items)
+            status = str(response.status_code)
+            return response
+        except OpenAIError as e:
+            status = str(e.status)
+            raise
+        except asyncio.CancelledError:
+            status = "499"
+            raise
+        finally:
+            self.metrics.requests.inc(tags={"endpoint": "embeddings", "status": status})
 
     # -- the one pipeline --------------------------------------------------------------------
-    def _check_model(self, model: str) -> None:
-        if model != self.model_id:
+    def _check_model(self, model: Any, kind: str) -> None:
+        if not isinstance(model, str):
+            raise OpenAIError(400, "model: a model id (string) is required.", param="model")
+        served = self.model_kinds.get(model)
+        if served is None:
             raise OpenAIError(
                 404,
-                f"The model {model!r} does not exist; this server serves {self.model_id!r}.",
+                f"The model {model!r} does not exist; this server serves {sorted(self.model_kinds)}.",
                 type="not_found_error",
                 code="model_not_found",
                 param="model",
             )
+        if served != kind:
+            raise OpenAIError(
+                400,
+                f"The model {model!r} is a {served} model; this endpoint needs a {kind} model.",
+                param="model",
+                code="wrong_model_kind",
+            )
 
     def _prepare(self, endpoint: Endpoint, body: Any, request: Request, received_s: float):
         """Validate what the schema cannot, count the prompt, and build the engine request and its route."""
-        self._check_model(body.model)
+        self._check_model(body.model, CHAT_KIND)
         prompt = endpoint.prompt(body, self.tokenizer)
         token_ids = self.tokenizer.encode(prompt)
         prompt_tokens = len(token_ids) if token_ids is not None else self.tokenizer.count(prompt)
         max_tokens = body.output_limit or self.cfg.default_max_tokens
         check_context_window(prompt_tokens, max_tokens, self.cfg.context_limit_tokens, endpoint.prompt_param)
-        session_id = (
-            parse_session_id(request.headers.get(SESSION_HEADER))
-            or parse_session_id(body.user, "user")
-            or f"sess-{uuid.uuid4().hex[:16]}"
-        )
+        session_id = _session_of(request, body.user)
         ids = ResponseIds(f"{endpoint.id_prefix}-{uuid.uuid4().hex}", now_s(), self.model_id)
         gen_req = GenerateRequest(
             rid=ids.id,
@@ -264,14 +322,19 @@ class Ingress:
         hint = RouteHint(session_id=session_id, prompt_tokens=prompt_tokens, knobs=self.knobs, request_id=ids.id)
         return _Call(ids, session_id, prompt_tokens, received_s), gen_req, RouteTicket(hint)
 
-    async def _serve(self, endpoint: Endpoint, body: Any, request: Request) -> Response:
+    async def _serve(self, endpoint: Endpoint, request: Request) -> Response:
+        if self.cfg.backend == "sglang":
+            return await self._pass_through(endpoint, request)
         received_s = time.perf_counter()
         status = "500"
         stream: DeploymentResponseGenerator | None = None
         try:
+            body = parse_request(endpoint.request_model, await request.json(), f"{endpoint.name} on the sim backend")
             call, gen_req, ticket = self._prepare(endpoint, body, request, received_s)
-            stream, first, ticket = await self._start(gen_req, ticket)
-            call.routed(ticket, first)
+            stream, first, ticket = await self._start(
+                lambda t: self.engine_stream.generate.remote(gen_req, route=t), ticket
+            )
+            call.routed(ticket, first.cached_tokens)
             if body.stream:
                 status = "streaming"  # the stream counts itself when it ends
                 sse_events = self._sse(endpoint, stream, first, call, body.include_usage)
@@ -291,16 +354,82 @@ class Ingress:
                     _cancel(stream)
                 self.metrics.requests.inc(tags={"endpoint": endpoint.name, "status": status})
 
-    async def _start(
-        self, req: GenerateRequest, ticket: RouteTicket
-    ) -> tuple[DeploymentResponseGenerator, Chunk, RouteTicket]:
+    async def _pass_through(self, endpoint: Endpoint, request: Request) -> Response:
+        """sglang backend: route the client's request as it came, relay the engine's own response (status, JSON
+        or SSE bytes). Client disconnect cancels the engine call, which aborts the request in sglang."""
+        received_s = time.perf_counter()
+        status = "500"
+        stream: DeploymentResponseGenerator | None = None
+        consumed = False  # the engine's whole answer was read: nothing left to cancel
+        try:
+            raw = await request.json()
+            self._check_model(raw.get("model"), CHAT_KIND)
+            prompt = endpoint.routing_prompt(raw, self.tokenizer)
+            prompt_tokens = self.tokenizer.count(prompt) if prompt else 1
+            session_id = _session_of(request, raw.get("user"))
+            rid = f"{endpoint.id_prefix}-{uuid.uuid4().hex}"
+            hint = RouteHint(session_id=session_id, prompt_tokens=prompt_tokens, knobs=self.knobs, request_id=rid)
+            call = _Call(ResponseIds(rid, now_s(), self.model_id), session_id, prompt_tokens, received_s)
+            stream, head, ticket = await self._start(
+                lambda t: self.engine_stream.respond.remote(
+                    endpoint.name, raw, rid, session_id, prompt_tokens, route=t
+                ),
+                RouteTicket(hint),
+            )
+            call.routed(ticket, None)
+            if head.media_type == "text/event-stream" and head.status < 400:
+                status = "streaming"  # the relay counts itself when it ends
+                relay = self._relay(endpoint, stream, call)
+                return StreamingResponse(
+                    relay, status_code=head.status, media_type=head.media_type, headers=call.headers()
+                )
+            body = b"".join([item.data async for item in stream if isinstance(item, ResponseBody)])
+            consumed = True
+            status = str(head.status)
+            return Response(body, status_code=head.status, media_type=head.media_type, headers=call.headers())
+        except OpenAIError as e:
+            status = str(e.status)
+            raise
+        except asyncio.CancelledError:
+            status = "499"
+            raise
+        finally:
+            if status != "streaming":
+                if stream is not None and not consumed:
+                    _cancel(stream)
+                self.metrics.requests.inc(tags={"endpoint": endpoint.name, "status": status})
+
+    async def _relay(
+        self, endpoint: Endpoint, stream: DeploymentResponseGenerator, call: _Call
+    ) -> AsyncIterator[bytes]:
+        """The engine's SSE bytes as they come; a replica lost mid-stream ends it with an error event and [DONE]."""
+        status = "499"
+        try:
+            while True:
+                try:
+                    item = await stream.__anext__()
+                except StopAsyncIteration:
+                    status = "200"
+                    return
+                except REPLICA_LOST:
+                    status = "503"
+                    yield (sse(_replica_lost_error().body()) + sse("[DONE]")).encode()
+                    return
+                if isinstance(item, ResponseBody):
+                    yield item.data
+        finally:
+            if status == "499":
+                _cancel(stream)
+            self.metrics.requests.inc(tags={"endpoint": endpoint.name, "status": status})
+
+    async def _start(self, send: Any, ticket: RouteTicket) -> tuple[DeploymentResponseGenerator, Any, RouteTicket]:
         """Send the request to the engine lanes; return the stream, its first chunk (cache, first tokens) and the
         ticket it was routed with. A replica lost before the first item costs one more routing, not the request."""
         for attempt in range(1, START_ATTEMPTS + 1):
             stream: DeploymentResponseGenerator | None = None
             try:
                 # Serve raises BackPressureError from `.remote()` itself or from the first item.
-                stream = self.engine_stream.generate.remote(req, route=ticket)
+                stream = send(ticket)
                 item = await stream.__anext__()
             except REPLICA_LOST as e:
                 if stream is not None:
@@ -321,12 +450,12 @@ class Ingress:
             return stream, item, ticket
         raise AssertionError("unreachable: the last attempt returns or raises")
 
-    def _map_error(self, e: BaseException) -> BaseException:
+    def _map_error(self, e: BaseException, what: str = "engine lanes") -> BaseException:
         if isinstance(e, BackPressureError):
             self.metrics.shed.inc(tags={"reason": "backpressure"})
             return OpenAIError(
                 429,
-                "The engine lanes are full; retry shortly.",
+                f"The {what} are full; retry shortly.",
                 type="rate_limit_exceeded",
                 code="rate_limit_exceeded",
                 headers={"Retry-After": str(RETRY_AFTER_S)},
@@ -335,7 +464,7 @@ class Ingress:
             self.metrics.shed.inc(tags={"reason": "unavailable"})
             return OpenAIError(
                 503,
-                "No engine replica is available.",
+                "No engine replica is available." if what == "engine lanes" else f"No replica is available ({what}).",
                 type="server_error",
                 code="service_unavailable",
                 headers={"Retry-After": str(RETRY_AFTER_S)},

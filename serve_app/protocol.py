@@ -126,6 +126,36 @@ class CompletionRequest(_Sampling):
         return self.max_tokens
 
 
+class EmbeddingRequest(BaseModel):
+    """`/v1/embeddings` on the sim backend: every OpenAI field (`input` as text, texts, token ids or lists of
+    token ids; `encoding_format` float or base64; `dimensions`; `user`)."""
+
+    model_config = STRICT_REQUEST
+    model: str
+    input: str | list[str] | list[int] | list[list[int]]
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = Field(None, ge=1)
+    user: str | None = Field(None, max_length=256)
+
+    @field_validator("input")
+    @classmethod
+    def _not_empty(cls, v):
+        if isinstance(v, str | list) and len(v) == 0:
+            raise ValueError("input must not be empty")
+        if isinstance(v, list) and any(isinstance(x, str | list) and len(x) == 0 for x in v):
+            raise ValueError("input must not contain empty items")
+        return v
+
+    @property
+    def items(self) -> list[str | list[int]]:
+        v = self.input
+        if isinstance(v, str):
+            return [v]
+        if v and isinstance(v[0], int):
+            return [v]  # one input as token ids
+        return list(v)
+
+
 # -- responses ------------------------------------------------------------------------------
 
 

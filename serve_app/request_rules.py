@@ -13,6 +13,8 @@ how they are wired):
   (never the value: it may be prompt text).
 - `check_context_window`: prompt and `max_tokens` against the context window, sizes in the message.
 - `parse_session_id`: the session id (header or `user` field), or a 400 naming which.
+- `check_supported_fields`: a 400 naming every request field the backend would not act on (no field is
+  accepted and silently ignored, on any backend).
 """
 
 from __future__ import annotations
@@ -21,14 +23,15 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from pydantic import ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serve_app.asgi import header, send_error
 from serve_app.errors import OpenAIError
 
-STRICT_REQUEST = ConfigDict(strict=True, extra="ignore")
-"""A request's top level and messages: strict types; unknown fields ignored (clients send many)."""
+STRICT_REQUEST = ConfigDict(strict=True, extra="forbid")
+"""A request's top level and messages: strict types; a field the model does not declare is a 400 naming it
+(the backend would not act on it; `check_supported_fields` says so at the top level)."""
 STRICT_PART = ConfigDict(strict=True, extra="forbid")
 """Small closed objects (`stream_options`, content parts): strict, unknown fields refused."""
 
@@ -214,6 +217,27 @@ def check_context_window(prompt_tokens: int, max_tokens: int, limit_tokens: int 
             param=prompt_param if prompt_tokens >= limit_tokens else "max_tokens",
             code="context_length_exceeded",
         )
+
+
+def check_supported_fields(body: Mapping[str, Any], supported: Iterable[str], where: str) -> None:
+    """400 naming every top-level field of `body` not in `supported` (`where`: e.g. "the sim backend's chat")."""
+    unknown = sorted(set(body) - set(supported))
+    if unknown:
+        listed = ", ".join(repr(f) for f in unknown)
+        raise bad_request(
+            f"Unsupported field(s) {listed} for {where}; supported: {', '.join(sorted(supported))}.",
+            param=unknown[0],
+            code="unsupported_field",
+        )
+
+
+def parse_request(model: type[BaseModel], raw: Mapping[str, Any], where: str) -> Any:
+    """`raw` as `model`: a 400 naming any field `model` does not declare, or each invalid field."""
+    check_supported_fields(raw, model.model_fields, where)
+    try:
+        return model.model_validate(raw)
+    except ValidationError as e:
+        raise validation_error(e.errors()) from None
 
 
 def parse_session_id(value: str | None, param: str = SESSION_HEADER) -> str | None:

@@ -5,7 +5,9 @@
 policy is read there from `FAIRSHARE_*` environment variables (`scheduler.config`), which this
 backend sets from `Engine.user_config.policy` before the engine starts; the child inherits them.
 The replica applies its first `user_config` before `start`, so the policy is validated (as a
-`PolicyConfig`) and in force from the engine's first pass; a later change needs a restart.
+`PolicyConfig`) and in force from the engine's first pass. sglang reads the policy once, when its
+scheduler process starts: a later policy change restarts the replica's engine in place (logged, counted in
+the admin view's `engine_starts`); requests in flight then end with an error.
 Mixed decode has one switch, the policy's `mixed_decode`, passed as sglang's `enable_mixed_chunk`.
 
 Kept to the calls checked against sglang 0.5.23's source (unit tests drive a stand-in engine):
@@ -13,6 +15,10 @@ Kept to the calls checked against sglang 0.5.23's source (unit tests drive a sta
 iterator of dicts with cumulative `text` and `meta_info` (`prompt_tokens`, `completion_tokens`,
 `cached_tokens`, `finish_reason`); `tokenizer_manager.abort_request(rid=...)` aborts one request;
 `tokenizer_manager.get_loads()` returns per-scheduler `LoadSnapshot`s.
+
+OpenAI requests are answered by sglang's own serving classes (`openai`, `sglang_openai`): the engine
+writes the response, this backend relays it. The engine is built and always called on its own loop
+(`EngineLoop`), never on the replica's.
 """
 
 from __future__ import annotations
@@ -27,8 +33,17 @@ from http import HTTPStatus
 from typing import Any
 
 from scheduler.config import PolicyConfig, env_var_name
-from serve_app.config import AppConfig, ConfigError, EngineKnobs, engine_policy
-from serve_app.engine_backend import Chunk, EngineCounters, FinishReason, GenerateRequest, ReplicaLoad, RequestError
+from serve_app.config import AppConfig, EngineKnobs, engine_policy
+from serve_app.engine_backend import (
+    Chunk,
+    EngineCounters,
+    FinishReason,
+    GenerateRequest,
+    ReplicaLoad,
+    RequestError,
+)
+from serve_app.engine_loop import EngineLoop
+from serve_app.sglang_openai import OpenAIKind, SglangOpenAI
 
 logger = logging.getLogger(__name__)
 
@@ -68,11 +83,15 @@ class SglangBackend:
         self._policy_overrides = dict(knobs.policy)
         self._policy = engine_policy(cfg, knobs.policy)
         self._engine: Any = None
+        self._loop: EngineLoop | None = None
+        self._openai: SglangOpenAI | None = None
         self._load = ReplicaLoad()
         self._load_task: asyncio.Task | None = None
         self._active: set[str] = set()
         self._sessions: OrderedDict[str, int] = OrderedDict()
         self._counters = EngineCounters()
+        self._restart_pending = False
+        self.engine_starts = 0
 
     def engine_kwargs(self) -> dict[str, Any]:
         s = self.cfg.sglang
@@ -91,32 +110,51 @@ class SglangBackend:
     async def start(self) -> None:
         if self._engine is not None:
             return
+        for field in PolicyConfig.model_fields:  # a field dropped from the overrides since the last start too
+            os.environ.pop(env_var_name(field), None)
         for field, value in self._policy_overrides.items():
             os.environ[env_var_name(field)] = "none" if value is None else str(value)
         kwargs = self.engine_kwargs()
-        # The constructor blocks while weights load; keep the replica's event loop answering health checks.
-        self._engine = await asyncio.to_thread(lambda: self._engine_factory(**kwargs))
+        # Built on its own loop's thread: the constructor blocks while weights load (the replica's loop keeps
+        # answering health checks), and sglang must later be called on the loop it was built with.
+        self._loop = EngineLoop()
+        self._engine = await self._loop.build(lambda: self._engine_factory(**kwargs))
+        self._openai = await self._loop.build(lambda: SglangOpenAI(self._engine))
         self._load_task = asyncio.get_running_loop().create_task(self._poll_load())
+        self.engine_starts += 1
 
     async def shutdown(self) -> None:
         if self._load_task is not None:
             self._load_task.cancel()
+            self._load_task = None
         if self._engine is not None:
             await asyncio.to_thread(self._engine.shutdown)
             self._engine = None
+        if self._loop is not None:
+            self._loop.stop()
+            self._loop = None
 
     def reconfigure(self, knobs: EngineKnobs) -> None:
-        if self._engine is not None:
-            if dict(knobs.policy) != self._policy_overrides:
-                raise ConfigError(
-                    "Engine.user_config.policy: the sglang backend reads the policy when its engine starts; "
-                    "changing it needs a replica restart (redeploy with a changed `args` or restart the app)"
-                )
+        if dict(knobs.policy) == self._policy_overrides:
             return
-        # Validated as the plugin will build it, before anything starts: a bad value is a ConfigError naming
-        # the field, not a scheduler process that dies at start.
+        # Validated as the plugin will build it, before anything (re)starts: a bad value is a ConfigError naming
+        # the field, the old policy stays in force, no scheduler process dies at start.
         self._policy = engine_policy(self.cfg, knobs.policy)
         self._policy_overrides = dict(knobs.policy)
+        self._restart_pending = self._engine is not None
+
+    async def restart_if_needed(self) -> bool:
+        """Restart the engine when its policy changed since it started (sglang cannot take a policy live)."""
+        if not self._restart_pending:
+            return False
+        self._restart_pending = False
+        logger.warning(
+            "policy changed: restarting the sglang engine to apply it (requests in flight end with an error): %s",
+            self._policy_overrides,
+        )
+        await self.shutdown()
+        await self.start()
+        return True
 
     @property
     def policy(self) -> PolicyConfig:
@@ -131,7 +169,10 @@ class SglangBackend:
             if request.prompt_token_ids is not None
             else {"prompt": request.prompt_text}
         )
-        stream = await self._engine.async_generate(sampling_params=sampling, stream=True, rid=request.rid, **source)
+        assert self._loop is not None, "generate before start"
+        stream = self._loop.stream(
+            lambda: self._engine_stream(sampling_params=sampling, stream=True, rid=request.rid, **source)
+        )
         self._active.add(request.rid)
         finished = False  # a normal end (stop or length)
         ended_by_engine = False  # sglang aborted it: nothing left to abort
@@ -165,17 +206,43 @@ class SglangBackend:
             elif not ended_by_engine:
                 self.abort(request.rid)
 
+    async def _engine_stream(self, **kwargs: Any) -> AsyncIterator[dict[str, Any]]:
+        async for out in await self._engine.async_generate(**kwargs):
+            yield out
+
+    async def openai(
+        self, kind: OpenAIKind, body: dict[str, Any], rid: str, session_id: str | None = None, prompt_tokens: int = 0
+    ) -> AsyncIterator[Any]:
+        """sglang's own answer to an OpenAI request: `ResponseStart`, then `ResponseBody` items. Closing the
+        iteration early (client gone) aborts the request in the engine."""
+        assert self._loop is not None and self._openai is not None, "openai before start"
+        openai = self._openai
+        self._active.add(rid)
+        finished = False
+        try:
+            async for item in self._loop.stream(lambda: openai.respond(kind, body, rid)):
+                yield item
+            finished = True
+        finally:
+            self._active.discard(rid)
+            if finished:
+                self._counters.num_finished += 1
+                self._remember(session_id, prompt_tokens)
+            else:  # the client left: `SglangOpenAI.respond` aborted it in sglang
+                self._counters.num_aborted += 1
+
     def abort(self, rid: str) -> bool:
-        if self._engine is None:
+        if self._engine is None or self._loop is None:
             return False
-        self._engine.tokenizer_manager.abort_request(rid=rid)
+        self._loop.call_soon(lambda: self._engine.tokenizer_manager.abort_request(rid=rid))
         self._counters.num_aborted += 1
         return True
 
     async def _poll_load(self) -> None:
         while True:
             with contextlib.suppress(Exception):
-                snaps = await self._engine.tokenizer_manager.get_loads()
+                tm = self._engine.tokenizer_manager
+                snaps = await self._loop.call(tm.get_loads)
                 self._load = ReplicaLoad(
                     num_waiting=sum(s.num_waiting_reqs for s in snaps),
                     num_decoding=sum(s.num_running_reqs for s in snaps),
@@ -214,6 +281,7 @@ class SglangBackend:
             "pid": os.getpid(),
             "model_path": self.cfg.sglang.model_path,
             "policy": self._policy.model_dump(),
+            "engine_starts": self.engine_starts,
             "active_request_ids": sorted(self._active),
             "kv_used_tokens": self._load.kv_used_tokens,
             "counters": {"finished": self._counters.num_finished, "aborted": self._counters.num_aborted},

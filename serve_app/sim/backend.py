@@ -51,6 +51,9 @@ class SimBackend:
     async def shutdown(self) -> None:
         await self.loop.stop()
 
+    async def restart_if_needed(self) -> bool:
+        return False  # the simulated engine takes every knob live
+
     def reconfigure(self, knobs: EngineKnobs) -> None:
         cfg = policy_config(self._base_policy, knobs.policy)  # raises ConfigError; nothing changed yet
         self.scheduler.reconfigure(cfg)

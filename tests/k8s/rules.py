@@ -250,14 +250,19 @@ def service_problems(resources: list[dict[str, Any]]) -> list[str]:
 
 
 def storage_problems(resources: list[dict[str, Any]]) -> list[str]:
-    """sglang's model path is on a volume mounted in every Ray container (replicas load it, the Ingress reads the
-    tokenizer), a claim the overlay defines; a Job fills that claim at that path with a token from a Secret."""
+    """sglang's model paths (chat and embeddings) are on a volume mounted in every Ray container (replicas load
+    them, the Ingress reads the tokenizer), a claim the overlay defines; a Job fills that claim at each path
+    with a token from a Secret."""
     rs = ray_service(resources)
     claims = {r["metadata"]["name"] for r in resources if r["kind"] == "PersistentVolumeClaim"}
     paths = {
         app["args"]["sglang"]["model_path"]
         for app in serve_config(rs)["applications"]
         if app.get("args", {}).get("backend") == "sglang"
+    } | {
+        app["args"]["embeddings"]["model_path"]
+        for app in serve_config(rs)["applications"]
+        if (app.get("args", {}).get("embeddings") or {}).get("backend") == "sglang"
     }
     out = []
     for path in paths:

@@ -42,8 +42,8 @@ def test_model_storage_selector_picks_the_volume_and_the_job_only() -> None:
 def test_commands_name_what_the_manifests_define() -> None:
     resources = rendered("gpu")
     rs = rules.ray_service(resources)
-    (job,) = [r["metadata"]["name"] for r in resources if r["kind"] == "Job"]
-    assert f"job/{job}" in SECTION
+    jobs = [r["metadata"]["name"] for r in resources if r["kind"] == "Job"]
+    assert jobs and all(f"job/{job}" in SECTION for job in jobs)
     assert f"rayservice/{rs['metadata']['name']}" in SECTION
     assert f"svc/{rs['spec']['serveService']['metadata']['name']}" in SECTION
     (app,) = rules.serve_config(rs)["applications"]

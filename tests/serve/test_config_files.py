@@ -18,7 +18,7 @@ def load(name: str) -> dict:
     return yaml.safe_load((REPO / name).read_text())
 
 
-@pytest.mark.parametrize("name", ["config.yaml", "config.seed000.yaml", "config.gpu.yaml"])
+@pytest.mark.parametrize("name", ["config.yaml", "config.seed000.yaml", "config.gpu.yaml", "config.sglang-cpu.yaml"])
 def test_config_files_pass_serve_schema_and_ours(name: str) -> None:
     raw = load(name)
     schema = ServeDeploySchema.model_validate(raw)
@@ -26,7 +26,7 @@ def test_config_files_pass_serve_schema_and_ours(name: str) -> None:
     (app,) = schema.applications
     assert app.import_path == "serve_app.app:build_app"
     deployments = {d.name: d for d in app.deployments}
-    assert set(deployments) == {"Ingress", "Engine"}  # Serve ignores unknown names silently: check them
+    assert set(deployments) == {"Ingress", "Engine", "Embedder"}  # Serve ignores unknown names silently: check them
     # Unknown keys inside deployment entries vanish in Serve's schema: compare with the raw file.
     for d in raw["applications"][0]["deployments"]:
         assert set(d) <= set(type(deployments[d["name"]]).model_fields), d["name"]
@@ -36,11 +36,17 @@ def test_config_files_pass_serve_schema_and_ours(name: str) -> None:
     knobs = validate(EngineKnobs, engine.user_config, "Engine.user_config")
     validate(RoutingKnobs, deployments["Ingress"].user_config, "Ingress.user_config")
     assert 0 < knobs.long_lane_replicas < engine.num_replicas
-    if name != "config.gpu.yaml":
+    # The embeddings deployment sheds what it cannot queue (429 at the ingress), never an unbounded queue.
+    assert cfg.embeddings is not None and deployments["Embedder"].max_queued_requests > 0
+    if name in ("config.yaml", "config.seed000.yaml"):
         assert cfg.backend == "sim" and engine.num_replicas == 2
+    elif name == "config.sglang-cpu.yaml":
+        assert cfg.backend == cfg.embeddings.backend == "sglang" and engine.num_replicas == 2
+        assert cfg.sglang.engine_args["device"] == cfg.embeddings.engine_args["device"] == "cpu"
     else:
         assert cfg.backend == "sglang" and engine.num_replicas == 4
         assert engine.ray_actor_options.num_gpus == 1
+        assert deployments["Embedder"].ray_actor_options.num_gpus == 1
     build_app(app.args)
 
 

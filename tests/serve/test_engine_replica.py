@@ -88,17 +88,22 @@ def test_a_bad_policy_is_refused_by_name_before_the_engine_starts(policy, named)
     assert FakeSglangEngine.started == []
 
 
-def test_a_live_policy_change_on_sglang_asks_for_a_restart_and_keeps_the_old_policy() -> None:
+def test_a_live_policy_change_on_sglang_restarts_the_engine_with_the_new_policy() -> None:
     async def go():
         rep = replica()
-        await rep.reconfigure({"policy": {"max_running_requests": 4}})
-        with pytest.raises(ConfigError, match="needs a replica restart"):
-            await rep.reconfigure({"policy": {"max_running_requests": 8}})
+        await rep.reconfigure({"policy": {"max_running_requests": 4, "mixed_decode": False}})
+        with pytest.raises(ConfigError, match="max_running_requests"):  # a bad value: no restart, old policy
+            await rep.reconfigure({"policy": {"max_running_requests": 0}})
+        assert len(FakeSglangEngine.started) == 1
+        await rep.reconfigure({"policy": {"max_running_requests": 8}})
         return rep
 
     rep = asyncio.run(go())
-    assert rep.backend.policy.max_running_requests == 4
-    assert len(FakeSglangEngine.started) == 1
+    first, second = FakeSglangEngine.started
+    assert first.env == {"FAIRSHARE_MAX_RUNNING_REQUESTS": "4", "FAIRSHARE_MIXED_DECODE": "False"}
+    assert second.env == {"FAIRSHARE_MAX_RUNNING_REQUESTS": "8"}  # a dropped override is not inherited
+    assert rep.backend.policy.max_running_requests == 8
+    assert rep.backend.describe()["engine_starts"] == 2
 
 
 def test_mixed_chunk_has_no_second_switch() -> None:

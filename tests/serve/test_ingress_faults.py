@@ -60,7 +60,8 @@ def fake_ingress(streams: list[FakeStream]) -> SimpleNamespace:
 
 
 def start(ingress, ticket: RouteTicket):
-    return asyncio.run(IngressClass._start(ingress, REQUEST, ticket))
+    send = lambda t: ingress.engine_stream.generate.remote(REQUEST, route=t)  # noqa: E731  (as `_serve` sends)
+    return asyncio.run(IngressClass._start(ingress, send, ticket))
 
 
 def test_replica_lost_before_the_first_item_is_routed_again() -> None:

@@ -32,6 +32,7 @@ def baseline_config(served: ServeHandle):
 
 
 SHORT = [{"role": "user", "content": "What is fair-share chunking?"}]
+EMBEDDING_MODEL = "sim-embedding"
 
 
 def doc(num_tokens: int, seed: str = "doc") -> str:
@@ -50,7 +51,7 @@ def chat(served: ServeHandle, messages, session: str | None = None, **kw):
 
 def test_models_and_health(served: ServeHandle) -> None:
     models = served.client.models.list()
-    assert [m.id for m in models.data] == [served.model]
+    assert [(m.id, m.kind) for m in models.data] == [(served.model, "chat"), (EMBEDDING_MODEL, "embedding")]
     r = httpx.get(f"{served.base_url}/health", timeout=10)
     assert r.status_code == 200 and r.json()["status"] == "ok"
 
@@ -318,3 +319,84 @@ def test_metrics_are_exported_to_prometheus(served: ServeHandle) -> None:
         if missing:
             time.sleep(1)
     assert missing == []
+
+
+# -- the sim backend's documented subset, and embeddings -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"logprobs": True}, "logprobs"),
+        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+        ({"response_format": {"type": "json_object"}}, "response_format"),
+        ({"seed": 1, "presence_penalty": 0.5}, "presence_penalty"),
+    ],
+)
+def test_sim_refuses_fields_it_does_not_implement_by_name(served: ServeHandle, extra: dict, param: str) -> None:
+    with pytest.raises(openai.BadRequestError) as e:
+        chat(served, SHORT, extra_body=extra)
+    assert e.value.body["param"] == param and e.value.body["code"] == "unsupported_field"
+    assert all(name in e.value.message for name in extra)
+    with pytest.raises(openai.BadRequestError) as e:
+        chat(served, [{"role": "user", "content": "hi", "tool_call_id": "x"}])
+    assert "tool_call_id" in e.value.message
+
+
+def test_sim_embeddings_single_list_dimensions_and_base64(served: ServeHandle) -> None:
+    import base64
+
+    import numpy as np
+
+    one = served.client.embeddings.create(model=EMBEDDING_MODEL, input="fair share")
+    assert one.model == EMBEDDING_MODEL and len(one.data[0].embedding) == 256
+    assert np.linalg.norm(one.data[0].embedding) == pytest.approx(1.0, abs=1e-5)
+    many = served.client.embeddings.create(model=EMBEDDING_MODEL, input=["fair share", "chunking"])
+    assert [d.index for d in many.data] == [0, 1]
+    assert many.data[0].embedding == pytest.approx(one.data[0].embedding)  # deterministic: same input, same vector
+    assert many.data[1].embedding != pytest.approx(one.data[0].embedding)
+    short = served.client.embeddings.create(model=EMBEDDING_MODEL, input="fair share", dimensions=16)
+    assert len(short.data[0].embedding) == 16
+    assert np.linalg.norm(short.data[0].embedding) == pytest.approx(1.0, abs=1e-5)
+    raw = httpx.post(
+        f"{served.base_url}/v1/embeddings",
+        json={"model": EMBEDDING_MODEL, "input": "fair share", "encoding_format": "base64"},
+        timeout=30,
+    ).json()
+    decoded = np.frombuffer(base64.b64decode(raw["data"][0]["embedding"]), dtype="<f4")
+    assert decoded.tolist() == pytest.approx(one.data[0].embedding)
+    assert many.usage.prompt_tokens == many.usage.total_tokens > 0
+
+
+def test_embeddings_errors_name_the_problem(served: ServeHandle) -> None:
+    with pytest.raises(openai.BadRequestError) as e:
+        served.client.embeddings.create(model=served.model, input="x")  # a chat model
+    assert e.value.body["code"] == "wrong_model_kind"
+    with pytest.raises(openai.NotFoundError):
+        served.client.embeddings.create(model="no-such-model", input="x")
+    with pytest.raises(openai.BadRequestError) as e:
+        served.client.embeddings.create(model=EMBEDDING_MODEL, input="x", dimensions=4096)
+    assert e.value.body["param"] == "dimensions"
+    with pytest.raises(openai.BadRequestError) as e:
+        served.client.embeddings.create(model=EMBEDDING_MODEL, input=[])
+    assert e.value.body["param"] == "input"
+    with pytest.raises(openai.BadRequestError) as e:
+        served.client.embeddings.create(model=EMBEDDING_MODEL, input="x", extra_body={"truncate": True})
+    assert e.value.body["param"] == "truncate"
+
+
+def test_an_embeddings_burst_is_answered_or_shed_never_failed(served: ServeHandle) -> None:
+    """More concurrent requests than the Embedder takes: each is a 200 or a 429 with Retry-After."""
+    import asyncio
+
+    async def burst(n: int) -> list[httpx.Response]:
+        limits = httpx.Limits(max_connections=n)
+        async with httpx.AsyncClient(base_url=served.base_url, timeout=120, limits=limits) as client:
+            body = {"model": EMBEDDING_MODEL, "input": "burst"}
+            return await asyncio.gather(*(client.post("/v1/embeddings", json=body) for _ in range(n)))
+
+    answers = asyncio.run(burst(400))
+    statuses = [r.status_code for r in answers]
+    assert set(statuses) <= {200, 429}, sorted(set(statuses))
+    assert all(r.headers.get("retry-after") for r in answers if r.status_code == 429)
+    assert statuses.count(200) >= 1

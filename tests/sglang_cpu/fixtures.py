@@ -27,3 +27,10 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A random-weight Llama with a local word-level tokenizer (``w0 w1 ...``), built once per session."""
     check_sglang_version()
     return build_tiny_model(tmp_path_factory.mktemp("tiny-llama"), TINY_MODEL)
+
+
+@pytest.fixture(scope="session")
+def tiny_bytes_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny Llama with a byte-level BPE tokenizer: grammar-constrained output (JSON, tool calls) is possible."""
+    check_sglang_version()
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-llama-bytes"), TinyModelSpec(byte_level=True))
