@@ -8,7 +8,7 @@ from scheduler.sim.cli import main
 def test_reproduce_json_rows(capsys):
     assert main(["reproduce", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]
-    assert {"case", "metric", "seed", "sim", "ok"} <= set(rows[0])
+    assert {"case", "metric", "article", "sim", "ok"} <= set(rows[0])
     assert any(r["case"] == "seed000 F=409" and r["metric"] == "short TTFT s" for r in rows)
 
 

@@ -31,11 +31,11 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"rows": [{**r.model_dump(exclude={"kind"}), "ok": r.ok} for r in rows]}, indent=2))
         return 0
-    table = Table(title="Seed figures vs simulator (throughput ±5%, TTFT ±25%, steps exact; — = not stated)")
-    for col in ("case", "metric", "seed", "sim", "ok"):
+    table = Table(title="Source-article figures vs simulator (throughput ±5%, TTFT ±25%, steps exact; — = not stated)")
+    for col in ("case", "metric", "article", "sim", "ok"):
         table.add_column(col)
     for r in rows:
-        table.add_row(r.case, r.metric, _fmt(r.seed), _fmt(r.sim), {True: "yes", False: "NO", None: ""}[r.ok])
+        table.add_row(r.case, r.metric, _fmt(r.article), _fmt(r.sim), {True: "yes", False: "NO", None: ""}[r.ok])
     console.print(table)
     return 0
 

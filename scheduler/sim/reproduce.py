@@ -1,4 +1,4 @@
-"""Each figure of the seed articles next to what the simulator computes from the stated rules."""
+"""Each figure of the source articles next to what the simulator computes from the stated rules."""
 
 from __future__ import annotations
 
@@ -24,28 +24,29 @@ Kind = Literal["throughput", "ttft", "step"]
 class Row(BaseModel):
     case: str
     metric: str
-    seed: float | str | None
+    article: float | str | None
+    """The figure the source article states (None: not stated)."""
     """None where the article does not state the figure (the row is then derived, for information)."""
     sim: float | str
     kind: Kind
 
     @property
     def ok(self) -> bool | None:
-        if self.seed is None:
+        if self.article is None:
             return None
         if self.kind == "step":
-            return self.seed == self.sim
-        assert isinstance(self.seed, float) and isinstance(self.sim, float)
-        return abs(self.sim / self.seed - 1) <= TOLERANCE[self.kind]
+            return self.article == self.sim
+        assert isinstance(self.article, float) and isinstance(self.sim, float)
+        return abs(self.sim / self.article - 1) <= TOLERANCE[self.kind]
 
 
 def f_sweep_rows() -> list[Row]:
     rows = []
     for cap, (ttft, tput) in SEED000_F_SWEEP.items():
         sim_ttft, sim_tput = single_session(f"seed000:per_request_cap_tokens={cap}", SEED000)
-        rows.append(Row(case=f"seed000 F={cap}", metric="short TTFT s", seed=ttft, sim=sim_ttft, kind="ttft"))
+        rows.append(Row(case=f"seed000 F={cap}", metric="short TTFT s", article=ttft, sim=sim_ttft, kind="ttft"))
         rows.append(
-            Row(case=f"seed000 F={cap}", metric="long prefill tok/s", seed=tput, sim=sim_tput, kind="throughput")
+            Row(case=f"seed000 F={cap}", metric="long prefill tok/s", article=tput, sim=sim_tput, kind="throughput")
         )
     return rows
 
@@ -77,9 +78,9 @@ def before_after_rows() -> list[Row]:
     rows = []
     for case, metric, kind, before, after, measure in BEFORE_AFTER:
         rows.append(
-            Row(case=f"seed000 before, {case}", metric=metric, seed=before, sim=measure("seed000-before"), kind=kind)
+            Row(case=f"seed000 before, {case}", metric=metric, article=before, sim=measure("seed000-before"), kind=kind)
         )
-        rows.append(Row(case=f"seed000 after, {case}", metric=metric, seed=after, sim=measure("seed000"), kind=kind))
+        rows.append(Row(case=f"seed000 after, {case}", metric=metric, article=after, sim=measure("seed000"), kind=kind))
     return rows
 
 
@@ -113,12 +114,12 @@ def seed004_rows() -> list[Row]:
     rows = []
     for engine, spec in SEED004_ENGINES.items():
         sim = seed004_steps(spec)
-        for step, seed in SEED004_TABLE[engine].items():
+        for step, figure in SEED004_TABLE[engine].items():
             rows.append(
                 Row(
                     case=f"seed004 {engine} step {step}",
                     metric="tokens/decoding",
-                    seed=seed,
+                    article=figure,
                     sim=sim[step],
                     kind="step",
                 )
