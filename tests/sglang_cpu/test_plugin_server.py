@@ -117,7 +117,8 @@ def test_abort_of_a_running_and_a_queued_request_frees_their_kv(server, trace_pa
         "the queued request's KV rejection",
         lambda: any(rej[0] == "queued-b" for r in trace_since(trace_path, start) for rej in r["rejections"]),
     )
-    before = load(server)
+    # sglang's load counters are a snapshot refreshed by the scheduler loop: poll until they show the queue
+    before = wait_for("the counters to show the queued request", lambda: (s := load(server))["num_waiting_reqs"] and s)
     assert before["num_used_tokens"] >= 3500 and before["num_waiting_reqs"] == 1
 
     server.request("POST", "/abort_request", {"rid": "queued-b"})
