@@ -9,11 +9,12 @@ case's waiting requests sit in the queue, none of which fits in the KV the strea
 - ``rejected``: one request waits, rejected for KV capacity (the issue's case);
 - ``queue100`` / ``queue1000``: 100 / 1,000 requests wait, all too big for the free KV.
 
-A run measures the stream's decode rate over `--window` tokens once every waiting request is queued (sglang's
-own streamed output, one token per scheduler iteration), then aborts everything, waits for the server to go
-idle and lets both servers settle; pairs alternate which mode runs first. Printed per case: decode tok/s and ms per scheduler iteration, on and off (median and min-max over runs),
-the on/off ratio of the medians (target >= 98%), and the plugin's own CPU time per pass inside the scheduler
-process (median and p90 over every pass of the case's runs; target <= 100 us with nothing admissible).
+A run measures the stream's decode rate over `--window` tokens once every waiting request is queued (sglang's own
+streamed output, one token per scheduler iteration), then aborts everything, waits for the server to go idle and
+lets both servers settle; pairs alternate which mode runs first. Printed per case: decode tok/s and ms per scheduler
+iteration, on and off (median and min-max over runs), the on/off ratio of the medians (target >= 98%), and the
+plugin's own CPU time per pass inside the scheduler process (median and p90 over every pass of the case's runs;
+target <= 100 us with nothing admissible).
 
 On a machine without a GPU it runs sglang on CPU with a tiny random-weight model built locally (the test
 infrastructure's `sgl_kernel` stand-in and CPU switches); with ``--device cuda`` the same script runs on a GPU.
