@@ -9,11 +9,12 @@ case's waiting requests sit in the queue, none of which fits in the KV the strea
 - ``rejected``: one request waits, rejected for KV capacity (the issue's case);
 - ``queue100`` / ``queue1000``: 100 / 1,000 requests wait, all too big for the free KV.
 
-A run measures the stream's decode rate over `--window` tokens once every waiting request is queued (sglang's
-own streamed output, one token per scheduler iteration), then aborts everything and waits for the server to go
-idle. Printed per case: decode tok/s and ms per scheduler iteration, on and off (median and min-max over runs),
-the on/off ratio of the medians (target >= 98%), and the plugin's own CPU time per pass inside the scheduler
-process (median and p90 over every pass of the case's runs; target <= 100 us with nothing admissible).
+A run measures the stream's decode rate over `--window` tokens once every waiting request is queued (sglang's own
+streamed output, one token per scheduler iteration), then aborts everything, waits for the server to go idle and
+lets both servers settle; pairs alternate which mode runs first. Printed per case: decode tok/s and ms per scheduler
+iteration, on and off (median and min-max over runs), the on/off ratio of the medians (target >= 98%), and the
+plugin's own CPU time per pass inside the scheduler process (median and p90 over every pass of the case's runs;
+target <= 100 us with nothing admissible).
 
 On a machine without a GPU it runs sglang on CPU with a tiny random-weight model built locally (the test
 infrastructure's `sgl_kernel` stand-in and CPU switches); with ``--device cuda`` the same script runs on a GPU.
@@ -54,6 +55,7 @@ more KV than is free as well, and a queue of 1,000 is sent and queued in seconds
 STREAM_MAX_NEW = 2000
 CASES = {"lone": 0, "rejected": 1, "queue100": 100, "queue1000": 1000}
 FIRST_WORD_ID = 5
+SETTLE_S = 1.0
 VOCAB = TinyModelSpec().vocab_size
 
 
@@ -202,9 +204,11 @@ def one_run(mode: Mode, case: str, run: int, window: int) -> float:
 
 
 def collect_clock(mode: Mode, case: str) -> None:
+    # Both modes settle alike before the next run (the other server may still be cleaning up an abort), and
+    # the clock flushes at least every 0.5 s while passes run.
+    time.sleep(SETTLE_S)
     if mode.clock is None:
         return
-    time.sleep(0.6)  # the clock flushes at least every 0.5 s while passes run
     passes, mode.clock_line = read_clock(mode.clock, mode.clock_line)
     mode.plugin_ns.setdefault(case, []).extend(ns for ns, _ in passes)
     mode.planned.setdefault(case, []).extend(p for _, p in passes)
@@ -281,7 +285,7 @@ def main() -> None:
                 on.planned.pop(case, None)
                 try:
                     for run in range(runs):
-                        for mode in (on, off):
+                        for mode in (on, off) if run % 2 == 0 else (off, on):  # neither always goes first
                             mode.rates.setdefault(case, []).append(one_run(mode, case, run, window))
                             collect_clock(mode, case)
                 except (RuntimeError, TimeoutError) as e:
