@@ -16,6 +16,7 @@ all free KV while a short request waits. Alone on an idle engine a long request 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from scheduler.config import PolicyConfig
@@ -84,8 +85,17 @@ def fits(
 ) -> bool:
     """Does a request fit in what is free? A long one must leave the interactive reserve, unless the
     engine holds nothing else (it could never run otherwise)."""
-    if free_slots <= 0 or need_tokens > free_kv:
-        return False
+    return free_kv >= free_kv_to_fit(cfg, extend_tokens, need_tokens, free_slots, engine_idle)
+
+
+def free_kv_to_fit(
+    cfg: PolicyConfig, extend_tokens: int, need_tokens: int, free_slots: int, engine_idle: bool
+) -> int | float:
+    """The least free KV with which the request fits, given the free slots (infinite when the slots alone
+    refuse it). Engines that skip a scan while free KV stays below this (the plugin's idle scan) rely on it
+    being the exact threshold of `fits`."""
+    if free_slots <= 0:
+        return math.inf
     if cfg.is_short(extend_tokens) or engine_idle:
-        return True
-    return need_tokens <= free_kv - cfg.reserved_kv_tokens and free_slots > cfg.reserved_slots
+        return need_tokens
+    return need_tokens + cfg.reserved_kv_tokens if free_slots > cfg.reserved_slots else math.inf

@@ -12,13 +12,15 @@ nothing can be admitted while the streams decode. A pass reuses the last scan in
 - the prefix cache holds as many evictable and protected tokens as then (nothing was inserted or evicted, so
   every judged request would match the same prefix and need as much KV);
 - free running slots, decoding streams, the granule and the config are the same;
-- free KV is still below the smallest need rejected. Free KV moves every iteration (decoding takes KV, sglang's
-  new-token ratio decays), but only reaching a rejected request's need can change a decision: then it rescans.
+- free KV is still below the least free KV with which a judged request would fit: its need, plus the interactive
+  reserve for a long request (`admission.free_kv_to_fit`, the planner's own threshold). Free KV moves every
+  iteration (decoding takes KV, sglang's new-token ratio decays), but only reaching that threshold can change a
+  decision: then it rescans.
 
 Where sglang's pool is a plain token pool and the scheduler is in FCFS order, a pass that free KV cannot change
-(the pool's free and evictable tokens, an upper bound of what the adder would count, stay below the smallest need
-rejected) skips even sglang's adder and scan setup: `_get_new_batch_prefill_raw` returns at once, as upstream's
-does while ``batch_is_full`` (`SchedulerPolicy.idle_pass`). Otherwise the adder is built and the check is exact.
+(the pool's free and evictable tokens, an upper bound of what the adder would count, stay below that threshold)
+skips even sglang's adder and scan setup: `_get_new_batch_prefill_raw` returns at once, as upstream's does while
+``batch_is_full`` (`SchedulerPolicy.idle_pass`). Otherwise the adder is built and the check is exact.
 
 A reused pass still runs the planner, on the figures the scan read, so the state kept across passes (the
 starvation ledger, the pass sizer) moves exactly as if the requests had been matched again, and every decision is
@@ -29,11 +31,14 @@ where host-tier hits can change without the device tree changing.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sglang.srt.mem_cache.prefill_budget import PrefillBudget
 
+from scheduler.admission import free_kv_to_fit
 from scheduler.config import PolicyConfig
 from scheduler.sglang_plugin.translate import EngineState, uncached_prompt_tokens
 from scheduler.snapshot import Candidate, PassPlan
@@ -49,6 +54,18 @@ def cache_fingerprint(tree_cache: Any) -> tuple[Any, Any]:
     return tree_cache.evictable_size(), tree_cache.protected_size()
 
 
+def min_kv_to_fit(cfg: PolicyConfig, state: EngineState, candidates: Sequence[Candidate]) -> int | float:
+    """The least free KV with which one of `candidates`, all rejected in a pass that admitted nobody, would fit.
+    Under the interactive reserve a long request needs its KV plus the reserve (and fits in no KV while the
+    free slots are all reserved), so the threshold is the planner's own (`admission.free_kv_to_fit`), read
+    with the pass's free slots and idleness, which the scan's key holds fixed."""
+    idle = not state.continuing and not state.num_decoding
+    return min(
+        (free_kv_to_fit(cfg, c.extend_tokens, c.need_tokens, state.free_running_slots, idle) for c in candidates),
+        default=math.inf,
+    )
+
+
 def engine_key(state: EngineState) -> tuple[int, int, int, int]:
     return state.free_running_slots, state.num_decoding, state.num_short_decoding, state.granule_tokens
 
@@ -62,7 +79,8 @@ class IdleScan:
     """The requests the planner judged, in queue order."""
     candidates: tuple[Candidate, ...]
     """Their figures as the planner read them."""
-    min_rejected_need: int | float
+    min_kv_to_fit: int | float
+    """The least free KV with which a judged request would fit (`min_kv_to_fit`)."""
     cfg: PolicyConfig
     engine: tuple[int, int, int, int]
     cache: tuple[Any, Any]
@@ -85,7 +103,7 @@ class IdleScan:
             queue_len=len(sched.waiting_queue),
             examined=tuple(window.examined),
             candidates=tuple(candidates),
-            min_rejected_need=min((r.need_tokens for r in plan.rejections), default=float("inf")),
+            min_kv_to_fit=min_kv_to_fit(cfg, state, candidates),
             cfg=cfg,
             engine=engine_key(state),
             cache=cache_fingerprint(sched.tree_cache),
@@ -99,7 +117,7 @@ class IdleScan:
         return (
             queue is self.queue
             and len(queue) == self.queue_len
-            and state.free_kv_tokens < self.min_rejected_need
+            and state.free_kv_tokens < self.min_kv_to_fit
             and cfg is self.cfg
             and not state.continuing
             and engine_key(state) == self.engine
@@ -111,13 +129,13 @@ class IdleScan:
         """The engine state for a pass that may skip sglang's adder, or None when only an adder can tell.
 
         Free KV is bounded from above by the pool's free and evictable tokens (the adder subtracts the running
-        requests' reservations from them); below the smallest rejected need, every judged request is still
-        rejected whatever those reservations are now. Slots are read as the scan reads them."""
+        requests' reservations from them); below the least free KV any judged request needs to fit, every judged
+        request is still rejected whatever those reservations are now. Slots are read as the scan reads them."""
         if not self.plain_budget:
             return None
         tree = sched.tree_cache
         free_kv_bound = sched.token_to_kv_pool_allocator.available_size() + tree.evictable_size() - 1
-        if free_kv_bound >= self.min_rejected_need:
+        if free_kv_bound >= self.min_kv_to_fit:
             return None
         running = running_batch.reqs
         free_slots = sched.get_num_allocatable_reqs(len(running), running_batch=running_batch)
