@@ -13,14 +13,14 @@ from scheduler.sim.runner import RunResult
 from scheduler.traffic import TrafficClass
 
 
-class Dist(BaseModel):
+class Percentiles(BaseModel):
     p50: float | None
     p99: float | None
     max: float | None
     mean: float | None
 
     @classmethod
-    def of(cls, xs: Sequence[float]) -> Dist:
+    def of(cls, xs: Sequence[float]) -> Percentiles:
         if not xs:
             return cls(p50=None, p99=None, max=None, mean=None)
         a = np.asarray(xs)
@@ -32,10 +32,10 @@ class Dist(BaseModel):
 class ClassMetrics(BaseModel):
     traffic_class: TrafficClass
     count: int
-    ttft_s: Dist
-    itl_s: Dist
-    itl_during_long_prefill_s: Dist
-    e2e_s: Dist
+    ttft_s: Percentiles
+    itl_s: Percentiles
+    itl_during_long_prefill_s: Percentiles
+    e2e_s: Percentiles
     decode_passes_stalled: int
     long_prefill_tok_per_s: float | None
 
@@ -86,10 +86,10 @@ def class_metrics(
     return ClassMetrics(
         traffic_class=cls,
         count=len(mine),
-        ttft_s=Dist.of([r.ttft_s for r in mine if r.ttft_s is not None]),
-        itl_s=Dist.of(itls),
-        itl_during_long_prefill_s=Dist.of(itls_during),
-        e2e_s=Dist.of([r.finish_s - r.arrival_s for r in mine if r.finish_s is not None]),
+        ttft_s=Percentiles.of([r.ttft_s for r in mine if r.ttft_s is not None]),
+        itl_s=Percentiles.of(itls),
+        itl_during_long_prefill_s=Percentiles.of(itls_during),
+        e2e_s=Percentiles.of([r.finish_s - r.arrival_s for r in mine if r.finish_s is not None]),
         decode_passes_stalled=sum(r.decode_passes_stalled for r in mine),
         long_prefill_tok_per_s=throughput,
     )

@@ -58,7 +58,7 @@ DECODE_STEP_CTX_TOKENS = 256
 SEED000_ATTN_SHARE_AT_MEAN_CTX = 0.10
 SEED000_DOC_TOKENS = 130_000
 
-# Fitted by `calibration.fit_seed000()`; `tests/test_calibration.py` checks the fit reproduces these.
+# Fitted by `calibration.fit_seed000()` (`python -m scheduler.sim calibrate` prints the fit again).
 SEED000_FIXED_S = 0.25609
 SEED000_PREFILL_TOK_PER_S = 1409.73
 SEED000_OVERLAP_P = 2.0689

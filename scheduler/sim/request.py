@@ -58,10 +58,6 @@ class SimRequest:
         return self.prompt_tokens - self.cached_tokens + self.output_tokens
 
     @property
-    def done(self) -> bool:
-        return self.phase in (Phase.FINISHED, Phase.ABORTED)
-
-    @property
     def ttft_s(self) -> float | None:
         return None if self.first_token_s is None else self.first_token_s - self.arrival_s
 

@@ -31,7 +31,7 @@ from scheduler.sim.request import SimRequest
 from scheduler.traffic import TrafficClass
 
 
-class Dist(BaseModel):
+class TokenDist(BaseModel):
     model_config = ConfigDict(extra="forbid")
     dist: Literal["uniform", "lognormal"] = "uniform"
     low: int = Field(1, ge=1)
@@ -50,8 +50,8 @@ class Group(BaseModel):
     name: str
     traffic_class: TrafficClass = TrafficClass.SHORT
     count: int = Field(ge=1)
-    prompt_tokens: int | Dist
-    output_tokens: int | Dist = 64
+    prompt_tokens: int | TokenDist
+    output_tokens: int | TokenDist = 64
     arrival_s: float = Field(0.0, ge=0)
     interval_s: float | None = Field(None, ge=0)
     rate_per_s: float | None = Field(None, gt=0)
@@ -102,7 +102,7 @@ class Workload(BaseModel):
         return [r for r in self.requests() if r.traffic_class is not TrafficClass.LONG]
 
 
-def _draw(v: int | Dist, rng: random.Random) -> int:
+def _draw(v: int | TokenDist, rng: random.Random) -> int:
     return v if isinstance(v, int) else v.sample(rng)
 
 
@@ -207,15 +207,15 @@ def mixed_poisson(
             Group(
                 name="chat",
                 count=10_000,
-                prompt_tokens=Dist(dist="lognormal", low=16, high=2048, median=200),
-                output_tokens=Dist(dist="uniform", low=32, high=256),
+                prompt_tokens=TokenDist(dist="lognormal", low=16, high=2048, median=200),
+                output_tokens=TokenDist(dist="uniform", low=32, high=256),
                 rate_per_s=chat_rate_per_s,
             ),
             Group(
                 name="doc",
                 traffic_class=TrafficClass.LONG,
                 count=10_000,
-                prompt_tokens=Dist(dist="uniform", low=20_000, high=120_000),
+                prompt_tokens=TokenDist(dist="uniform", low=20_000, high=120_000),
                 output_tokens=DOC_OUTPUT_TOKENS,
                 rate_per_s=doc_rate_per_s,
             ),
@@ -227,8 +227,8 @@ def _chats(rate_per_s: float, arrival_s: float = 0.0) -> Group:
     return Group(
         name="chat",
         count=100_000,
-        prompt_tokens=Dist(dist="lognormal", low=16, high=2048, median=200),
-        output_tokens=Dist(dist="uniform", low=32, high=256),
+        prompt_tokens=TokenDist(dist="lognormal", low=16, high=2048, median=200),
+        output_tokens=TokenDist(dist="uniform", low=32, high=256),
         arrival_s=arrival_s,
         rate_per_s=rate_per_s,
     )
@@ -263,7 +263,7 @@ def kv_burst(preset: Preset) -> Workload:
             name=f"burst{b}",
             traffic_class=TrafficClass.LONG,
             count=per_burst,
-            prompt_tokens=Dist(dist="uniform", low=40_000, high=80_000),
+            prompt_tokens=TokenDist(dist="uniform", low=40_000, high=80_000),
             output_tokens=DOC_OUTPUT_TOKENS,
             arrival_s=b * 60.0 / speed,
         )
@@ -290,7 +290,7 @@ def poisson_load(load: float) -> Callable[[Preset], Workload]:
                     name="doc",
                     traffic_class=TrafficClass.LONG,
                     count=100_000,
-                    prompt_tokens=Dist(dist="uniform", low=20_000, high=120_000),
+                    prompt_tokens=TokenDist(dist="uniform", low=20_000, high=120_000),
                     output_tokens=DOC_OUTPUT_TOKENS,
                     rate_per_s=doc_rate,
                 ),
@@ -313,7 +313,7 @@ def doc_flood(preset: Preset) -> Workload:
                 name="doc",
                 traffic_class=TrafficClass.LONG,
                 count=100_000,
-                prompt_tokens=Dist(dist="uniform", low=40_000, high=100_000),
+                prompt_tokens=TokenDist(dist="uniform", low=40_000, high=100_000),
                 output_tokens=DOC_OUTPUT_TOKENS,
                 interval_s=doc_interval,
             ),
