@@ -43,7 +43,7 @@ from scheduler.sglang_plugin.translate import (
     continuing_chunk_tokens,
     engine_state,
 )
-from scheduler.snapshot import Grant, PassPlan, QueueSnapshot
+from scheduler.snapshot import Candidate, Grant, PassPlan, QueueSnapshot
 
 if TYPE_CHECKING:
     from sglang.srt.managers.schedule_batch import Req
@@ -147,6 +147,15 @@ class PassRun:
         self.plan = self.planner.plan(self.snapshot)
         self.idle_scan = None if self.plan.grants else scan
         self._index_plan()
+
+    def judged_shorts(self) -> list[Candidate]:
+        """The short index's requests the planner read that its walk had not judged (for the pass trace)."""
+        if self.reused_scan:
+            shorts = self.window.short_candidates or ()
+        else:
+            shorts = self.short_window.candidates if self.short_window is not None else ()
+        walked = {c.rid for c in self.window.candidates}
+        return [c for c in shorts if c.rid not in walked]
 
     def _bring_forward_deep_grants(self) -> None:
         """Move the requests the plan admitted from the short index, past what the walk judged, to just behind

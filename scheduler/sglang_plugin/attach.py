@@ -218,9 +218,9 @@ class SchedulerPolicy:
             if run.adder is not None:
                 run.finish()
             self.last_run = run
-            self.num_planned_passes += 1
             if self.trace is not None:
-                self.trace.write(self._record(run))
+                self.trace.write(self._record(run))  # numbered from 0, as the simulator's trace (sim_vs_sglang)
+            self.num_planned_passes += 1
             if run.plan.grants and not self.cfg.decode_steps_per_prefill:
                 self.interleave.after_prefill(short_decode_passes(self.cfg, run.snapshot.num_short_decoding))
         ledger = self.planner.ledger
@@ -231,7 +231,9 @@ class SchedulerPolicy:
     def _record(self, run: PassRun) -> dict[str, Any]:
         admitted = [(r.rid, int(r.extend_len)) for r in run.adder.can_run_list] if run.adder is not None else []
         rows = run.snapshot.num_decoding if run.sched.is_mixed_chunk else 0
-        return pass_record(self.num_planned_passes, run.snapshot, run.window.candidates, run.plan, admitted, rows)
+        judged = run.window.candidates
+        shorts = run.judged_shorts()
+        return pass_record(self.num_planned_passes, run.snapshot, [*judged, *shorts], run.plan, admitted, rows)
 
 
 def attach_policy(sched: Any, missing_targets: list[str] | tuple[str, ...] = ()) -> SchedulerPolicy:
