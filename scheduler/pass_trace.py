@@ -26,11 +26,14 @@ def pass_record(
     admitted: Sequence[tuple[str, int]],
     decode_rows: int,
 ) -> dict[str, Any]:
-    """One pass as plain data. `judged`: the waiting requests the planner examined, in queue order;
+    """One pass as plain data. ``pass``: the `index`-th planned pass; ``forward_pass``: the engine's forward-pass
+    counter the policy's pass-counted knobs follow (decode-only passes included, so it can skip numbers).
+    `judged`: the waiting requests the planner examined, in queue order (then those found in the short index);
     `admitted`: (rid, prefill tokens) the engine committed, continuing request included; `decode_rows`:
     decoding streams that ride along in this pass."""
     return {
         "pass": index,
+        "forward_pass": snap.pass_index,
         "num_waiting": len(snap.waiting),
         "free_kv_tokens": snap.free_kv_tokens,
         "free_running_slots": snap.free_running_slots,

@@ -26,6 +26,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import Enum
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from sglang.srt.managers.schedule_policy import AddReqResult
@@ -34,6 +35,7 @@ from scheduler.fair_share import align_down
 from scheduler.planner import PassPlanner
 from scheduler.sglang_plugin.clock import PluginClock
 from scheduler.sglang_plugin.idle_scan import IdleScan
+from scheduler.sglang_plugin.short_index import ShortIndex
 from scheduler.sglang_plugin.translate import (
     CandidateWindow,
     EngineState,
@@ -41,7 +43,7 @@ from scheduler.sglang_plugin.translate import (
     continuing_chunk_tokens,
     engine_state,
 )
-from scheduler.snapshot import Grant, PassPlan, QueueSnapshot
+from scheduler.snapshot import Candidate, Grant, PassPlan, QueueSnapshot
 
 if TYPE_CHECKING:
     from sglang.srt.managers.schedule_batch import Req
@@ -74,6 +76,7 @@ class PassRun:
         planner: PassPlanner,
         last_idle_scan: IdleScan | None = None,
         clock: PluginClock | None = None,
+        short_index: ShortIndex | None = None,
     ) -> None:
         self.sched = sched
         self.planner = planner
@@ -87,6 +90,9 @@ class PassRun:
         self.idle_scan: IdleScan | None = None
         """This pass's scan, if it admitted nobody and a later pass may reuse it."""
         self._last_idle_scan = last_idle_scan
+        self._short_index = short_index
+        self.short_window: CandidateWindow | None = None
+        """The short index's requests, as the planner read them (`short_index`)."""
         self._clock = clock
         self.continuing_cut = False
         """True once the continuing request was added and is still not fully prefilled."""
@@ -111,11 +117,18 @@ class PassRun:
             if last is not None and last.still_holds(self.sched, state, cfg):
                 self._plan_on(last, state)
             else:
-                self.snapshot, window = build_snapshot(self.sched, self.adder, cfg, release_unadmitted, state)
+                index = self._short_index if cfg.skip_ahead else None
+                shorts = index.reqs if index is not None else None
+                self.snapshot, window, self.short_window = build_snapshot(
+                    self.sched, self.adder, cfg, release_unadmitted, state, shorts
+                )
                 self.window = window
                 self.plan = self.planner.plan(self.snapshot)
-                self.idle_scan = IdleScan.record(self.sched, self.adder, state, window, self.plan, cfg)
+                self.idle_scan = IdleScan.record(
+                    self.sched, self.adder, state, window, self.plan, cfg, self.short_window, index
+                )
                 self._index_plan()
+                self._bring_forward_deep_grants()
             if self._clock is not None:
                 self._clock.add(time.thread_time_ns() - started)
         return self.plan
@@ -130,15 +143,46 @@ class PassRun:
         """Plan on the figures `scan` read: the same decisions a fresh scan would take (`idle_scan`)."""
         self.reused_scan = True
         self.window = scan
-        self.snapshot = state.snapshot(scan.candidates)
+        self.snapshot = state.snapshot(scan.candidates, scan.short_candidates)
         self.plan = self.planner.plan(self.snapshot)
         self.idle_scan = None if self.plan.grants else scan
         self._index_plan()
+
+    def judged_shorts(self) -> list[Candidate]:
+        """The short index's requests the planner read that its walk had not judged (for the pass trace)."""
+        if self.reused_scan:
+            shorts = self.window.short_candidates or ()
+        else:
+            shorts = self.short_window.candidates if self.short_window is not None else ()
+        walked = {c.rid for c in self.window.candidates}
+        return [c for c in shorts if c.rid not in walked]
+
+    def _bring_forward_deep_grants(self) -> None:
+        """Move the requests the plan admitted from the short index, past what the walk judged, to just behind
+        it in sglang's queue, so that sglang's scan reaches them without prefix-matching every document between
+        (it matches each request it reaches). In place: sglang's scan loop iterates this very list, and is at
+        most at its first request when the plan is made; the move is behind the walk's first request."""
+        if self.short_window is None or not self.plan.grants:
+            return
+        examined = self.window.examined
+        judged = {id(r) for r in examined}
+        granted = set(self._grants)
+        deep = [r for r in self.short_window.examined if r.rid in granted and id(r) not in judged]
+        if not deep:
+            return
+        queue = self.sched.waiting_queue
+        moving = {id(r) for r in deep}
+        rest = [r for r in islice(queue, len(examined), None) if id(r) not in moving]
+        queue[len(examined) :] = [*deep, *rest]
+        if self._short_index is not None:
+            self._short_index.invalidate()
 
     def _index_plan(self) -> None:
         continuing = {c.rid for c in self.snapshot.continuing}
         self._grants = {g.rid: g for g in self.plan.grants}
         self._examined = {r.rid for r in self.window.examined}
+        if self.short_window is not None:
+            self._examined.update(r.rid for r in self.short_window.examined)
         self._pending = {g.rid for g in self.plan.grants if g.rid not in continuing}
         self._stop_rid = next((r.rid for r in self.plan.rejections if not r.skipped), None)
         if self._stop_rid is not None:
@@ -184,7 +228,8 @@ class PassRun:
         if self.window is None or self.reused_scan:
             return
         admitted = {id(r) for r in self.adder.can_run_list}
-        for req in self.window.examined:
+        shorts = self.short_window.examined if self.short_window is not None else ()
+        for req in [*self.window.examined, *shorts]:
             if id(req) not in admitted:
                 release_unadmitted(req, self.sched.tree_cache)
 

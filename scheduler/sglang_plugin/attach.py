@@ -43,6 +43,7 @@ from scheduler.sglang_plugin.env import (
 )
 from scheduler.sglang_plugin.idle_scan import IdleScan
 from scheduler.sglang_plugin.server_args import POLICY_FIELD_TO_SERVER_ARG
+from scheduler.sglang_plugin.short_index import ShortIndex
 
 logger = logging.getLogger("fairshare.sglang_plugin")
 
@@ -115,6 +116,8 @@ class SchedulerPolicy:
     """Off: every pass matches the waiting requests and plans afresh (to compare decisions and cost)."""
     num_reused_scans: int = 0
     """Planned passes that planned on the last idle scan's figures (`idle_scan`) instead of matching again."""
+    short_index: ShortIndex = field(default_factory=ShortIndex)
+    """The short waiting requests, so one queued past the lookahead is still found (issue 8)."""
     _run: PassRun | None = None
     _running_batch: Any = None
     _idle_scan: IdleScan | None = None
@@ -124,9 +127,15 @@ class SchedulerPolicy:
     def cfg(self) -> PolicyConfig:
         return self.planner.cfg
 
-    def begin_pass(self, running_batch: Any) -> None:
+    def begin_pass(self, sched: Any, running_batch: Any) -> None:
         """The pass boundary (`_get_new_batch_prefill_raw`), before sglang builds the adder."""
         self._running_batch = running_batch
+        if self.inactive_reason is None and self.cfg.skip_ahead:
+            started = time.thread_time_ns()
+            in_order = sched.policy.policy is CacheAgnosticPolicy.FCFS and not sched.enable_priority_scheduling
+            self.short_index.refresh(sched.waiting_queue, self.cfg, in_order)
+            if self.clock is not None:
+                self.clock.add(time.thread_time_ns() - started)
 
     def idle_pass(self, sched: Any, running_batch: Any) -> bool:
         """True when this pass can admit nobody and is planned already, on the last idle scan, without sglang
@@ -157,7 +166,7 @@ class SchedulerPolicy:
         state = scan.state_without_adder(sched, running_batch, self.cfg)
         if state is None or state.free_running_slots <= 0 or not scan.still_holds(sched, state, self.cfg):
             return False
-        self._run = PassRun(sched, self.planner, scan, self.clock)
+        self._run = PassRun(sched, self.planner, scan, self.clock, self.short_index)
         self._run.plan_without_adder(state)
         return True
 
@@ -178,7 +187,8 @@ class SchedulerPolicy:
                 logger.warning("fairshare: %s; upstream sglang scheduling applies", reason)
             self._idle_scan = None
             return None
-        self._run = PassRun(sched, self.planner, self._idle_scan if self.reuse_idle_scans else None, self.clock)
+        last = self._idle_scan if self.reuse_idle_scans else None
+        self._run = PassRun(sched, self.planner, last, self.clock, self.short_index)
         return self._run
 
     @property
@@ -208,9 +218,9 @@ class SchedulerPolicy:
             if run.adder is not None:
                 run.finish()
             self.last_run = run
-            self.num_planned_passes += 1
             if self.trace is not None:
-                self.trace.write(self._record(run))
+                self.trace.write(self._record(run))  # numbered from 0, as the simulator's trace (sim_vs_sglang)
+            self.num_planned_passes += 1
             if run.plan.grants and not self.cfg.decode_steps_per_prefill:
                 self.interleave.after_prefill(short_decode_passes(self.cfg, run.snapshot.num_short_decoding))
         ledger = self.planner.ledger
@@ -221,7 +231,9 @@ class SchedulerPolicy:
     def _record(self, run: PassRun) -> dict[str, Any]:
         admitted = [(r.rid, int(r.extend_len)) for r in run.adder.can_run_list] if run.adder is not None else []
         rows = run.snapshot.num_decoding if run.sched.is_mixed_chunk else 0
-        return pass_record(self.num_planned_passes, run.snapshot, run.window.candidates, run.plan, admitted, rows)
+        judged = run.window.candidates
+        shorts = run.judged_shorts()
+        return pass_record(self.num_planned_passes, run.snapshot, [*judged, *shorts], run.plan, admitted, rows)
 
 
 def attach_policy(sched: Any, missing_targets: list[str] | tuple[str, ...] = ()) -> SchedulerPolicy:

@@ -47,7 +47,7 @@ def around_get_new_batch_prefill_raw(original: Any, sched: Any, *args: Any, **kw
     running_batch = kwargs["running_batch"] if "running_batch" in kwargs else args[1]
     if policy.decode_due(running_batch):
         return None, running_batch  # no prefill this iteration: sglang runs the decode batch, as its interval does
-    policy.begin_pass(running_batch)
+    policy.begin_pass(sched, running_batch)
     try:
         if policy.idle_pass(sched, running_batch):
             return None, running_batch  # nothing can be admitted: upstream's early return, as if batch_is_full

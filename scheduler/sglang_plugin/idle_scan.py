@@ -8,7 +8,7 @@ nothing can be admitted while the streams decode. A pass reuses the last scan in
 - that scan admitted nobody, every request it judged was rejected for KV capacity, and no request was
   half-prefilled (a continuing chunk runs every pass and changes the cache);
 - the waiting queue is the same list, of the same length, with the same requests where the scan judged them
-  (an arrival, an abort or a reordering rescans);
+  (an arrival, an abort or a reordering rescans), and the index of short waiting requests is unchanged;
 - the prefix cache holds as many evictable and protected tokens as then (nothing was inserted or evicted, so
   every judged request would match the same prefix and need as much KV);
 - free running slots, decoding streams, the granule and the config are the same;
@@ -40,6 +40,7 @@ from sglang.srt.mem_cache.prefill_budget import PrefillBudget
 
 from scheduler.admission import free_kv_to_fit
 from scheduler.config import PolicyConfig
+from scheduler.sglang_plugin.short_index import ShortIndex
 from scheduler.sglang_plugin.translate import EngineState, uncached_prompt_tokens
 from scheduler.snapshot import Candidate, PassPlan
 
@@ -79,6 +80,10 @@ class IdleScan:
     """The requests the planner judged, in queue order."""
     candidates: tuple[Candidate, ...]
     """Their figures as the planner read them."""
+    short_candidates: tuple[Candidate, ...] | None
+    """The short index's requests the planner read (`short_index`), in index order; None without the index."""
+    short_index: ShortIndex | None = field(repr=False)
+    short_index_version: int
     min_kv_to_fit: int | float
     """The least free KV with which a judged request would fit (`min_kv_to_fit`)."""
     cfg: PolicyConfig
@@ -90,11 +95,21 @@ class IdleScan:
 
     @classmethod
     def record(
-        cls, sched: Any, adder: Any, state: EngineState, window: CandidateWindow, plan: PassPlan, cfg: PolicyConfig
+        cls,
+        sched: Any,
+        adder: Any,
+        state: EngineState,
+        window: CandidateWindow,
+        plan: PassPlan,
+        cfg: PolicyConfig,
+        short_window: CandidateWindow | None = None,
+        short_index: ShortIndex | None = None,
     ) -> IdleScan | None:
         """The scan just planned, if a later pass may reuse it."""
         candidates = window.candidates
-        if plan.grants or state.continuing or len(plan.rejections) != len(candidates):
+        shorts = short_window.candidates if short_window is not None else None
+        judged = {c.rid: c for c in [*candidates, *(shorts or ())]}
+        if plan.grants or state.continuing or len(plan.rejections) != len(judged):
             return None
         if sched.enable_hierarchical_cache:
             return None
@@ -103,7 +118,10 @@ class IdleScan:
             queue_len=len(sched.waiting_queue),
             examined=tuple(window.examined),
             candidates=tuple(candidates),
-            min_kv_to_fit=min_kv_to_fit(cfg, state, candidates),
+            short_candidates=None if shorts is None else tuple(shorts),
+            short_index=short_index,
+            short_index_version=-1 if short_index is None else short_index.version,
+            min_kv_to_fit=min_kv_to_fit(cfg, state, list(judged.values())),
             cfg=cfg,
             engine=engine_key(state),
             cache=cache_fingerprint(sched.tree_cache),
@@ -123,6 +141,7 @@ class IdleScan:
             and engine_key(state) == self.engine
             and cache_fingerprint(sched.tree_cache) == self.cache
             and all(a is b for a, b in zip(queue, self.examined, strict=False))
+            and (self.short_index is None or self.short_index.version == self.short_index_version)
         )
 
     def state_without_adder(self, sched: Any, running_batch: Any, cfg: PolicyConfig) -> EngineState | None:

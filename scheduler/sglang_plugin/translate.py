@@ -177,9 +177,10 @@ class EngineState:
     pass_index: int
     """sglang's `forward_ct`: forward passes run, decode-only ones included (the simulator's count)."""
 
-    def snapshot(self, waiting: Sequence[Candidate]) -> QueueSnapshot:
+    def snapshot(self, waiting: Sequence[Candidate], waiting_short: Sequence[Candidate] | None = None) -> QueueSnapshot:
         return QueueSnapshot(
             waiting=waiting,
+            waiting_short=waiting_short,
             free_kv_tokens=self.free_kv_tokens,
             free_running_slots=self.free_running_slots,
             continuing=self.continuing,
@@ -224,10 +225,13 @@ def build_snapshot(
     cfg: PolicyConfig,
     release: Callable[[Req, Any], None],
     state: EngineState | None = None,
-) -> tuple[QueueSnapshot, CandidateWindow]:
+    shorts: Sequence[Req] | None = None,
+) -> tuple[QueueSnapshot, CandidateWindow, CandidateWindow | None]:
     """The snapshot for this pass, its waiting requests matched lazily; call after the adder is built and
     before it admits anyone. `release` undoes what a match holds for a request that is not admitted
-    (`adder.release_unadmitted`)."""
+    (`adder.release_unadmitted`). `shorts`: the short waiting requests in queue order (`short_index`), also
+    matched only when the planner reads them."""
     state = state or engine_state(sched, adder, cfg)
     window = CandidateWindow(sched.waiting_queue, sched.tree_cache, adder, release)
-    return state.snapshot(window), window
+    short_window = None if shorts is None else CandidateWindow(shorts, sched.tree_cache, adder, release)
+    return state.snapshot(window, short_window), window, short_window

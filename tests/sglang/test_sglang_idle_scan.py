@@ -118,8 +118,13 @@ def test_an_arrival_rescans_and_is_admitted_in_the_same_pass():
 def test_freed_kv_rescans_when_a_rejected_request_could_fit(monkeypatch):
     """The ratio decays every pass; the scan is reused until free KV reaches "big"'s need. Then a fresh scan
     admits "big" and, its first rejection now being "huge", looks one request further and admits "small"
-    too: in the very pass a plugin that never reuses admits them."""
+    too: in the very pass a plugin that never reuses admits them. ("small" counts as long here: a short request
+    would be found through the index of short waiting requests in the first pass, whatever the lookahead, and
+    the reserve is off so that the pool's last tokens go to it; `test_random_queues_do_reuse_scans` reuses under
+    the reserve.)"""
     monkeypatch.setenv("FAIRSHARE_LOOKAHEAD", "1")
+    monkeypatch.setenv("FAIRSHARE_SHORT_REQUEST_TOKENS", "3")
+    monkeypatch.setenv("FAIRSHARE_INTERACTIVE_RESERVE", "false")
     engine = EngineSpec(pool_tokens=4096, chunk_tokens=4096, max_running=16, new_token_ratio=0.7)
     reqs = [
         ReqSpec("holder", 1000, max_new_tokens=2500, decode_passes=10_000),

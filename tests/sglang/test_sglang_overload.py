@@ -3,6 +3,8 @@ default (mixed chunk off), and documents cannot take the running slots kept for 
 
 from sglang_harness import EngineSpec, Harness, ReqSpec
 
+from scheduler.pass_trace import read_pass_trace
+
 
 def _prefill_passes_while_decoding(plugin: Harness, rid: str) -> list[bool]:
     """For each pass in which `rid` was decoding: did the pass prefill (True) or decode only (False)?"""
@@ -67,3 +69,16 @@ def test_pass_counters_follow_sglangs_forward_passes_decode_only_ones_included()
             planned_at.append((ct, plugin.policy.last_run.snapshot.pass_index))
     assert [ct for ct, _ in planned_at] == [0, 1, 3, 5, 7]
     assert all(ct == index for ct, index in planned_at)
+
+
+def test_the_pass_trace_carries_the_forward_pass_the_policy_counted(monkeypatch, tmp_path):
+    """The trace numbers planned passes (``pass``) and also gives sglang's forward_ct the policy counted with
+    (``forward_pass``): they part as soon as a decode-only pass is interleaved."""
+    trace = tmp_path / "passes.jsonl"
+    monkeypatch.setenv("FAIRSHARE_PASS_TRACE", str(trace))
+    reqs = [ReqSpec("q", 200, decode_passes=10), ReqSpec("doc", 6000, arrive_pass=1)]
+    plugin = Harness(EngineSpec(pool_tokens=65_536, chunk_tokens=512), reqs)
+    plugin.run(8)
+    records = read_pass_trace(trace)
+    assert [r["pass"] for r in records] == [0, 1, 2, 3, 4]
+    assert [r["forward_pass"] for r in records] == [0, 1, 3, 5, 7]

@@ -40,6 +40,9 @@ def test_small_request_behind_a_big_rejected_one_is_admitted():
 
 def test_lookahead_bounds_the_requests_examined_after_a_rejection(monkeypatch):
     monkeypatch.setenv("FAIRSHARE_LOOKAHEAD", "2")
+    # The "s" requests count as long: short ones past the lookahead are found through the plugin's index of
+    # short waiting requests (test_sglang_short_index), which the lookahead does not bound.
+    monkeypatch.setenv("FAIRSHARE_SHORT_REQUEST_TOKENS", "10")
     reqs = [ReqSpec("holder", 2000, decode_passes=50), ReqSpec("big", 2500, arrive_pass=1)]
     reqs += [ReqSpec(f"s{i}", 20, arrive_pass=1) for i in range(5)]
     plugin = Harness(POOL, reqs)
