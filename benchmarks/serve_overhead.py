@@ -1,8 +1,9 @@
 """Serving overhead of the app (ingress + lane router + engine hop), with the sim engine at zero cost.
 
 Two apps in one Serve instance on 127.0.0.1, measured in the same run, alternating phases:
-- `fairshare`: config.seed000.yaml as shipped (2 engine replicas, lanes, session routing), `time_scale: 0`,
-  so the engine adds no time and everything measured is serving overhead;
+- `fairshare`: config.seed000.yaml as shipped (2 engine replicas, lanes, session routing, its Serve request-path
+  settings: `serve_app/serve_path.py`; `--serve-defaults` drops them), `time_scale: 0`, so the engine adds no
+  time and everything measured is serving overhead;
 - `echo`: a bare Serve FastAPI deployment that streams the same OpenAI SSE chunks itself.
 
 50 concurrent client streams (closed loop), each request asks for 16 tokens. Printed:
@@ -13,6 +14,7 @@ Two apps in one Serve instance on 127.0.0.1, measured in the same run, alternati
 - throughput (requests/s) of the app as a ratio to the echo app's.
 
 Usage (from the repository root): python -m benchmarks.serve_overhead [--seconds 8] [--rounds 2] [--concurrency 50]
+    [--serve-defaults]
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from fastapi.responses import StreamingResponse
 from ray import serve
 
 from benchmarks import serve_common as sc
+from serve_app.serve_path import SERVE_PATH_ENV
 
 MAX_TOKENS = 16
 CONTENT = re.compile(rb'"content":"[^"]')
@@ -114,14 +117,24 @@ def merge(a: dict | None, b: dict) -> dict:
     return a
 
 
+def fmt_load(load: tuple[float, float, float]) -> str:
+    return "/".join(f"{x:.1f}" for x in load)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=8.0, help="length of each measured phase")
     ap.add_argument("--rounds", type=int, default=2, help="alternations of the two apps")
     ap.add_argument("--concurrency", type=int, default=50)
     ap.add_argument("--think-s", type=float, default=1.0, help="pause between a stream's requests (latency phase)")
+    ap.add_argument(
+        "--serve-defaults",
+        action="store_true",
+        help="run the app without the config's Serve request-path settings (serve_app/serve_path.py), as before them",
+    )
     args = ap.parse_args()
 
+    load_before = os.getloadavg()
     port = sc.free_port()
     sc.start(port)
     # Ray runs its workers at niceness 15; the load generator must not outrank the servers it measures.
@@ -130,7 +143,12 @@ def main() -> None:
     latency: dict[str, dict | None] = dict.fromkeys(names)
     saturated: dict[str, dict | None] = dict.fromkeys(names)
     try:
-        sc.deploy(sc.app_config(port, num_replicas=2, time_scale=0.0))
+        cfg = sc.app_config(port, num_replicas=2, time_scale=0.0)
+        if args.serve_defaults:
+            env = cfg["applications"][0]["runtime_env"]["env_vars"]
+            for name in SERVE_PATH_ENV:
+                env.pop(name)
+        sc.deploy(cfg)
         serve.run(echo_app(), name="echo", route_prefix="/echo")
         base = f"http://127.0.0.1:{port}"
         urls = {"fairshare": f"{base}/v1/chat/completions", "echo": f"{base}/echo/v1/chat/completions"}
@@ -141,6 +159,7 @@ def main() -> None:
                 run = asyncio.run(phase(urls[name], args.seconds, args.concurrency, args.think_s))
                 latency[name] = merge(latency[name], run)
                 saturated[name] = merge(saturated[name], asyncio.run(phase(urls[name], args.seconds, args.concurrency)))
+        load_after = os.getloadavg()
     finally:
         sc.stop()
 
@@ -149,9 +168,13 @@ def main() -> None:
     assert lat_app and lat_echo and sat_app and sat_echo
     print(f"serve overhead: {args.concurrency} concurrent streams, {MAX_TOKENS} tokens each, sim engine at zero cost")
     mode = os.environ.get("RAY_SERVE_THROUGHPUT_OPTIMIZED", "0")
+    path = "Serve's defaults (--serve-defaults)" if args.serve_defaults else "the config's (serve_app/serve_path.py)"
     print(
         f"  Ray Serve mode: RAY_SERVE_THROUGHPUT_OPTIMIZED={mode}; {os.cpu_count()} CPUs shared with the load generator"
     )
+    print(f"  app's request path: {path}; bare echo: Serve's defaults")
+    # Other work on the machine moves every figure: the ratios to the echo, measured beside it, move least.
+    print(f"  load average (1/5/15 min): {fmt_load(load_before)} at start, {fmt_load(load_after)} after the phases")
     print(
         f"latency phase ({args.concurrency} streams, {args.think_s:g} s between a stream's requests): "
         f"{len(lat_app['e2e'])} requests to the app ({lat_app['errors']} errors), {len(lat_echo['e2e'])} to echo"

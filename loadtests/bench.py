@@ -117,6 +117,19 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     return args, extra
 
 
+def engine_label(args: argparse.Namespace) -> str:
+    """What served the run, for the printed figures: a sim preset, or real sglang (CPU figures on a CPU device)."""
+    if args.sim_backend:
+        return f"sim preset {args.preset}, time scale {args.time_scale:g}"
+    try:
+        sglang = yaml.safe_load(args.config.read_text())["applications"][0]["args"]["sglang"]
+    except (OSError, yaml.YAMLError, KeyError, IndexError, TypeError):
+        sglang = {}
+    device = (sglang.get("engine_args") or {}).get("device", "cuda")
+    where = "CPU figures: real sglang on this machine's CPU, no GPU speed" if device == "cpu" else f"device {device}"
+    return f"real sglang, model {sglang.get('model_path', '?')} ({where}), wall seconds"
+
+
 def config_backend(path: Path) -> str:
     try:
         return yaml.safe_load(path.read_text())["applications"][0].get("args", {}).get("backend", "sim")
@@ -232,7 +245,7 @@ def main(argv: list[str] | None = None) -> None:
         }
         names = args.policies.split(",")
         console.print(
-            f"[bold]{args.shape}[/]: {args.config.name} with sim preset {args.preset}, time scale {args.time_scale:g}, "
+            f"[bold]{args.shape}[/]: {args.config.name} with {engine_label(args)}, "
             f"{args.engine_replicas} engine replica(s); runs {names}, {wall_s:.0f} s each (+ start-up)"
         )
         with appmod.LocalApp(args.config, overrides) as local:
@@ -269,6 +282,8 @@ def build_table(args, served, predictions) -> Table:
         f"{args.shape} shape, engine seconds; served = through HTTP (Locust), sim = scheduler.sim's prediction "
         f"of the same closed-loop users"
     )
+    if not args.url and not args.sim_backend:
+        title = f"{args.shape} shape; served = through HTTP (Locust); {engine_label(args)}"
     t = Table(title=title, title_justify="left")
     t.add_column("metric")
     for name, _, _, _ in served:

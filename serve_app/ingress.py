@@ -39,7 +39,7 @@ from serve_app.config import AppConfig, RoutingKnobs, validate
 from serve_app.endpoints import CHAT, COMPLETIONS, Endpoint, ResponseIds
 from serve_app.engine_backend import Chunk, EngineError, GenerateRequest, ResponseBody, ResponseStart
 from serve_app.metrics import IngressMetrics
-from serve_app.protocol import OpenAIError, Usage, now_s, sse
+from serve_app.protocol import EventTemplate, OpenAIError, Usage, now_s, sse
 from serve_app.request_log import RequestIdMiddleware, configure_logging
 from serve_app.request_rules import (
     SESSION_HEADER,
@@ -534,13 +534,14 @@ class Ingress:
         try:
             # One write per engine item: the SSE events of an item go out together.
             events = [sse(e, exclude=exclude) for e in endpoint.opening(call.ids)]
+            delta_event = EventTemplate(endpoint.delta(call.ids, EventTemplate.SLOT), exclude=exclude)
             async for item in self._items(stream, first, call):
                 if isinstance(item, EngineError):
                     # Headers are sent: the error goes in the stream, and the stream still ends properly.
                     events += [sse(_engine_error(item).body()), sse("[DONE]")]
                     status = str(item.status)
                 elif item.text:
-                    events.append(sse(endpoint.delta(call.ids, item.text), exclude=exclude))
+                    events.append(delta_event(item.text))
                 if isinstance(item, Chunk) and item.finish_reason is not None:
                     events.append(sse(endpoint.finish(call.ids, item.finish_reason), exclude=exclude))
                     if include_usage:

@@ -7,6 +7,7 @@ import time
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_serializer, model_validator
+from pydantic_core import to_json
 
 from serve_app.errors import OpenAIError as OpenAIError  # re-exported: the error body is part of the wire format
 from serve_app.request_rules import STRICT_PART, STRICT_REQUEST
@@ -255,6 +256,26 @@ def sse(data: BaseModel | dict[str, Any] | str, *, exclude: set[str] | None = No
     else:
         payload = data
     return f"data: {payload}\n\n"
+
+
+class EventTemplate:
+    """The SSE event of `model` with one string field open, for the many events of a stream that differ only
+    in it (the deltas): the model is serialized once, each event then costs one string's encoding, the same
+    bytes as `sse(model with that string)`. Building and dumping a chunk model per delta cost ~40 µs each.
+
+    Make the model with `EventTemplate.SLOT` where the string goes: `EventTemplate(endpoint.delta(ids, SLOT))`."""
+
+    SLOT = "\x00fairshare-event-slot\x00"
+
+    def __init__(self, model: BaseModel, *, exclude: set[str] | None = None) -> None:
+        slot = to_json(self.SLOT).decode()
+        head, found, tail = sse(model, exclude=exclude).partition(slot)
+        if not found or slot in tail:
+            raise ValueError("the model must carry EventTemplate.SLOT exactly once")
+        self._head, self._tail = head, tail
+
+    def __call__(self, text: str) -> str:
+        return self._head + to_json(text).decode() + self._tail
 
 
 def now_s() -> int:

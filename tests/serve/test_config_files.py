@@ -10,6 +10,7 @@ from ray.serve.schema import ServeDeploySchema
 
 from serve_app.app import ROUTER_CLASS, build_app
 from serve_app.config import AppConfig, ConfigError, EngineKnobs, RoutingKnobs, validate
+from serve_app.serve_path import SERVE_PATH_ENV, serve_path_problems
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -30,6 +31,8 @@ def test_config_files_pass_serve_schema_and_ours(name: str) -> None:
     # Unknown keys inside deployment entries vanish in Serve's schema: compare with the raw file.
     for d in raw["applications"][0]["deployments"]:
         assert set(d) <= set(type(deployments[d["name"]]).model_fields), d["name"]
+    # Serve's request path on each replica's own loop, logs and the proxy as Serve's defaults have them.
+    assert serve_path_problems((app.runtime_env or {}).get("env_vars")) == []
     engine = deployments["Engine"]
     assert engine.request_router_config["request_router_class"] == ROUTER_CLASS
     cfg = validate(AppConfig, app.args, "args")
@@ -107,3 +110,17 @@ def test_check_cli_accepts_the_shipped_files_and_names_bad_fields(tmp_path, caps
     out = capsys.readouterr().out
     assert "Engine.user_config.policy.max_running_requests" in out
     assert "keys Serve would ignore: ['num_replica']" in out
+
+
+def test_serve_path_check_names_a_missing_knob_and_a_lost_default() -> None:
+    good = dict(SERVE_PATH_ENV)
+    assert serve_path_problems(good) == []
+    assert serve_path_problems({**good, "PYTHONPATH": "x"}) == []  # other variables are the app's own
+    missing = {k: v for k, v in good.items() if k != "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP"}
+    assert [p.split(":")[0] for p in serve_path_problems(missing)] == ["RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP"]
+    quiet = {**good, "RAY_SERVE_LOG_TO_STDERR": "0", "RAY_SERVE_ENABLE_DIRECT_INGRESS": "1"}
+    assert [p.split(":")[0] for p in serve_path_problems(quiet)] == [
+        "RAY_SERVE_LOG_TO_STDERR",
+        "RAY_SERVE_ENABLE_DIRECT_INGRESS",
+    ]
+    assert len(serve_path_problems(None)) == len(SERVE_PATH_ENV)

@@ -1,0 +1,26 @@
+"""The bench says what served its figures: a sim preset, or real sglang on the CPU (CPU figures)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from loadtests.bench import engine_label, parse_args
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_sim_config_is_labelled_with_its_preset_and_time_scale() -> None:
+    args, _ = parse_args(["--config", str(REPO / "config.yaml"), "--time-scale", "0.5"])
+    assert engine_label(args) == "sim preset seed000-12gb-27b, time scale 0.5"
+
+
+def test_sglang_on_cpu_is_labelled_as_cpu_figures() -> None:
+    args, _ = parse_args(["--config", str(REPO / "config.sglang-cpu.yaml")])
+    label = engine_label(args)
+    assert "real sglang" in label and "CPU figures" in label and "/tmp/fairshare-tiny-llama" in label
+    assert args.time_scale == 1.0  # a real engine has no clock to scale
+
+
+def test_sglang_on_gpu_is_not_labelled_as_cpu() -> None:
+    args, _ = parse_args(["--config", str(REPO / "config.gpu.yaml")])
+    assert "CPU" not in engine_label(args)

@@ -1,0 +1,31 @@
+"""A stream's delta events from `EventTemplate` are byte for byte what serializing each chunk model writes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from serve_app.endpoints import CHAT, COMPLETIONS, ResponseIds
+from serve_app.protocol import EventTemplate, sse
+
+IDS = ResponseIds('chatcmpl-ab"c\\d', 1700000000, "model/é")
+
+
+@pytest.mark.parametrize("endpoint", [CHAT, COMPLETIONS], ids=lambda e: e.name)
+@pytest.mark.parametrize("exclude", [None, {"usage"}], ids=["usage", "no-usage"])
+@given(text=st.text())
+def test_template_event_equals_the_model_event(endpoint, exclude, text: str) -> None:
+    template = EventTemplate(endpoint.delta(IDS, EventTemplate.SLOT), exclude=exclude)
+    expected = sse(endpoint.delta(IDS, text), exclude=exclude)
+    assert template(text) == expected
+    payload = json.loads(expected.removeprefix("data: "))
+    got = payload["choices"][0]["delta"]["content"] if endpoint is CHAT else payload["choices"][0]["text"]
+    assert got == text
+
+
+def test_a_model_without_the_slot_is_refused() -> None:
+    with pytest.raises(ValueError, match="SLOT exactly once"):
+        EventTemplate(CHAT.delta(IDS, "no slot here"))
