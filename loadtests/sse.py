@@ -124,12 +124,15 @@ def outcome(events: list[SseEvent], sent_s: float) -> StreamOutcome:
 
 def token_gaps(content_times: list[float], output_tokens: int) -> list[float]:
     """Per-token gaps after the first token. OpenAI chunks do not say how many tokens each carries: when the
-    usage count differs from the number of chunks, the tokens after the first are spread evenly over them."""
+    usage count differs from the number of chunks, the tokens after the first are spread as evenly as whole
+    tokens allow over them (the first chunks take one more), so there is one gap a token."""
     gaps = [b - a for a, b in itertools.pairwise(content_times)]
-    if not gaps:
-        return []
-    per_chunk = max(1.0, (output_tokens - 1) / len(gaps))
-    if per_chunk == 1.0:
+    later_tokens = output_tokens - 1
+    if not gaps or later_tokens <= len(gaps):
         return gaps
-    k = round(per_chunk)
-    return [g / k for g in gaps for _ in range(k)]
+    each, extra = divmod(later_tokens, len(gaps))
+    out: list[float] = []
+    for i, g in enumerate(gaps):
+        k = each + (1 if i < extra else 0)
+        out += [g / k] * k
+    return out

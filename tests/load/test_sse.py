@@ -100,3 +100,15 @@ def test_chunks_carrying_several_tokens_give_one_gap_per_token(gaps: list[float]
     spread = token_gaps(times, tokens)
     assert len(spread) == tokens - 1
     assert abs(sum(spread) - (times[-1] - times[0])) < 1e-9
+
+
+@given(st.lists(st.floats(0.001, 1.0), min_size=1, max_size=30), st.integers(0, 100))
+def test_uneven_chunks_still_give_one_gap_per_token(gaps: list[float], more: int) -> None:
+    # Coalesced chunks carry different token counts (e.g. 15 later tokens over 7 chunks).
+    times = [0.0]
+    for g in gaps:
+        times.append(times[-1] + g)
+    tokens = 1 + len(gaps) + more
+    spread = token_gaps(times, tokens)
+    assert len(spread) == tokens - 1
+    assert abs(sum(spread) - (times[-1] - times[0])) < 1e-9
