@@ -1,6 +1,6 @@
 """The embeddings service under load: throughput and p99 at 1, 8 and 64 concurrent clients, then a burst.
 
-A local Ray + Serve on 127.0.0.1 runs `config.seed000.yaml` as shipped (its `Embedder` deployment: the sim
+A local Ray + Serve on 127.0.0.1 runs `config.card12gb.yaml` as shipped (its `Embedder` deployment: the sim
 embeddings model, Serve's dynamic batching, `max_ongoing_requests` 64, `max_queued_requests` 256). Each
 request embeds one short text.
 

@@ -7,7 +7,7 @@ in interactive passes of the preset (a pass in flight cannot be interrupted: the
 TTFT p50/p99/max, short-stream ITL p99 in decode-only steps, long prefill throughput relative to
 `baseline` and long TTFT p99 (the price paid). Writes a PNG of added wait and throughput.
 
-    python benchmarks/overload.py [--preset h100-8b --preset seed000-12gb-27b] [--plot docs/overload.png]
+    python benchmarks/overload.py [--preset h100-8b --preset card12gb-27b] [--plot docs/overload.png]
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from tqdm import tqdm
 
 from scheduler.sim.experiments import added_waits
 from scheduler.sim.metrics import measure
-from scheduler.sim.presets import H100_8B, PRESETS, SEED000
+from scheduler.sim.presets import CARD12GB, H100_8B, PRESETS
 from scheduler.sim.workload import OVERLOAD_SCENARIOS, scenario
 
-POLICIES = ["baseline", "vllm", "seed000", "fairshare"]
+POLICIES = ["baseline", "vllm", "article-patch", "fairshare"]
 SCENARIOS = [*OVERLOAD_SCENARIOS, "mixed-poisson"]
 
 
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--plot", type=Path, default=Path("docs/overload.png"))
     parser.add_argument("--json", type=Path, help="also write the rows as JSON")
     args = parser.parse_args(argv)
-    rows = run_all(args.preset or [H100_8B.name, SEED000.name])
+    rows = run_all(args.preset or [H100_8B.name, CARD12GB.name])
     print_table(rows, Console(width=200))
     plot(rows, args.plot)
     if args.json:

@@ -2,7 +2,7 @@
 
 1. The policy core alone: `PassPlanner.plan` on a synthetic snapshot. The scan stops at the running-slot limit,
    the pass budget or the lookahead bound, so a pass's cost must not grow with the queue: the printed 10k/1k
-   ratio should stay near 1 (target <= 1.2). Each queue holds a blocked long request at its head (the seed's
+   ratio should stay near 1 (target <= 1.2). Each queue holds a blocked long request at its head (the article's
    case) and the same mix behind it (one seed), so only its length differs.
 2. The whole per-iteration path the sglang plugin runs, on sglang 0.5.23's real objects (its
    `_get_new_batch_prefill_raw`, `PrefillAdder`, allocator, `RadixCache` and `Req`s, driven by the test

@@ -195,7 +195,7 @@ async def send_and_leave(
 # -- scenarios ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Plan:
-    model: str = serve_common.SEED000_MODEL
+    model: str = serve_common.CARD12GB_MODEL
     burst_requests: int = 48
     burst_doc_every: int = 8
     """One request in this many of the burst is a document of `doc_tokens`."""

@@ -1,6 +1,6 @@
-"""Shared by the Serve benchmarks: a local Ray + Serve on 127.0.0.1 running config.seed000.yaml with overrides.
+"""Shared by the Serve benchmarks: a local Ray + Serve on 127.0.0.1 running config.card12gb.yaml with overrides.
 
-The benchmarks run on the source article's card (`config.seed000.yaml`, `config.yaml` with the seed000
+The benchmarks run on the source article's card (`config.card12gb.yaml`, `config.yaml` with the card12gb-27b
 preset) so their figures compare with the article's and with earlier runs.
 """
 
@@ -17,8 +17,8 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 APP = "fairshare"
-CONFIG_FILE = "config.seed000.yaml"
-SEED000_MODEL = "sim-seed000-12gb-27b"
+CONFIG_FILE = "config.card12gb.yaml"
+CARD12GB_MODEL = "sim-card12gb-27b"
 
 
 def free_port() -> int:

@@ -1,6 +1,6 @@
 """Short-chat TTFT while long documents prefill: two replicas (a long lane and a chat lane) vs one.
 
-Real time (`time_scale: 1`) on the seed000 preset, config.seed000.yaml otherwise as shipped, on 127.0.0.1:
+Real time (`time_scale: 1`) on the card12gb-27b preset, config.card12gb.yaml otherwise as shipped, on 127.0.0.1:
 1. a lone short chat on an idle app (the reference: one short prefill);
 2. two engine replicas, lanes on: long documents arrive back to back (two in flight), a short chat
    every `--chat-interval-s`; short TTFT measured while a document prefills;
@@ -23,7 +23,7 @@ import httpx
 
 from benchmarks import serve_common as sc
 
-MODEL = sc.SEED000_MODEL
+MODEL = sc.CARD12GB_MODEL
 CONTENT = re.compile(r'"content":"[^"]')
 DOCS_IN_FLIGHT = 2
 
@@ -117,7 +117,7 @@ def main() -> None:
         sc.stop()
 
     print(
-        f"short-chat TTFT while long documents prefill (seed000 preset, real time, {DOCS_IN_FLIGHT} documents of "
+        f"short-chat TTFT while long documents prefill (card12gb-27b preset, real time, {DOCS_IN_FLIGHT} documents of "
         f"{args.doc_tokens} tokens in flight, a chat every {args.chat_interval_s:g} s, {args.seconds:g} s per setup)"
     )
     print(f"  lone short prefill on an idle app: p50 {sc.pct(lone, 50):.3f} s (n={len(lone)})")

@@ -1,7 +1,7 @@
 """Serving overhead of the app (ingress + lane router + engine hop), with the sim engine at zero cost.
 
 Two apps in one Serve instance on 127.0.0.1, measured in the same run, alternating phases:
-- `fairshare`: config.seed000.yaml as shipped (2 engine replicas, lanes, session routing, its Serve request-path
+- `fairshare`: config.card12gb.yaml as shipped (2 engine replicas, lanes, session routing, its Serve request-path
   settings: `serve_app/serve_path.py`; `--serve-defaults` drops them), `time_scale: 0`, so the engine adds no
   time and everything measured is serving overhead;
 - `echo`: a bare Serve FastAPI deployment that streams the same OpenAI SSE chunks itself.
@@ -37,7 +37,7 @@ from serve_app.serve_path import SERVE_PATH_ENV
 
 MAX_TOKENS = 16
 CONTENT = re.compile(rb'"content":"[^"]')
-MODEL = sc.SEED000_MODEL
+MODEL = sc.CARD12GB_MODEL
 echo_api = FastAPI()
 
 

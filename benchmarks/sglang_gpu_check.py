@@ -1,13 +1,13 @@
-"""GPU-only check: sglang 0.5.23 with and without the fairshare plugin on seed 000's scenario, scaled down.
+"""GPU-only check: sglang 0.5.23 with and without the fairshare plugin on the article's scenario, scaled down.
 
 For each mode (plugin on: ``FAIRSHARE_PLUGIN_ENABLED=1``, off: ``=0``) it launches
-``python -m sglang.launch_server`` on loopback with the seed's limits (``--chunked-prefill-size 8192
+``python -m sglang.launch_server`` on loopback with the article's limits (``--chunked-prefill-size 8192
 --max-running-requests 10``, so F = 409), then
 
 1. warms the server up, sends one cold document alone and measures its prefill throughput
    (prompt tokens / time to its first token);
 2. sends a second cold document and, while it prefills, short questions (30 tokens each) spread over the
-   lone document's prefill time: the questions' time to first token (seed 000's symptom) and the
+   lone document's prefill time: the questions' time to first token (the article's symptom) and the
    document's prefill throughput in company.
 
 The figures mean something only if the document's prefill lasts long enough for questions to arrive
@@ -58,7 +58,7 @@ from benchmarks.sglang_local import (
     launch_server_command,
 )
 
-SEED000_DOC_TOKENS = 130_000
+ARTICLE_DOC_TOKENS = 130_000
 QUESTION_TOKENS = 30
 PLUGIN_LINE = PLUGIN_START_LINE
 GPU_TINY_MODEL = TinyModelSpec(
@@ -138,20 +138,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--dummy-model", action="store_true", help="a Llama-3-8B-shaped config; sglang generates random weights"
     )
     p.add_argument("--dry-run", action="store_true", help="print the plan and the server commands only")
-    p.add_argument("--doc-tokens", type=int, default=SEED000_DOC_TOKENS // 4, help="document prompt tokens (start)")
+    p.add_argument("--doc-tokens", type=int, default=ARTICLE_DOC_TOKENS // 4, help="document prompt tokens (start)")
     p.add_argument(
         "--min-lone-prefill-s",
         type=float,
         default=3.0,
         help="grow the document until its lone prefill lasts at least this long (questions must fit inside it)",
     )
-    p.add_argument("--max-doc-tokens", type=int, default=SEED000_DOC_TOKENS, help="the document grows up to this")
+    p.add_argument("--max-doc-tokens", type=int, default=ARTICLE_DOC_TOKENS, help="the document grows up to this")
     p.add_argument("--questions", type=int, default=4, help="questions sent during the document's prefill")
     p.add_argument("--question-tokens", type=int, default=QUESTION_TOKENS)
     p.add_argument("--question-output-tokens", type=int, default=16)
     p.add_argument("--doc-output-tokens", type=int, default=8)
     p.add_argument("--chunked-prefill-size", type=int, default=8192)
-    p.add_argument("--max-running-requests", type=int, default=10, help="the seed's limit: F = 8192 / 20 = 409")
+    p.add_argument("--max-running-requests", type=int, default=10, help="the article's limit: F = 8192 / 20 = 409")
     p.add_argument("--modes", default="off,on", help="comma-separated: off, on")
     p.add_argument("--port", type=int, default=0, help="0: a free port on 127.0.0.1")
     p.add_argument("--skip-tokenizer-init", action="store_true", help="implied by --tiny-model")
@@ -336,7 +336,7 @@ def run_mode(args: argparse.Namespace, mode: str, model_path: str, vocab: int, l
 
 def print_plan(args: argparse.Namespace, model_path: str) -> None:
     print(
-        f"document: {args.doc_tokens} prompt tokens to start (seed 000: {SEED000_DOC_TOKENS}), grown up to "
+        f"document: {args.doc_tokens} prompt tokens to start (the article: {ARTICLE_DOC_TOKENS}), grown up to "
         f"{args.max_doc_tokens} until its lone prefill lasts {args.min_lone_prefill_s:g} s; "
         f"{args.doc_output_tokens} output"
     )

@@ -2,7 +2,7 @@
 switched live through the `Engine` deployment's `user_config.policy`; the simulator's prediction of
 the same workload beside each; one table with ratios, Locust's CSV/HTML and a PNG in `--out`.
 
-    python -m loadtests.bench                                   # article scenario, sim app, seed000 preset
+    python -m loadtests.bench                                   # article scenario, sim app, card12gb-27b preset
     python -m loadtests.bench --shape ramp --time-scale 0.1     # step ramp (users vs short TTFT p99)
     python -m loadtests.bench --config my-config.yaml           # another deploy config, started here
     python -m loadtests.bench --url http://serve.example:8000   # a running deployment: one run, as deployed
@@ -48,9 +48,9 @@ SHAPES = {
 }
 """name -> (shape file, its stages, chat users fixed)."""
 
-# The article's workload (seed 000): its document lengths, one document per session, sent 1 s apart (the
+# The article's workload (the article): its document lengths, one document per session, sent 1 s apart (the
 # order matters to the engine), 30-token questions from a chat session every 7.3 s (one question a
-# session, as `seed000-4sessions` models them).
+# session, as `doc-4sessions` models them).
 SHAPE_DEFAULTS: dict[str, dict[str, Any]] = {
     "article": dict(
         doc_tokens="130000,100000,93098,70689",
@@ -81,7 +81,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     ap.add_argument("--config", type=Path, default=REPO / "config.yaml", help="Deploy config to start here.")
     ap.add_argument("--url", default="", help="Target a running deployment instead (no policy switching).")
     ap.add_argument("--label", default="as deployed", help="With --url: the run's label.")
-    ap.add_argument("--preset", default="seed000-12gb-27b", help=f"Sim preset, one of {sorted(PRESETS)}.")
+    ap.add_argument("--preset", default="card12gb-27b", help=f"Sim preset, one of {sorted(PRESETS)}.")
     ap.add_argument(
         "--time-scale",
         type=float,

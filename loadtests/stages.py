@@ -30,7 +30,7 @@ def stage_index(stages: Sequence[Stage], t_s: float) -> int | None:
 
 
 def article_stages(s: LoadSettings) -> list[Stage]:
-    """Seed 000's story: one session (a document, then questions beside it in a chat session); then four
+    """The article's story: one session (a document, then questions beside it in a chat session); then four
     sessions (three new documents beside the chat session). The chat user is fixed at one
     (`chat_users_fixed`); the first document user stays, idle, after its `--docs-per-user 1`."""
     return [

@@ -1,7 +1,7 @@
 """Skip-ahead admission: when a waiting request is rejected for KV capacity, may the scan go on?
 
 Upstream sglang stops the scan at the first capacity rejection, so a 30-token question queued
-behind a 70k-token document is never examined even with 68k tokens free (seed 000: 109.7 s).
+behind a 70k-token document is never examined even with 68k tokens free (the article: 109.7 s).
 Skipping ahead fixes that but gives up strict FCFS, so it is switchable, bounded, and guarded
 against starving the big request: once it has waited `max_skipped_passes` forward passes since it
 was first skipped it holds a reservation, and no later *long* request may overtake it. Short

@@ -38,12 +38,12 @@ class PolicyConfig(BaseSettings):
         256,
         ge=1,
         description="A request skipped for capacity in this many passes holds a reservation: no later long "
-        "request may overtake it, only short ones (anti-starvation; the seed's fork had none).",
+        "request may overtake it, only short ones (anti-starvation; the article's patch had none).",
     )
     fair_share: bool = Field(
         True,
         description="Share each pass max-min fairly among the requests that can run in it, none above F when "
-        "contended (the seed's min(F, budget / n)). Off = first come takes the budget (upstream).",
+        "contended (the article's min(F, budget / n)). Off = first come takes the budget (upstream).",
     )
     full_budget_when_alone: bool = Field(
         True, description="A request that prefills alone, with nobody contending, gets the whole pass budget."
@@ -126,7 +126,7 @@ class PolicyConfig(BaseSettings):
 
     @property
     def prefill_concurrency(self) -> int:
-        """N in the seed's rule: twice the concurrency limit."""
+        """N in the article's rule: twice the concurrency limit."""
         return self.max_running_requests * 2
 
     @property
@@ -159,7 +159,7 @@ class PolicyConfig(BaseSettings):
         return classify(uncached_prompt_tokens, self.short_request_tokens) is TrafficClass.SHORT
 
     def describe_cap(self) -> str:
-        """The start-up line, in the seed's wording."""
+        """The start-up line, in the article's wording."""
         if self.per_request_cap_tokens is not None:
             return f"Prefill cap set explicitly: long_prefill_token_threshold={self.cap_tokens}"
         return f"Prefill concurrency N={self.prefill_concurrency}: long_prefill_token_threshold={self.cap_tokens}"

@@ -11,7 +11,7 @@ logger = logging.getLogger("fairshare.scheduler")
 
 
 def rejection_line(r: Rejection) -> str:
-    """The seed's form: ``res=NO_TOKEN need=70945 rem_total=68534 rem_chunk=6144 chunked=2/8 can_run=2``."""
+    """The article's form: ``res=NO_TOKEN need=70945 rem_total=68534 rem_chunk=6144 chunked=2/8 can_run=2``."""
     return (
         f"res=NO_TOKEN need={r.need_tokens} rem_total={r.rem_total_tokens} rem_chunk={r.rem_chunk_tokens} "
         f"chunked={r.num_cut}/{r.max_cut} can_run={r.num_can_run} {'skip' if r.skipped else 'stop'} rid={r.rid}"

@@ -1,6 +1,6 @@
 """Fair-share chunking: how many prefill tokens each request gets in a pass.
 
-The seed's rule is ``cap = min(F, budget / (n_prefilling + n_waiting))``. We apply it as a
+The article's rule is ``cap = min(F, budget / (n_prefilling + n_waiting))``. We apply it as a
 max-min (water-filling) share among the requests that can actually run this pass: a short
 request takes what it needs (it is never cut for F) and the long ones share the rest, each capped
 at F when the pass is contended. Alone, a request may take the whole pass budget. Budget the caps
@@ -27,7 +27,7 @@ def per_request_cap(cfg: PolicyConfig, pass_budget: int, num_sharing: int) -> in
         return pass_budget
     if num_sharing <= 1 and cfg.full_budget_when_alone:
         return pass_budget
-    # The budget / n part of the seed's rule is the water fill's job.
+    # The budget / n part of the article's rule is the water fill's job.
     return min(cfg.cap_tokens, pass_budget)
 
 

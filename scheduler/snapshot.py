@@ -36,7 +36,7 @@ class QueueSnapshot:
     num_short_decoding: int = 0
     """Of those, streams of short requests (interactive chats whose inter-token latency matters)."""
     max_cut_requests: int = 1
-    """How many requests may be half-prefilled after this pass (sglang: one; the seed's fork: eight)."""
+    """How many requests may be half-prefilled after this pass (sglang: one; the article's patch: eight)."""
     granule_tokens: int = 1
     """Chunk sizes are multiples of this (page size, shard granule)."""
     pass_index: int | None = None
@@ -57,7 +57,7 @@ class Grant:
 
 @dataclass(frozen=True, slots=True)
 class Rejection:
-    """One capacity rejection, with the figures of the seed's diagnostic line."""
+    """One capacity rejection, with the figures of the article's diagnostic line."""
 
     rid: str
     need_tokens: int

@@ -62,12 +62,12 @@ class SimSettings(_Strict):
     preset: str = Field(
         "h100-8b",
         description="Calibrated engine preset (`scheduler.sim.presets`): pass costs, KV pool and limits. `h100-8b` "
-        "is a current GPU; `seed000-12gb-27b` the source article's 12 GB card (`config.seed000.yaml`).",
+        "is a current GPU; `card12gb-27b` the source article's 12 GB card (`config.card12gb.yaml`).",
     )
-    rules: Literal["fairshare", "seed000", "baseline"] = Field(
+    rules: Literal["fairshare", "article-patch", "baseline"] = Field(
         "fairshare",
-        description="Rule set the simulated engine starts with: our policy (`fairshare`), the seed's fork "
-        "(`seed000`) or upstream sglang (`baseline`). `Engine.user_config.policy` overrides its fields live.",
+        description="Rule set the simulated engine starts with: our policy (`fairshare`), the article's patch "
+        "(`article-patch`) or upstream sglang (`baseline`). `Engine.user_config.policy` overrides its fields live.",
     )
     chars_per_token: float = Field(4.0, gt=0, description="Approximate tokenizer: characters per token.")
     natural_output_tokens: int = Field(

@@ -12,7 +12,7 @@ def test_empty_queue_admits_nothing():
 
 
 def test_big_request_rejected_for_capacity_no_longer_blocks_a_small_one():
-    # The seed's line: need=70945 rem_total=68534; the 30-token question behind it must be examined.
+    # The article's line: need=70945 rem_total=68534; the 30-token question behind it must be examined.
     waiting = [cand("doc", 70_689, 70_945), cand("q", 30, 286)]
     plan = PassPlanner().plan(snap(waiting, free_kv=68_534))
     assert plan.admitted_rids == ["q"]

@@ -9,7 +9,7 @@ def test_reproduce_json_rows(capsys):
     assert main(["reproduce", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]
     assert {"case", "metric", "article", "sim", "ok"} <= set(rows[0])
-    assert any(r["case"] == "seed000 F=409" and r["metric"] == "short TTFT s" for r in rows)
+    assert any(r["case"] == "patch F=409" and r["metric"] == "short TTFT s" for r in rows)
 
 
 def test_compare_prints_ratios_and_writes_a_plot(capsys, tmp_path):
@@ -19,7 +19,7 @@ def test_compare_prints_ratios_and_writes_a_plot(capsys, tmp_path):
             [
                 "compare",
                 "--scenario",
-                "seed000-4sessions",
+                "doc-4sessions",
                 "--policy",
                 "baseline",
                 "--policy",
@@ -39,14 +39,14 @@ def test_compare_prints_ratios_and_writes_a_plot(capsys, tmp_path):
 
 def test_compare_rejects_an_unknown_policy_with_a_clear_message(capsys):
     with pytest.raises(SystemExit) as exc:
-        main(["compare", "--scenario", "seed004", "--policy", "nope"])
+        main(["compare", "--scenario", "chunk-steps", "--policy", "nope"])
     assert exc.value.code == 2
     assert "unknown policy 'nope'" in capsys.readouterr().err
 
 
 def test_compare_rejects_a_bad_policy_option(capsys):
     with pytest.raises(SystemExit):
-        main(["compare", "--scenario", "seed004", "--policy", "fairshare:lookahead=-3"])
+        main(["compare", "--scenario", "chunk-steps", "--policy", "fairshare:lookahead=-3"])
     assert "lookahead" in capsys.readouterr().err
 
 

@@ -5,7 +5,7 @@ from factories import cand, cfg, snap
 
 from scheduler.planner import PassPlanner
 from scheduler.sim.experiments import added_waits, run_spec
-from scheduler.sim.presets import H100_8B, SEED000
+from scheduler.sim.presets import CARD12GB, H100_8B
 from scheduler.sim.workload import Group, Workload, scenario
 from scheduler.traffic import TrafficClass
 
@@ -97,9 +97,9 @@ def test_with_mixed_chunk_off_short_streams_decode_between_prefill_passes():
 
 
 def test_documents_add_about_a_pass_to_a_short_requests_wait_in_a_kv_oversubscribed_burst():
-    unit = SEED000.interactive_pass_s()
-    workload = scenario("kv-burst", SEED000)
-    _, ours = added_waits(workload, "fairshare", SEED000)
-    _, upstream = added_waits(workload, "baseline", SEED000)
+    unit = CARD12GB.interactive_pass_s()
+    workload = scenario("kv-burst", CARD12GB)
+    _, ours = added_waits(workload, "fairshare", CARD12GB)
+    _, upstream = added_waits(workload, "baseline", CARD12GB)
     assert max(ours) <= 3 * unit
     assert max(upstream) > 100 * unit  # upstream: chats queued behind whole bursts

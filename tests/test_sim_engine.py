@@ -4,7 +4,7 @@ import pytest
 
 from scheduler.sim.engine import SimEngine
 from scheduler.sim.experiments import run_spec
-from scheduler.sim.presets import H100_8B, SEED000
+from scheduler.sim.presets import CARD12GB, H100_8B
 from scheduler.sim.request import Phase, SimRequest
 from scheduler.sim.rules import make_scheduler
 from scheduler.sim.runner import run
@@ -12,7 +12,7 @@ from scheduler.sim.workload import load_workload, mixed_poisson
 from scheduler.traffic import TrafficClass
 
 
-@pytest.mark.parametrize("policy", ["baseline", "seed000", "seed000-before", "vllm", "fairshare"])
+@pytest.mark.parametrize("policy", ["baseline", "article-patch", "article-prepatch", "vllm", "fairshare"])
 def test_every_request_finishes_with_all_its_tokens_and_no_kv_leaks(policy):
     wl = mixed_poisson(chat_rate_per_s=2.0, doc_rate_per_s=0.05, duration_s=60, seed=3)
     result = run_spec(wl, policy, H100_8B)
@@ -27,14 +27,14 @@ def test_every_request_finishes_with_all_its_tokens_and_no_kv_leaks(policy):
 
 def test_runs_are_deterministic():
     wl = mixed_poisson(duration_s=60, seed=11)
-    a, b = (run_spec(wl, "fairshare", SEED000) for _ in range(2))
+    a, b = (run_spec(wl, "fairshare", CARD12GB) for _ in range(2))
     assert [(r.rid, r.first_token_s, r.finish_s) for r in a.requests] == [
         (r.rid, r.first_token_s, r.finish_s) for r in b.requests
     ]
 
 
 def test_abort_frees_queue_slot_and_kv():
-    engine = SimEngine(SEED000.cost, make_scheduler("fairshare", SEED000))
+    engine = SimEngine(CARD12GB.cost, make_scheduler("fairshare", CARD12GB))
     engine.add(SimRequest("doc", 100_000, 16, 0.0, TrafficClass.LONG))
     engine.add(SimRequest("q", 30, 16, 0.0))
     engine.step(0.0)
@@ -45,7 +45,7 @@ def test_abort_frees_queue_slot_and_kv():
 
 
 def test_a_request_larger_than_the_kv_pool_is_refused_clearly():
-    engine = SimEngine(SEED000.cost, make_scheduler("fairshare", SEED000))
+    engine = SimEngine(CARD12GB.cost, make_scheduler("fairshare", CARD12GB))
     with pytest.raises(ValueError, match="needs 300016 KV tokens, the pool holds 262144"):
         engine.add(SimRequest("huge", 300_000, 16, 0.0))
 
@@ -58,7 +58,7 @@ groups:
   - {name: doc, traffic_class: long, count: 1, prompt_tokens: 60000, output_tokens: 8, arrival_s: 1.0}
 """)
     stalled = {
-        p: sum(r.decode_passes_stalled for r in run_spec(wl, p, SEED000).requests) for p in ("baseline", "fairshare")
+        p: sum(r.decode_passes_stalled for r in run_spec(wl, p, CARD12GB).requests) for p in ("baseline", "fairshare")
     }
     assert stalled["baseline"] > 0 and stalled["fairshare"] == 0
 
@@ -87,7 +87,7 @@ groups:
     assert [r.session for r in docs] == ["s0", "s1", "s2"]
     assert all(1000 <= r.prompt_tokens <= 2000 and r.traffic_class is TrafficClass.LONG for r in docs)
     assert len(reqs) == 8 and reqs == sorted(reqs, key=lambda r: r.arrival_s)
-    result = run(reqs, SEED000, make_scheduler("fairshare", SEED000))
+    result = run(reqs, CARD12GB, make_scheduler("fairshare", CARD12GB))
     assert all(r.phase is Phase.FINISHED for r in result.requests)
 
 
@@ -107,9 +107,9 @@ groups:
   - {name: chat, count: 2, prompt_tokens: 100, output_tokens: 50}
   - {name: doc, traffic_class: long, count: 1, prompt_tokens: 20000, output_tokens: 4, arrival_s: 0.5}
 """)
-    kinds = [s.kind.value for s in run_spec(wl, "baseline:decode_steps_per_prefill=2", SEED000).steps]
+    kinds = [s.kind.value for s in run_spec(wl, "baseline:decode_steps_per_prefill=2", CARD12GB).steps]
     first_doc_pass = kinds.index("prefill", 1)
     # Each prefill pass of the document is followed by two decode-only passes of the chats.
     assert kinds[first_doc_pass : first_doc_pass + 6] == ["prefill", "decode", "decode"] * 2
-    plain = [s.kind.value for s in run_spec(wl, "baseline", SEED000).steps]
+    plain = [s.kind.value for s in run_spec(wl, "baseline", CARD12GB).steps]
     assert plain[first_doc_pass : first_doc_pass + 3] == ["prefill"] * 3

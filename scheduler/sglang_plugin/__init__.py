@@ -1,4 +1,4 @@
-"""The policy core inside sglang 0.5.23's own scheduler, as a general plugin (no fork).
+"""The policy core inside sglang 0.5.23's own scheduler, as a general plugin (sglang itself unmodified).
 
 Module map: `loading` (entry point, version guard, Ray worker hook), `env` (the plugin's switches),
 `hooks` (targets and hook functions), `attach` (the policy attached to one scheduler: config from its

@@ -2,7 +2,7 @@
 
 The config is `PolicyConfig` from the ``FAIRSHARE_*`` environment, the simulator's variables, with the
 engine's own values where the environment is silent: ``max_running_requests`` (so F follows sglang's
-concurrency limit, the seed's rule) and ``chunk_budget_tokens`` (sglang's ``chunked_prefill_size``).
+concurrency limit, the article's rule) and ``chunk_budget_tokens`` (sglang's ``chunked_prefill_size``).
 Mixed decode and the decode interval are always what sglang resolved: their ``FAIRSHARE_*`` switches were
 written onto sglang's server arguments at launch (`server_args`), and the policy follows sglang's outcome
 (a warning says when sglang overrode the switch).
@@ -237,7 +237,7 @@ class SchedulerPolicy:
 
 
 def attach_policy(sched: Any, missing_targets: list[str] | tuple[str, ...] = ()) -> SchedulerPolicy:
-    """Create the scheduler's policy and log it (F first, in the seed's wording); called once, at the end
+    """Create the scheduler's policy and log it (F first, in the article's wording); called once, at the end
     of `Scheduler.__init__`."""
     if logging.getLogger("fairshare").level == logging.NOTSET:
         # sglang.Engine defaults to log_level=error; the start-up line and opted-in diagnostics still show.
@@ -268,7 +268,7 @@ def policy_of(sched: Any) -> SchedulerPolicy | None:
 
 
 def log_startup(cfg: PolicyConfig, sched: Any) -> None:
-    """The rest of the start-up log; `PassPlanner` itself logs F in the seed's wording
+    """The rest of the start-up log; `PassPlanner` itself logs F in the article's wording
     (``Prefill concurrency N=20: long_prefill_token_threshold=409``)."""
     explicit = explicit_policy_fields()
     source = {
@@ -325,7 +325,7 @@ def log_startup(cfg: PolicyConfig, sched: Any) -> None:
     if cfg.fair_share and cfg.cap_tokens < max(granule, SMALL_CAP_TOKENS):
         logger.warning(
             "fairshare: F=%d tokens (granule %d): contended passes prefill each request in slivers. "
-            "F = chunk budget / (2 * max_running_requests); give sglang --max-running-requests (the seed ran "
+            "F = chunk budget / (2 * max_running_requests); give sglang --max-running-requests (the article ran "
             "10: F=409) or set FAIRSHARE_PER_REQUEST_CAP_TOKENS",
             cfg.cap_tokens,
             granule,

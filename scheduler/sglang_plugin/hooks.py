@@ -1,7 +1,7 @@
 """The hook targets in sglang 0.5.23 and the hook functions; each hook is thin and delegates.
 
 - ``Scheduler.__init__`` (AFTER): attach the policy (config from the scheduler's own values, one planner
-  across passes) and log F in the seed's wording; check that every target was patched, else stay inert.
+  across passes) and log F in the article's wording; check that every target was patched, else stay inert.
 - ``Scheduler.get_prefill_adder_class`` (AROUND): the intended extension point; wraps the adder class so
   it applies the pass plan.
 - ``Scheduler._get_new_batch_prefill_raw`` (AROUND): the pass boundary; after upstream's scan, clean up

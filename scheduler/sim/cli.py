@@ -1,4 +1,4 @@
-"""`python -m scheduler.sim` (also `fairshare-sim`): reproduce the seed tables, compare policies,
+"""`python -m scheduler.sim` (also `fairshare-sim`): reproduce the source articles' tables, compare policies,
 sweep the pass-size frontier, refit the calibrated preset."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from scheduler.sim.presets import PRESETS, SEED000
+from scheduler.sim.presets import CARD12GB, PRESETS
 from scheduler.sim.workload import OVERLOAD_SCENARIOS, SCENARIOS, load_workload, scenario
 
 console = Console()
@@ -99,9 +99,9 @@ def cmd_frontier(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from scheduler.sim.calibration import fit_seed000
+    from scheduler.sim.calibration import fit_card12gb
 
-    fit = fit_seed000()
+    fit = fit_card12gb()
     print(fit.model_dump_json(indent=2))
     return 0
 
@@ -109,7 +109,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fairshare-sim", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    rep = sub.add_parser("reproduce", help="each seed figure next to the simulator's")
+    rep = sub.add_parser("reproduce", help="each source-article figure next to the simulator's")
     rep.add_argument("--json", action="store_true")
     rep.set_defaults(func=cmd_reproduce)
 
@@ -127,18 +127,18 @@ def build_parser() -> argparse.ArgumentParser:
         required=True,
         help="rule set, optionally with overrides: fairshare:interactive_pass_tokens=256 (repeat)",
     )
-    cmp_.add_argument("--preset", choices=sorted(PRESETS), default=SEED000.name)
+    cmp_.add_argument("--preset", choices=sorted(PRESETS), default=CARD12GB.name)
     cmp_.add_argument("--json", action="store_true")
     cmp_.add_argument("--plot", type=Path, help="write TTFT/ITL distributions to this PNG")
     cmp_.set_defaults(func=cmd_compare)
 
     fr = sub.add_parser("frontier", help="sweep pass size: lone-document speed vs question TTFT")
-    fr.add_argument("--preset", choices=sorted(PRESETS), default=SEED000.name)
+    fr.add_argument("--preset", choices=sorted(PRESETS), default=CARD12GB.name)
     fr.add_argument("--json", action="store_true")
     fr.add_argument("--plot", type=Path)
     fr.set_defaults(func=cmd_frontier)
 
-    cal = sub.add_parser("calibrate", help="refit the seed000 preset to the seed's F sweep")
+    cal = sub.add_parser("calibrate", help="refit the card12gb-27b preset to the article's F sweep")
     cal.set_defaults(func=cmd_calibrate)
     return parser
 

@@ -8,7 +8,7 @@
 
 With ``overlap_p = 1`` this is the plain sum "fixed cost + token work". A larger p says the
 per-pass fixed work (scheduling, launches, all-reduce latency) partly overlaps with compute, as it
-does under sglang's overlap scheduler; the seed 000 fit prefers p near 2 (see `calibration`).
+does under sglang's overlap scheduler; the article's fit prefers p near 2 (see `calibration`).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from scheduler.sim.metrics import long_prefill_windows
 from scheduler.sim.presets import Preset
 from scheduler.sim.rules import make_scheduler
 from scheduler.sim.runner import RunResult, run
-from scheduler.sim.workload import Workload, seed000_4sessions, seed000_single
+from scheduler.sim.workload import Workload, doc_4sessions, doc_question
 from scheduler.traffic import TrafficClass
 
 UNCHUNKED = "baseline:chunk_budget_tokens=1000000000"
@@ -35,18 +35,18 @@ def short_ttfts(result: RunResult) -> list[float]:
 
 
 def single_session(spec: str, preset: Preset) -> tuple[float, float]:
-    """Seed 000's single-session case: (mean short TTFT over arrival moments, mean long tok/s)."""
+    """The article's single-session case: (mean short TTFT over arrival moments, mean long tok/s)."""
     ttfts, tputs = [], []
     for t in QUESTION_TIMES_S:
-        result = run_spec(seed000_single(question_at_s=t), spec, preset)
+        result = run_spec(doc_question(question_at_s=t), spec, preset)
         ttfts += short_ttfts(result)
         tputs.append(long_tok_per_s(result))
     return statistics.fmean(ttfts), statistics.fmean(tputs)
 
 
 def four_sessions_first_question_ttft(spec: str, preset: Preset) -> float:
-    """The seed measured one question; ours is the session's first, asked while the third document is blocked."""
-    return short_ttfts(run_spec(seed000_4sessions(), spec, preset))[0]
+    """The article measured one question; ours is the session's first, asked while the third document is blocked."""
+    return short_ttfts(run_spec(doc_4sessions(), spec, preset))[0]
 
 
 def added_waits(workload: Workload, spec: str, preset: Preset) -> tuple[RunResult, list[float]]:

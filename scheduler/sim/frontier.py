@@ -1,10 +1,10 @@
 """The pass-size trade-off as a frontier: lone-document speed against a short arrival's wait.
 
 A pass in flight cannot be interrupted, so the pass size a lone document runs at sets both its
-prefill speed and how long a question arriving mid-prefill waits. The fork's knob is F; ours is
+prefill speed and how long a question arriving mid-prefill waits. The article's patch has the knob F; ours is
 the quiet pass size (`quiet_pass_tokens`, the interactive pass staying at its default). Each
-point: lone throughput as a fraction of unchunked prefill (`seed000-lone`), and the question's
-mean TTFT in `seed000-single`, next to the cost model's floor for that pass size: a question arriving at
+point: lone throughput as a fraction of unchunked prefill (`doc-lone`), and the question's
+mean TTFT in `doc-question`, next to the cost model's floor for that pass size: a question arriving at
 a random moment waits on average half the pass in flight, then runs in one near-empty pass of its own
 (`floor_s`); no policy with passes of that size can do better on average.
 """
@@ -21,9 +21,9 @@ from scheduler.config import default_interactive_pass_tokens
 from scheduler.sim.cost_model import chunk_ctx_pairs
 from scheduler.sim.experiments import QUESTION_TIMES_S, UNCHUNKED, long_tok_per_s, run_spec, single_session
 from scheduler.sim.presets import Preset
-from scheduler.sim.workload import QUESTION_TOKENS, seed000_lone
+from scheduler.sim.workload import QUESTION_TOKENS, doc_lone
 
-FORK_CAPS = [4096, 2048, 1024, 768, 512, 409, 300]
+PATCH_CAPS = [4096, 2048, 1024, 768, 512, 409, 300]
 OUR_QUIET_PASSES = [8192, 4096, 3072, 2048, 1536, 1024, 768, 512, 409, 300]
 
 
@@ -69,7 +69,7 @@ class Frontier(BaseModel):
 
 def _point(policy: str, knob: int, spec: str, preset: Preset, unchunked: float) -> Point:
     ttft, single = single_session(spec, preset)
-    lone = long_tok_per_s(run_spec(seed000_lone(), spec, preset))
+    lone = long_tok_per_s(run_spec(doc_lone(), spec, preset))
     return Point(
         policy=policy,
         knob=knob,
@@ -81,8 +81,8 @@ def _point(policy: str, knob: int, spec: str, preset: Preset, unchunked: float) 
 
 
 def sweep(preset: Preset) -> Frontier:
-    unchunked = long_tok_per_s(run_spec(seed000_lone(), UNCHUNKED, preset))
-    knobs = [("seed000", f, f"seed000:per_request_cap_tokens={f}") for f in FORK_CAPS]
+    unchunked = long_tok_per_s(run_spec(doc_lone(), UNCHUNKED, preset))
+    knobs = [("article-patch", f, f"article-patch:per_request_cap_tokens={f}") for f in PATCH_CAPS]
     knobs += [
         (
             "fairshare",
@@ -103,13 +103,13 @@ def plot(frontier: Frontier, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for policy, marker in (("seed000", "s"), ("fairshare", "o")):
+    for policy, marker in (("article-patch", "s"), ("fairshare", "o")):
         pts = frontier.curve(policy)
         ax.plot(
             [100 * p.lone_fraction for p in pts],
             [p.short_ttft_s for p in pts],
             marker=marker,
-            label=f"{policy} (knob: {'F' if policy == 'seed000' else 'quiet pass tokens'})",
+            label=f"{policy} (knob: {'F' if policy == 'article-patch' else 'quiet pass tokens'})",
         )
         for p in pts:
             ax.annotate(

@@ -1,6 +1,6 @@
 """Calibrated engine presets: a cost model plus the engine limits the rule sets use.
 
-`seed000-12gb-27b` is fitted to seed 000's F sweep (see `calibration.py`, `python -m scheduler.sim
+`card12gb-27b` is fitted to the article's F sweep (see `calibration.py`, `python -m scheduler.sim
 calibrate`); `h100-8b` is an assumed H100-class preset, not fitted to any measurement.
 """
 
@@ -16,7 +16,9 @@ class Preset(BaseModel):
 
     name: str
     cost: CostModel
-    chunk_budget_tokens: int = Field(description="Prefill tokens per pass of the patched engines (seed fork: 8192).")
+    chunk_budget_tokens: int = Field(
+        description="Prefill tokens per pass of the patched engines (article patch: 8192)."
+    )
     baseline_chunk_tokens: int = Field(description="Upstream sglang's chunked_prefill_size on this card.")
     max_running_requests: int
     vllm_budget_tokens: int = 2048
@@ -55,37 +57,37 @@ DECODE_STEP_CTX_TOKENS = 256
 # The attention share is an assumption (the F sweep cannot separate it from the linear rate, since
 # the total attention work of a document does not depend on the chunk size): a hybrid 27B model
 # whose attention costs a tenth of its linear layers at the mean context of the 130k document.
-SEED000_ATTN_SHARE_AT_MEAN_CTX = 0.10
-SEED000_DOC_TOKENS = 130_000
+CARD12GB_ATTN_SHARE_AT_MEAN_CTX = 0.10
+ARTICLE_DOC_TOKENS = 130_000
 
-# Fitted by `calibration.fit_seed000()` (`python -m scheduler.sim calibrate` prints the fit again).
-SEED000_FIXED_S = 0.25609
-SEED000_PREFILL_TOK_PER_S = 1409.73
-SEED000_OVERLAP_P = 2.0689
+# Fitted by `calibration.fit_card12gb()` (`python -m scheduler.sim calibrate` prints the fit again).
+CARD12GB_FIXED_S = 0.25609
+CARD12GB_PREFILL_TOK_PER_S = 1409.73
+CARD12GB_OVERLAP_P = 2.0689
 
 
-def _seed000_cost(fixed_s: float, rate: float, overlap_p: float) -> CostModel:
-    mean_ctx = SEED000_DOC_TOKENS / 2
+def _card12gb_cost(fixed_s: float, rate: float, overlap_p: float) -> CostModel:
+    mean_ctx = ARTICLE_DOC_TOKENS / 2
     return CostModel(
-        name="seed000-12gb-27b",
+        name="card12gb-27b",
         fixed_s=fixed_s,
         prefill_tok_per_s=rate,
         decode_row_s=1.0 / rate,
-        attn_s_per_token_ctx=SEED000_ATTN_SHARE_AT_MEAN_CTX / (rate * mean_ctx),
+        attn_s_per_token_ctx=CARD12GB_ATTN_SHARE_AT_MEAN_CTX / (rate * mean_ctx),
         overlap_p=overlap_p,
         kv_pool_tokens=262_144,
-        notes="12 GB card, 27B dense hybrid, INT2 KV (seed 000). KV pool size is an assumption consistent "
-        "with the seed's diagnostic line.",
+        notes="12 GB card, 27B dense hybrid, INT2 KV (the article). KV pool size is an assumption consistent "
+        "with the article's diagnostic line.",
     )
 
 
-SEED000 = Preset(
-    name="seed000-12gb-27b",
-    cost=_seed000_cost(SEED000_FIXED_S, SEED000_PREFILL_TOK_PER_S, SEED000_OVERLAP_P),
+CARD12GB = Preset(
+    name="card12gb-27b",
+    cost=_card12gb_cost(CARD12GB_FIXED_S, CARD12GB_PREFILL_TOK_PER_S, CARD12GB_OVERLAP_P),
     chunk_budget_tokens=8192,
     baseline_chunk_tokens=4096,
     max_running_requests=10,
-    description="Seed 000's card, fitted to its F sweep.",
+    description="The article's card, fitted to its F sweep.",
 )
 
 H100_8B = Preset(
@@ -109,22 +111,22 @@ H100_8B = Preset(
     description="Generic H100-class preset for an 8B model; assumptions written in the code.",
 )
 
-SEED004 = Preset(
-    name="seed004-24gb",
+CARD24GB = Preset(
+    name="card24gb-steps",
     cost=CostModel(
-        name="seed004-24gb",
+        name="card24gb-steps",
         fixed_s=0.01,
         prefill_tok_per_s=10_000.0,
         decode_row_s=1e-4,
         attn_s_per_token_ctx=0.0,
         kv_pool_tokens=10**9,
-        notes="Seed 004 counts steps only; KV is unbounded there.",
+        notes="The step-comparison article counts steps only; KV is unbounded there.",
     ),
     chunk_budget_tokens=4096,
     baseline_chunk_tokens=4096,
     max_running_requests=256,
     vllm_budget_tokens=2048,
-    description="Seed 004's 24 GB card: sglang chunk 4096, vLLM budget 2048, unbounded KV, step clock.",
+    description="Step-comparison article's 24 GB card: sglang chunk 4096, vLLM budget 2048, unbounded KV, step clock.",
 )
 
-PRESETS: dict[str, Preset] = {p.name: p for p in (SEED000, H100_8B, SEED004)}
+PRESETS: dict[str, Preset] = {p.name: p for p in (CARD12GB, H100_8B, CARD24GB)}

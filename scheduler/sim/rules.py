@@ -17,14 +17,14 @@ from scheduler.sim.presets import Preset
 from scheduler.sim.schedulers import PolicyScheduler, VllmScheduler
 
 NO_STARVATION_GUARD = 10**9
-SEED000_BEFORE_CAP_TOKENS = 4096
+PREPATCH_CAP_TOKENS = 4096
 
 
 class RuleSet(StrEnum):
     BASELINE = "baseline"  # sglang 0.5.23 upstream
-    SEED000 = "seed000"  # the seed article's fork
-    SEED000_BEFORE = "seed000-before"  # that fork before its fixes: F fixed at 4096, no skip-ahead
-    VLLM = "vllm"  # vLLM V1 as seed 004 reads it
+    ARTICLE_PATCH = "article-patch"  # the article's patched sglang
+    ARTICLE_PREPATCH = "article-prepatch"  # that patch before its fixes: F fixed at 4096, no skip-ahead
+    VLLM = "vllm"  # vLLM V1 as the step-comparison article reads it
     FAIRSHARE = "fairshare"  # our policy core, best settings
 
 
@@ -42,9 +42,9 @@ def policy_for(rules: RuleSet, preset: Preset, **overrides: Any) -> tuple[Policy
             max_skipped_passes=NO_STARVATION_GUARD,
         )
         max_cut = 1
-    elif rules in (RuleSet.SEED000, RuleSet.SEED000_BEFORE):
+    elif rules in (RuleSet.ARTICLE_PATCH, RuleSet.ARTICLE_PREPATCH):
         base = dict(
-            skip_ahead=rules is RuleSet.SEED000,
+            skip_ahead=rules is RuleSet.ARTICLE_PATCH,
             lookahead=16,
             max_skipped_passes=NO_STARVATION_GUARD,
             fair_share=True,
@@ -55,9 +55,9 @@ def policy_for(rules: RuleSet, preset: Preset, **overrides: Any) -> tuple[Policy
             short_decode_interleave=False,
             chunk_budget_tokens=preset.chunk_budget_tokens,
         )
-        if rules is RuleSet.SEED000_BEFORE:
-            # The fork's log before the fix shows passes of "4096 + 30": a 4096 cap per request.
-            base["per_request_cap_tokens"] = SEED000_BEFORE_CAP_TOKENS
+        if rules is RuleSet.ARTICLE_PREPATCH:
+            # The patched engine's log before the fix shows passes of "4096 + 30": a 4096 cap per request.
+            base["per_request_cap_tokens"] = PREPATCH_CAP_TOKENS
         max_cut = 8
     elif rules is RuleSet.FAIRSHARE:
         base = dict(

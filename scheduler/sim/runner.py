@@ -43,7 +43,8 @@ def run(
     after_step: Callable[[SimEngine, StepResult], None] | None = None,
 ) -> RunResult:
     """Simulate until every request finishes. With `step_clock`, each pass lasts one time unit and
-    arrival times are pass indices (seed 004's model); otherwise passes last what the cost model says.
+    arrival times are pass indices (the step-comparison article's model); otherwise passes last what the cost
+    model says.
     `before_step` / `after_step` observe the engine around each pass (invariant checks)."""
     reqs = [copy.deepcopy(r) for r in sorted(requests, key=lambda r: r.arrival_s)]
     engine = SimEngine(preset.cost, scheduler)

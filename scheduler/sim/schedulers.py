@@ -1,7 +1,7 @@
-"""Step schedulers: sglang's rules driven by our policy core, and vLLM V1's rules (seed 004).
+"""Step schedulers: sglang's rules driven by our policy core, and vLLM V1's rules (the step-comparison article).
 
 The sglang-like scheduler holds no policy of its own: every admission and chunk decision is
-`PassPlanner.plan`, the code the sglang plugin runs. Upstream sglang, the seed's fork and our
+`PassPlanner.plan`, the code the sglang plugin runs. Upstream sglang, the article's patch and our
 policy differ only in their `PolicyConfig` and in how many half-prefilled requests the engine
 allows (see `rules`).
 """
@@ -90,7 +90,7 @@ class PolicyScheduler:
 
 
 class VllmScheduler:
-    """vLLM V1's `schedule()` as seed 004 reads it: running requests first (a decode takes one token,
+    """vLLM V1's `schedule()` as the step-comparison article reads it: running requests first (a decode takes one token,
     a prefill the rest of the budget), then waiting ones, all from one token budget per step."""
 
     def __init__(

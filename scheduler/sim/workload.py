@@ -141,21 +141,21 @@ def _questions(count: int, arrival_s: float, interval_s: float | None = None, se
     )
 
 
-def seed000_single(question_at_s: float = 40.0) -> Workload:
-    """Seed 000: a cold 130k-token document; a 30-token question arrives during its prefill."""
-    return Workload(name="seed000-single", groups=[_docs("doc", 130_000), _questions(1, question_at_s)])
+def doc_question(question_at_s: float = 40.0) -> Workload:
+    """The article: a cold 130k-token document; a 30-token question arrives during its prefill."""
+    return Workload(name="doc-question", groups=[_docs("doc", 130_000), _questions(1, question_at_s)])
 
 
-def seed000_4sessions() -> Workload:
-    """Seed 000 with four sessions, consistent with its diagnostic line ``need=70945 rem_total=68534``:
+def doc_4sessions() -> Workload:
+    """The article with four sessions, consistent with its diagnostic line ``need=70945 rem_total=68534``:
     on a 262,144-token KV pool two documents (100,000 and 93,098 prompt tokens, 256 output tokens
     reserved each) leave 68,534 free, so the third (70,689 + 256 = 70,945) is rejected for capacity.
     The fourth session asks a 30-token question every 7.3 s from 100 s on, while the first two
     documents still prefill: under the pre-fix rules the first question then waits ~110 s for the
     third document to get memory (seed: 109.7 s). That arrival time is an assumption chosen for this
-    consistency; the seed does not state it."""
+    consistency; the article does not state it."""
     return Workload(
-        name="seed000-4sessions",
+        name="doc-4sessions",
         groups=[
             _docs("doc-a", 100_000, session="a"),
             _docs("doc-b", 93_098, session="b"),
@@ -165,21 +165,21 @@ def seed000_4sessions() -> Workload:
     )
 
 
-def seed000_4parallel() -> Workload:
+def doc_4parallel() -> Workload:
     """Four 60,000-token documents at once (as many as the KV pool holds), no short traffic:
     long prefill throughput in company."""
-    return Workload(name="seed000-4parallel", groups=[_docs("doc", 60_000, count=4, session="s{i}")])
+    return Workload(name="doc-4parallel", groups=[_docs("doc", 60_000, count=4, session="s{i}")])
 
 
-def seed000_lone() -> Workload:
+def doc_lone() -> Workload:
     """One 130k-token document and nothing else: lone prefill throughput."""
-    return Workload(name="seed000-lone", groups=[_docs("doc", 130_000)])
+    return Workload(name="doc-lone", groups=[_docs("doc", 130_000)])
 
 
-def seed004() -> Workload:
-    """Seed 004's step simulation; arrival times are step indices (the runner's step clock)."""
+def chunk_steps() -> Workload:
+    """The step-comparison article's step simulation; arrival times are step indices (the runner's step clock)."""
     return Workload(
-        name="seed004",
+        name="chunk-steps",
         groups=[
             Group(name="short", count=8, prompt_tokens=200, output_tokens=64),
             Group(
@@ -340,10 +340,10 @@ def scenario(name: str, preset: Preset) -> Workload:
 
 
 SCENARIOS: dict[str, Callable[[], Workload]] = {
-    "seed000-single": seed000_single,
-    "seed000-4sessions": seed000_4sessions,
-    "seed000-4parallel": seed000_4parallel,
-    "seed000-lone": seed000_lone,
-    "seed004": seed004,
+    "doc-question": doc_question,
+    "doc-4sessions": doc_4sessions,
+    "doc-4parallel": doc_4parallel,
+    "doc-lone": doc_lone,
+    "chunk-steps": chunk_steps,
     "mixed-poisson": mixed_poisson,
 }

@@ -11,7 +11,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_sim_config_is_labelled_with_its_preset_and_time_scale() -> None:
     args, _ = parse_args(["--config", str(REPO / "config.yaml"), "--time-scale", "0.5"])
-    assert engine_label(args) == "sim preset seed000-12gb-27b, time scale 0.5"
+    assert engine_label(args) == "sim preset card12gb-27b, time scale 0.5"
 
 
 def test_sglang_on_cpu_is_labelled_as_cpu_figures() -> None:

@@ -31,7 +31,7 @@ pytestmark = pytest.mark.serve
 @pytest.fixture(scope="module")
 def app():
     overrides = {
-        "sim": {"preset": "seed000-12gb-27b", "rules": "fairshare", "natural_output_tokens": 4096},
+        "sim": {"preset": "card12gb-27b", "rules": "fairshare", "natural_output_tokens": 4096},
         "engine_replicas": 2,  # a long lane and a chat lane, as the laptop config ships
         "time_scale": TIME_SCALE,
     }

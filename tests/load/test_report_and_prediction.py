@@ -20,7 +20,7 @@ from scheduler.sim.rules import RuleSet, policy_for
 from scheduler.sim.workload import Group, Workload
 from serve_app.config import policy_config
 
-SEED000 = PRESETS["seed000-12gb-27b"]
+CARD12GB = PRESETS["card12gb-27b"]
 
 
 def long_sample(sent: float, ttft: float, prompt: int, cached: int = 0) -> Sample:
@@ -59,17 +59,17 @@ def test_engine_time_divides_by_the_time_scale(scale: float, start: float) -> No
 
 def test_upstream_through_the_live_config_is_the_baseline_rule_set() -> None:
     """The overrides, applied the way the replica applies user_config.policy, give exactly `baseline`."""
-    ours, _ = policy_for(RuleSet.FAIRSHARE, SEED000)
-    base, _ = policy_for(RuleSet.BASELINE, SEED000)
-    live = policy_config(ours, upstream_policy_overrides(SEED000.name))
+    ours, _ = policy_for(RuleSet.FAIRSHARE, CARD12GB)
+    base, _ = policy_for(RuleSet.BASELINE, CARD12GB)
+    live = policy_config(ours, upstream_policy_overrides(CARD12GB.name))
     assert live == base
-    assert {"skip_ahead", "fair_share", "adaptive_pass"} <= set(upstream_policy_overrides(SEED000.name))
+    assert {"skip_ahead", "fair_share", "adaptive_pass"} <= set(upstream_policy_overrides(CARD12GB.name))
 
 
 def test_a_lone_document_is_predicted_as_the_simulator_runs_it() -> None:
     """One document user, nothing else: the closed-loop driver and scheduler.sim's runner agree."""
     s = LoadSettings(doc_tokens="60000", docs_per_user=1, doc_followups=0, doc_max_tokens=16, question_tokens="30")
-    (sample,) = predict(s, [Stage(1000, 1, 100, "doc")], SEED000, "fairshare", chat_users_fixed=0)
+    (sample,) = predict(s, [Stage(1000, 1, 100, "doc")], CARD12GB, "fairshare", chat_users_fixed=0)
     w = Workload(
         name="one",
         groups=[
@@ -79,7 +79,7 @@ def test_a_lone_document_is_predicted_as_the_simulator_runs_it() -> None:
             )
         ],
     )  # fmt: skip
-    (req,) = run_spec(w, "fairshare", SEED000).requests
+    (req,) = run_spec(w, "fairshare", CARD12GB).requests
     assert sample.traffic_class == "long" and sample.prompt_tokens > 60_000
     assert abs(sample.ttft_s - req.ttft_s) < 1e-9
     assert abs(sample.e2e_s - (req.finish_s - req.arrival_s)) < 1e-9
@@ -90,7 +90,7 @@ def test_a_lone_document_is_predicted_as_the_simulator_runs_it() -> None:
 def test_chat_users_are_closed_loop(users: int, think: float, turns: int) -> None:
     """A user's next question leaves a think time after its previous answer, never earlier."""
     s = LoadSettings(think_s=f"{think}", chat_turns=turns, chat_weight=1, doc_weight=0, question_tokens="30")
-    samples = predict(s, [Stage(120, users, 100, "chats")], SEED000, "fairshare")
+    samples = predict(s, [Stage(120, users, 100, "chats")], CARD12GB, "fairshare")
     assert samples and all(x.traffic_class == "short" for x in samples)
     sends = sorted(x.sent_at_s for x in samples)
     assert sends[0] >= think - 1e-9  # a person thinks before the first question

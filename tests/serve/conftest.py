@@ -1,6 +1,6 @@
-"""A local Ray + Serve running `config.seed000.yaml` (as `serve run` deploys it), with test-sized knobs.
+"""A local Ray + Serve running `config.card12gb.yaml` (as `serve run` deploys it), with test-sized knobs.
 
-The seed000 card (`config.yaml` with the article's preset) makes a pass ~0.26 s, so a clock scaled to
+The article's 12 GB card (`config.yaml` with the article's preset) makes a pass ~0.26 s, so a clock scaled to
 1/20 still leaves every stream many passes: a disconnect lands mid-stream, loads are visible.
 
 The app is deployed through the same path `serve run config.yaml` uses (`ServeDeploySchema` ->
@@ -22,7 +22,7 @@ import openai
 import pytest
 import yaml
 
-from benchmarks.serve_common import CONFIG_FILE, SEED000_MODEL, deployment, free_port
+from benchmarks.serve_common import CARD12GB_MODEL, CONFIG_FILE, deployment, free_port
 
 REPO = Path(__file__).resolve().parents[2]
 APP_NAME = "fairshare"
@@ -31,7 +31,7 @@ DEPLOY_TIMEOUT_S = 300
 
 
 def serve_test_config(port: int) -> dict[str, Any]:
-    """config.seed000.yaml with three engine replicas (one long, two chat) and a fast clock."""
+    """config.card12gb.yaml with three engine replicas (one long, two chat) and a fast clock."""
     cfg = yaml.safe_load((REPO / CONFIG_FILE).read_text())
     cfg["http_options"] = {"host": "127.0.0.1", "port": port}
     app = cfg["applications"][0]
@@ -134,7 +134,7 @@ def served() -> Iterator[ServeHandle]:
         deploy(cfg)
         yield ServeHandle(
             f"http://127.0.0.1:{port}",
-            SEED000_MODEL,
+            CARD12GB_MODEL,
             copy.deepcopy(cfg),
             f"http://127.0.0.1:{metrics_port}/metrics",
             baseline=copy.deepcopy(cfg),

@@ -19,7 +19,7 @@ def load(name: str) -> dict:
     return yaml.safe_load((REPO / name).read_text())
 
 
-@pytest.mark.parametrize("name", ["config.yaml", "config.seed000.yaml", "config.gpu.yaml", "config.sglang-cpu.yaml"])
+@pytest.mark.parametrize("name", ["config.yaml", "config.card12gb.yaml", "config.gpu.yaml", "config.sglang-cpu.yaml"])
 def test_config_files_pass_serve_schema_and_ours(name: str) -> None:
     raw = load(name)
     schema = ServeDeploySchema.model_validate(raw)
@@ -41,7 +41,7 @@ def test_config_files_pass_serve_schema_and_ours(name: str) -> None:
     assert 0 < knobs.long_lane_replicas < engine.num_replicas
     # The embeddings deployment sheds what it cannot queue (429 at the ingress), never an unbounded queue.
     assert cfg.embeddings is not None and deployments["Embedder"].max_queued_requests > 0
-    if name in ("config.yaml", "config.seed000.yaml"):
+    if name in ("config.yaml", "config.card12gb.yaml"):
         assert cfg.backend == "sim" and engine.num_replicas == 2
     elif name == "config.sglang-cpu.yaml":
         assert cfg.backend == cfg.embeddings.backend == "sglang" and engine.num_replicas == 2
@@ -54,11 +54,11 @@ def test_config_files_pass_serve_schema_and_ours(name: str) -> None:
 
 
 def test_laptop_default_is_a_current_gpu_and_the_articles_card_is_one_line_away() -> None:
-    default, seed000 = load("config.yaml"), load("config.seed000.yaml")
+    default, card = load("config.yaml"), load("config.card12gb.yaml")
     assert AppConfig.model_validate(default["applications"][0]["args"]).served_model_id == "sim-h100-8b"
-    assert seed000["applications"][0]["args"]["sim"].pop("preset") == "seed000-12gb-27b"
+    assert card["applications"][0]["args"]["sim"].pop("preset") == "card12gb-27b"
     assert default["applications"][0]["args"]["sim"].pop("preset") == "h100-8b"
-    assert seed000 == default
+    assert card == default
 
 
 def test_one_place_for_the_short_long_threshold_and_mixed_decode() -> None:

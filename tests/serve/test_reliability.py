@@ -142,7 +142,7 @@ wrong_or_right = st.one_of(
 fuzz_fields = st.fixed_dictionaries(
     {},
     optional={
-        "model": st.one_of(st.text(max_size=10), st.integers(), st.just("sim-seed000-12gb-27b")),
+        "model": st.one_of(st.text(max_size=10), st.integers(), st.just("sim-card12gb-27b")),
         "messages": st.one_of(
             wrong_or_right,
             st.lists(

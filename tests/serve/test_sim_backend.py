@@ -17,7 +17,7 @@ from serve_app.sim.prefix_cache import SessionPrefixCache
 from serve_app.sim.stop import StopMatcher
 
 FAST = EngineKnobs(time_scale=0.0)
-SEED000 = AppConfig(sim={"preset": "seed000-12gb-27b"})
+CARD12GB = AppConfig(sim={"preset": "card12gb-27b"})
 """The source article's card: passes of ~0.26 s, so a scaled-down clock still leaves a stream many passes."""
 
 
@@ -35,7 +35,7 @@ def run(coro):
 
 def test_stream_shape_and_length_finish() -> None:
     async def go():
-        b = SimBackend(SEED000, FAST)
+        b = SimBackend(CARD12GB, FAST)
         await b.start()
         chunks = await collect(b, req("r1", "hello " * 50, max_tokens=5))
         await b.shutdown()
@@ -50,7 +50,7 @@ def test_stream_shape_and_length_finish() -> None:
 
 
 def test_natural_end_is_stop() -> None:
-    cfg = AppConfig(sim={"preset": "seed000-12gb-27b", "natural_output_tokens": 3})
+    cfg = AppConfig(sim={"preset": "card12gb-27b", "natural_output_tokens": 3})
 
     async def go():
         b = SimBackend(cfg, FAST)
@@ -63,7 +63,7 @@ def test_natural_end_is_stop() -> None:
 
 def test_stop_sequence_ends_early_and_frees_kv() -> None:
     async def go():
-        b = SimBackend(SEED000, FAST)
+        b = SimBackend(CARD12GB, FAST)
         await b.start()
         chunks = await collect(b, req("r1", "hi", max_tokens=50, stop=("answer",)))
         return chunks, b
@@ -76,7 +76,7 @@ def test_stop_sequence_ends_early_and_frees_kv() -> None:
 
 def test_session_prefix_is_cached_for_the_next_turn() -> None:
     async def go():
-        b = SimBackend(SEED000, FAST)
+        b = SimBackend(CARD12GB, FAST)
         await b.start()
         first = "x" * 8000
         out = await collect(b, req("r1", first, max_tokens=4, session="s"))
@@ -101,7 +101,7 @@ def test_prefix_cache_is_bounded() -> None:
 
 def test_cancelled_stream_aborts_in_the_engine() -> None:
     async def go():
-        b = SimBackend(SEED000, EngineKnobs(time_scale=0.001))
+        b = SimBackend(CARD12GB, EngineKnobs(time_scale=0.001))
         await b.start()
         gen = b.generate(req("r1", "hello " * 100, max_tokens=5000))
         await gen.__anext__()
@@ -116,7 +116,7 @@ def test_cancelled_stream_aborts_in_the_engine() -> None:
 
 
 def test_live_reconfigure_and_bad_policy_rejected() -> None:
-    b = SimBackend(SEED000, FAST)
+    b = SimBackend(CARD12GB, FAST)
     b.reconfigure(EngineKnobs(time_scale=0.5, policy={"max_running_requests": 1, "skip_ahead": False}))
     assert b.scheduler.cfg.max_running_requests == 1 and not b.scheduler.cfg.skip_ahead
     assert b.time_scale == 0.5
@@ -127,7 +127,7 @@ def test_live_reconfigure_and_bad_policy_rejected() -> None:
 
 def test_max_running_requests_serialises_when_set_to_one() -> None:
     async def go():
-        b = SimBackend(SEED000, EngineKnobs(time_scale=0.001, policy={"max_running_requests": 1}))
+        b = SimBackend(CARD12GB, EngineKnobs(time_scale=0.001, policy={"max_running_requests": 1}))
         await b.start()
         order: list[str] = []
 
@@ -145,7 +145,7 @@ def test_max_running_requests_serialises_when_set_to_one() -> None:
 
 def test_cancelled_while_queued_leaves_the_queue() -> None:
     async def go():
-        b = SimBackend(SEED000, EngineKnobs(time_scale=0.001, policy={"max_running_requests": 1}))
+        b = SimBackend(CARD12GB, EngineKnobs(time_scale=0.001, policy={"max_running_requests": 1}))
         await b.start()
         first = b.generate(req("a", "hello " * 100, max_tokens=5000))
         await first.__anext__()  # running, holding the only slot
