@@ -52,6 +52,15 @@ def validate(model: type[BaseModel], data: Any, where: str) -> Any:
         raise ConfigError(describe_validation_error(where, e)) from None
 
 
+def served_model_id(explicit: str | None, backend: str, sim_name: str, model_path: str) -> str:
+    """The id clients send as `model`: the configured one, else the sim preset's, else the weights' folder name."""
+    if explicit:
+        return explicit
+    if backend == "sim":
+        return sim_name
+    return model_path.rstrip("/").rsplit("/", 1)[-1]
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -144,11 +153,7 @@ class EmbeddingsSettings(_Strict):
 
     @property
     def served_model_id(self) -> str:
-        if self.model_id:
-            return self.model_id
-        if self.backend == "sim":
-            return f"sim-embedding-{self.dimensions}"
-        return self.model_path.rstrip("/").rsplit("/", 1)[-1]
+        return served_model_id(self.model_id, self.backend, f"sim-embedding-{self.dimensions}", self.model_path)
 
 
 class AppConfig(_Strict):
@@ -196,11 +201,7 @@ class AppConfig(_Strict):
 
     @property
     def served_model_id(self) -> str:
-        if self.model_id:
-            return self.model_id
-        if self.backend == "sim":
-            return f"sim-{self.sim.preset}"
-        return self.sglang.model_path.rstrip("/").rsplit("/", 1)[-1]
+        return served_model_id(self.model_id, self.backend, f"sim-{self.sim.preset}", self.sglang.model_path)
 
     @property
     def request_bytes_limit(self) -> int:
