@@ -48,6 +48,9 @@ CONTENT = re.compile(rb'"content":"[^"]')
 MODEL = sc.SEED000_MODEL
 echo_api = FastAPI()
 front_api = FastAPI()
+REFERENCE_CPUS = {"num_cpus": 0.25}
+"""Ray's logical CPUs for the added references' replicas: all of them and the app fit the 4 `serve_common.start`
+declares (a replica that does not fit never starts). Logical only: every process shares the machine's cores."""
 
 
 def _events(n: int, texts: list[str]) -> list[str]:
@@ -74,7 +77,7 @@ class Echo:
         return StreamingResponse(gen(), media_type="text/event-stream")
 
 
-@serve.deployment(name="EchoStage", num_replicas=2, max_ongoing_requests=1024, ray_actor_options={"num_cpus": 0.5})
+@serve.deployment(name="EchoStage", num_replicas=2, max_ongoing_requests=1024, ray_actor_options=REFERENCE_CPUS)
 class EchoStage:
     """The second hop of `echo-2hop`: the tokens ready at once, as one streamed item (as a zero-cost engine);
     two replicas, as the app's engine deployment."""
@@ -83,7 +86,7 @@ class EchoStage:
         yield [f"w{i} " for i in range(n)]
 
 
-@serve.deployment(name="EchoFront", max_ongoing_requests=1024, ray_actor_options={"num_cpus": 0.5})
+@serve.deployment(name="EchoFront", max_ongoing_requests=1024, ray_actor_options=REFERENCE_CPUS)
 @serve.ingress(front_api)
 class EchoFront:
     def __init__(self, stage: serve.handle.DeploymentHandle) -> None:
@@ -107,7 +110,7 @@ class EchoFront:
 def _with_env(deployment: serve.Deployment, env: dict[str, str]) -> serve.Deployment:
     if not env:
         return deployment
-    return deployment.options(ray_actor_options={"num_cpus": 0.5, "runtime_env": {"env_vars": env}})
+    return deployment.options(ray_actor_options={**REFERENCE_CPUS, "runtime_env": {"env_vars": env}})
 
 
 def echo_app(env: dict[str, str] | None = None) -> serve.Application:
