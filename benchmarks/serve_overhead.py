@@ -1,17 +1,25 @@
 """Serving overhead of the app (ingress + lane router + engine hop), with the sim engine at zero cost.
 
-Two apps in one Serve instance on 127.0.0.1, measured in the same run, alternating phases:
+Apps in one Serve instance on 127.0.0.1, measured in the same run, alternating phases:
 - `fairshare`: config.card12gb.yaml as shipped (2 engine replicas, lanes, session routing, its Serve request-path
   settings: `serve_app/serve_path.py`; `--serve-defaults` drops them), `time_scale: 0`, so the engine adds no
   time and everything measured is serving overhead;
-- `echo`: a bare Serve FastAPI deployment that streams the same OpenAI SSE chunks itself.
+- `echo`: a bare Serve FastAPI deployment that streams the same OpenAI SSE chunks itself, on Serve's defaults
+  (the reference of the issue's target);
+- `echo-path`: the same echo with the app's request-path settings (what those settings give any Serve app);
+- `echo-2hop`: a bare two-hop Serve app with the app's request-path settings: a FastAPI deployment that calls a
+  streaming deployment (two replicas, as the app's engines) through a handle (gRPC) and writes the same SSE chunks
+  from its one item (at zero engine cost the engine replica also sends one item per request: the sim backend hands
+  a stream everything generated since it last looked, `serve_app/sim/streams.py`). The app's ratio to it is the
+  cost of our own code; its ratio to `echo` is the cost of Serve's second hop, which the app's architecture
+  (engine replicas behind an ingress) pays by design.
 
 50 concurrent client streams (closed loop), each request asks for 16 tokens. Printed:
 - ingress+router added latency: the app's `Server-Timing: ttft` (ingress receipt -> engine
   replica's first item: tokenizing, routing, the handle hop; the engine costs nothing), p50/p99, and
   its `route` part (ingress receipt -> the router's decision: tokenizing and routing);
-- client-side time to first token for both apps and the difference of their p50/p99;
-- throughput (requests/s) of the app as a ratio to the echo app's.
+- client-side time to first token for the app and the echo and the difference of their p50/p99;
+- throughput (requests/s) of each app, and the app's as a ratio to each reference's.
 
 Usage (from the repository root): python -m benchmarks.serve_overhead [--seconds 8] [--rounds 2] [--concurrency 50]
     [--serve-defaults]
@@ -39,6 +47,20 @@ MAX_TOKENS = 16
 CONTENT = re.compile(rb'"content":"[^"]')
 MODEL = sc.CARD12GB_MODEL
 echo_api = FastAPI()
+front_api = FastAPI()
+REFERENCE_CPUS = {"num_cpus": 0.25}
+"""Ray's logical CPUs for the added references' replicas: all of them and the app fit the 4 `serve_common.start`
+declares (a replica that does not fit never starts). Logical only: every process shares the machine's cores."""
+
+
+def _events(n: int, texts: list[str]) -> list[str]:
+    """The echo's SSE events: a role chunk, one chunk per text, [DONE] (json.dumps: no pydantic, bare)."""
+    base = {"id": "chatcmpl-echo", "object": "chat.completion.chunk", "created": 0, "model": MODEL}
+    events = ["data: " + json.dumps({**base, "choices": [{"index": 0, "delta": {"role": "assistant"}}]}) + "\n\n"]
+    for text in texts:
+        choice = {"index": 0, "delta": {"content": text}, "finish_reason": None}
+        events.append("data: " + json.dumps({**base, "choices": [choice]}) + "\n\n")
+    return [*events, "data: [DONE]\n\n"]
 
 
 @serve.deployment(name="Echo", max_ongoing_requests=1024, ray_actor_options={"num_cpus": 0.5})
@@ -49,18 +71,55 @@ class Echo:
         n = int(body.get("max_tokens", MAX_TOKENS))
 
         async def gen():
-            base = {"id": "chatcmpl-echo", "object": "chat.completion.chunk", "created": 0, "model": MODEL}
-            yield "data: " + json.dumps({**base, "choices": [{"index": 0, "delta": {"role": "assistant"}}]}) + "\n\n"
-            for i in range(n):
-                choice = {"index": 0, "delta": {"content": f"w{i} "}, "finish_reason": None}
-                yield "data: " + json.dumps({**base, "choices": [choice]}) + "\n\n"
-            yield "data: [DONE]\n\n"
+            for event in _events(n, [f"w{i} " for i in range(n)]):
+                yield event
 
         return StreamingResponse(gen(), media_type="text/event-stream")
 
 
-def echo_app() -> serve.Application:
-    return Echo.bind()
+@serve.deployment(name="EchoStage", num_replicas=2, max_ongoing_requests=1024, ray_actor_options=REFERENCE_CPUS)
+class EchoStage:
+    """The second hop of `echo-2hop`: the tokens ready at once, as one streamed item (as a zero-cost engine);
+    two replicas, as the app's engine deployment."""
+
+    async def tokens(self, n: int):
+        yield [f"w{i} " for i in range(n)]
+
+
+@serve.deployment(name="EchoFront", max_ongoing_requests=1024, ray_actor_options=REFERENCE_CPUS)
+@serve.ingress(front_api)
+class EchoFront:
+    def __init__(self, stage: serve.handle.DeploymentHandle) -> None:
+        self.stage = stage.options(stream=True)
+
+    @front_api.post("/v1/chat/completions")
+    async def chat(self, body: dict) -> StreamingResponse:
+        n = int(body.get("max_tokens", MAX_TOKENS))
+        stream = self.stage.tokens.remote(n)
+        first = await stream.__anext__()
+
+        async def gen():
+            texts = list(first)
+            async for item in stream:
+                texts += item
+            yield "".join(_events(n, texts))
+
+        return StreamingResponse(gen(), media_type="text/event-stream")
+
+
+def _with_env(deployment: serve.Deployment, env: dict[str, str]) -> serve.Deployment:
+    if not env:
+        return deployment
+    return deployment.options(ray_actor_options={**REFERENCE_CPUS, "runtime_env": {"env_vars": env}})
+
+
+def echo_app(env: dict[str, str] | None = None) -> serve.Application:
+    """The bare echo; `env`: Serve request-path settings for its replica (default: Serve's defaults)."""
+    return _with_env(Echo, env or {}).bind()
+
+
+def two_hop_app(env: dict[str, str]) -> serve.Application:
+    return _with_env(EchoFront, env).bind(_with_env(EchoStage, env).bind())
 
 
 async def one(session: aiohttp.ClientSession, url: str, i: int, out: dict) -> None:
@@ -121,10 +180,14 @@ def fmt_load(load: tuple[float, float, float]) -> str:
     return "/".join(f"{x:.1f}" for x in load)
 
 
+REFERENCES = ("echo", "echo-path", "echo-2hop")
+"""The apps the app's throughput is compared with (module docstring); `echo` is the issue's target's."""
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=8.0, help="length of each measured phase")
-    ap.add_argument("--rounds", type=int, default=2, help="alternations of the two apps")
+    ap.add_argument("--rounds", type=int, default=2, help="alternations of the apps")
     ap.add_argument("--concurrency", type=int, default=50)
     ap.add_argument("--think-s", type=float, default=1.0, help="pause between a stream's requests (latency phase)")
     ap.add_argument(
@@ -139,8 +202,8 @@ def main() -> None:
     sc.start(port)
     # Ray runs its workers at niceness 15; the load generator must not outrank the servers it measures.
     os.nice(15)
-    names = ("echo", "fairshare")
-    latency: dict[str, dict | None] = dict.fromkeys(names)
+    names = (*REFERENCES, "fairshare")
+    latency: dict[str, dict | None] = dict.fromkeys(("echo", "fairshare"))
     saturated: dict[str, dict | None] = dict.fromkeys(names)
     try:
         cfg = sc.app_config(port, num_replicas=2, time_scale=0.0)
@@ -150,29 +213,35 @@ def main() -> None:
                 env.pop(name)
         sc.deploy(cfg)
         serve.run(echo_app(), name="echo", route_prefix="/echo")
+        serve.run(echo_app(SERVE_PATH_ENV), name="echo-path", route_prefix="/echo-path")
+        serve.run(two_hop_app(SERVE_PATH_ENV), name="echo-2hop", route_prefix="/echo-2hop")
         base = f"http://127.0.0.1:{port}"
-        urls = {"fairshare": f"{base}/v1/chat/completions", "echo": f"{base}/echo/v1/chat/completions"}
-        for url in urls.values():  # warm up both paths
+        urls = {name: f"{base}/{name}/v1/chat/completions" for name in REFERENCES}
+        urls["fairshare"] = f"{base}/v1/chat/completions"
+        for url in urls.values():  # warm up every path
             asyncio.run(phase(url, 1.0, 4))
-        for _ in range(args.rounds):
-            for name in names:
-                run = asyncio.run(phase(urls[name], args.seconds, args.concurrency, args.think_s))
-                latency[name] = merge(latency[name], run)
+        for r in range(args.rounds):
+            # Alternate the order too: a phase right after another app's pays for what that one left behind.
+            for name in names if r % 2 == 0 else names[::-1]:
+                if name in latency:
+                    run = asyncio.run(phase(urls[name], args.seconds, args.concurrency, args.think_s))
+                    latency[name] = merge(latency[name], run)
                 saturated[name] = merge(saturated[name], asyncio.run(phase(urls[name], args.seconds, args.concurrency)))
         load_after = os.getloadavg()
     finally:
         sc.stop()
 
     lat_app, lat_echo = latency["fairshare"], latency["echo"]
-    sat_app, sat_echo = saturated["fairshare"], saturated["echo"]
-    assert lat_app and lat_echo and sat_app and sat_echo
+    assert lat_app and lat_echo and all(saturated.values())
+    sat_app = saturated["fairshare"]
+    assert sat_app
     print(f"serve overhead: {args.concurrency} concurrent streams, {MAX_TOKENS} tokens each, sim engine at zero cost")
     mode = os.environ.get("RAY_SERVE_THROUGHPUT_OPTIMIZED", "0")
     path = "Serve's defaults (--serve-defaults)" if args.serve_defaults else "the config's (serve_app/serve_path.py)"
     print(
         f"  Ray Serve mode: RAY_SERVE_THROUGHPUT_OPTIMIZED={mode}; {os.cpu_count()} CPUs shared with the load generator"
     )
-    print(f"  app's request path: {path}; bare echo: Serve's defaults")
+    print(f"  app's request path: {path}; bare echo: Serve's defaults; echo-path and echo-2hop: the config's")
     # Other work on the machine moves every figure: the ratios to the echo, measured beside it, move least.
     print(f"  load average (1/5/15 min): {fmt_load(load_before)} at start, {fmt_load(load_after)} after the phases")
     print(
@@ -190,12 +259,16 @@ def main() -> None:
     for q in (50, 99):
         a, e = sc.pct(lat_app["ttft"], q) * 1000, sc.pct(lat_echo["ttft"], q) * 1000
         print(f"  client TTFT p{q}: app {a:.1f} ms, bare echo {e:.1f} ms, added {a - e:.1f} ms")
-    rps = {n: len(r["e2e"]) / r["elapsed_s"] for n, r in (("fairshare", sat_app), ("echo", sat_echo))}
-    print(f"throughput phase ({args.concurrency} streams back to back): errors {sat_app['errors']}")
+    rps = {n: len(r["e2e"]) / r["elapsed_s"] for n, r in saturated.items() if r}
+    errors = {n: r["errors"] for n, r in saturated.items() if r and r["errors"]}
+    print(f"throughput phase ({args.concurrency} streams back to back): errors {errors or 0}")
     print(
         f"  app {rps['fairshare']:.1f} req/s, bare echo {rps['echo']:.1f} req/s, "
         f"ratio {rps['fairshare'] / rps['echo']:.2f}x   [target >= 0.7x]"
     )
+    for name, what in (("echo-path", "the echo on the app's request path"), ("echo-2hop", "a bare two-hop Serve app")):
+        print(f"  vs {what}: {rps[name]:.1f} req/s, app ratio {rps['fairshare'] / rps[name]:.2f}x")
+    print(f"  Serve's second hop alone (echo-2hop / echo): {rps['echo-2hop'] / rps['echo']:.2f}x")
     for q in (50, 99):
         a, e = sc.pct(sat_app["first_item_ms"], q), sc.pct(sat_app["ttft"], q) * 1000
         print(f"  saturated: first item p{q} {a:.1f} ms, app TTFT p{q} {e:.1f} ms (queueing at full load)")

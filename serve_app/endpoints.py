@@ -41,6 +41,8 @@ class Endpoint(Protocol):
     id_prefix: str
     prompt_param: str
     """The request field named by a too-long-prompt error."""
+    text_field: str
+    """The field of a streamed chunk's choice that carries the generated text (`protocol.token_events`)."""
 
     request_model: type[BaseModel]
     """The sim backend's request model: the fields it supports (a 400 names any other)."""
@@ -79,6 +81,7 @@ class ChatEndpoint:
     name = "chat"
     id_prefix = "chatcmpl"
     prompt_param = "messages"
+    text_field = "content"
     request_model = ChatCompletionRequest
 
     def routing_prompt(self, raw: dict[str, Any], tokenizer: PromptTokenizer) -> str:
@@ -113,6 +116,7 @@ class CompletionsEndpoint:
     name = "completions"
     id_prefix = "cmpl"
     prompt_param = "prompt"
+    text_field = "text"
     request_model = CompletionRequest
 
     def routing_prompt(self, raw: dict[str, Any], tokenizer: PromptTokenizer) -> str:

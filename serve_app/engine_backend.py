@@ -97,6 +97,23 @@ ResponseItem = ResponseStart | ResponseBody | EngineError
 an `EngineError` first means the replica refused the request (backpressure) before the engine saw it."""
 
 
+def joined_bodies(items: list[ResponseItem]) -> list[ResponseItem]:
+    """`items` with each run of consecutive `ResponseBody`s joined into one (the same bytes, fewer stream items)."""
+    out: list[ResponseItem] = []
+    run: list[bytes] = []
+    for item in items:
+        if isinstance(item, ResponseBody):
+            run.append(item.data)
+            continue
+        if run:
+            out.append(ResponseBody(b"".join(run)))
+            run = []
+        out.append(item)
+    if run:
+        out.append(ResponseBody(b"".join(run)))
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class ReplicaLoad:
     """A replica's load as routers see it (published through `record_routing_stats`)."""

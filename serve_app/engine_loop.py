@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
@@ -59,6 +60,14 @@ class EngineLoop:
     async def stream(self, make: Callable[[], AsyncIterator[T]]) -> AsyncIterator[T]:
         """Iterate `make()` on the engine's loop, yielding its items on the caller's loop. Closing or cancelling the
         consumer cancels the producer (its `finally` blocks run on the engine's loop)."""
+        async with contextlib.aclosing(self.batches(make)) as batches:
+            async for batch in batches:
+                for item in batch:
+                    yield item
+
+    async def batches(self, make: Callable[[], AsyncIterator[T]]) -> AsyncIterator[list[T]]:
+        """As `stream`, but each step yields every item produced since the consumer last looked: a consumer that
+        forwards them (one Serve stream item per batch) keeps up with a fast producer with fewer, larger items."""
         caller = asyncio.get_running_loop()
         queue: asyncio.Queue[Any] = asyncio.Queue()
 
@@ -77,12 +86,19 @@ class EngineLoop:
         future = asyncio.run_coroutine_threadsafe(pump(), self.loop)
         try:
             while True:
-                item = await queue.get()
-                if item is _END:
-                    return
-                if isinstance(item, _Failure):
-                    raise item.error
-                yield item
+                ready = [await queue.get()]
+                while not queue.empty():
+                    ready.append(queue.get_nowait())
+                batch: list[T] = []
+                for item in ready:
+                    if item is _END or isinstance(item, _Failure):
+                        if batch:
+                            yield batch
+                        if isinstance(item, _Failure):
+                            raise item.error
+                        return
+                    batch.append(item)
+                yield batch
         finally:
             future.cancel()
 

@@ -19,10 +19,11 @@ error event then `[DONE]` once streaming.
 """
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -38,8 +39,8 @@ from serve_app.auth import ApiKeyMiddleware, process_api_key
 from serve_app.config import AppConfig, RoutingKnobs, validate
 from serve_app.endpoints import CHAT, COMPLETIONS, Endpoint, ResponseIds
 from serve_app.engine_backend import Chunk, EngineError, GenerateRequest, ResponseBody, ResponseStart
-from serve_app.metrics import IngressMetrics
-from serve_app.protocol import EventTemplate, OpenAIError, Usage, now_s, sse
+from serve_app.metrics import IngressMetrics, StreamTimer
+from serve_app.protocol import EventTemplate, OpenAIError, Usage, now_s, sse, token_events
 from serve_app.request_log import RequestIdMiddleware, configure_logging
 from serve_app.request_rules import (
     SESSION_HEADER,
@@ -147,6 +148,38 @@ def _whole_response(items: list[ResponseStart | ResponseBody]) -> Response:
     assert isinstance(head, ResponseStart)
     body = b"".join(item.data for item in items[1:] if isinstance(item, ResponseBody))
     return Response(body, status_code=head.status, media_type=head.media_type)
+
+
+class _Outcome:
+    """The status a request is counted with in `fairshare_requests_total`, set as it is answered."""
+
+    STREAMING = "streaming"
+    """Handed to a response stream, which counts the request itself when it ends."""
+
+    def __init__(self, status: str) -> None:
+        self.status = status
+
+    @property
+    def handed_over(self) -> bool:
+        return self.status == self.STREAMING
+
+
+@contextlib.contextmanager
+def _counting(metrics: IngressMetrics, endpoint: str, unfinished: str = "500") -> Iterator[_Outcome]:
+    """Count one request once: with the status the block set, an `OpenAIError`'s status, 499 when the client went
+    away (the task cancelled), else `unfinished` (500 for a handler: a bug; 499 for a stream closed early)."""
+    outcome = _Outcome(unfinished)
+    try:
+        yield outcome
+    except OpenAIError as e:
+        outcome.status = str(e.status)
+        raise
+    except asyncio.CancelledError:
+        outcome.status = "499"
+        raise
+    finally:
+        if not outcome.handed_over:
+            metrics.requests.inc(tags={"endpoint": endpoint, "status": outcome.status})
 
 
 class _Call:
@@ -257,8 +290,7 @@ class Ingress:
 
     @api.post(EMBEDDINGS_PATH)
     async def embeddings(self, request: Request) -> Response:
-        status = "500"
-        try:
+        with _counting(self.metrics, "embeddings") as outcome:
             raw = await request.json()
             self._check_model(raw.get("model"), EMBEDDING_KIND)
             assert self.embedder is not None  # a model of kind embedding exists only with an Embedder
@@ -267,16 +299,8 @@ class Ingress:
             except BaseException as e:
                 raise self._map_error(e, "embedding replicas") from None
             response = _whole_response(items)
-            status = str(response.status_code)
+            outcome.status = str(response.status_code)
             return response
-        except OpenAIError as e:
-            status = str(e.status)
-            raise
-        except asyncio.CancelledError:
-            status = "499"
-            raise
-        finally:
-            self.metrics.requests.inc(tags={"endpoint": "embeddings", "status": status})
 
     # -- the one pipeline --------------------------------------------------------------------
     def _check_model(self, model: Any, kind: str) -> None:
@@ -326,101 +350,90 @@ class Ingress:
         if self.cfg.backend == "sglang":
             return await self._pass_through(endpoint, request)
         received_s = time.perf_counter()
-        status = "500"
         stream: DeploymentResponseGenerator | None = None
-        try:
-            body = parse_request(endpoint.request_model, await request.json(), f"{endpoint.name} on the sim backend")
-            call, gen_req, ticket = self._prepare(endpoint, body, request, received_s)
-            stream, first, ticket = await self._start(
-                lambda t: self.engine_stream.generate.remote(gen_req, route=t), ticket
-            )
-            call.routed(ticket, first.cached_tokens)
-            if body.stream:
-                status = "streaming"  # the stream counts itself when it ends
-                sse_events = self._sse(endpoint, stream, first, call, body.include_usage)
-                return StreamingResponse(sse_events, media_type="text/event-stream", headers=call.headers())
-            response = await self._collect(endpoint, stream, first, call)
-            status = "200"
-            return response
-        except OpenAIError as e:
-            status = str(e.status)
-            raise
-        except asyncio.CancelledError:
-            status = "499"  # the client went away
-            raise
-        finally:
-            if status != "streaming":
-                if stream is not None and status != "200":  # cancelling a finished call would cost a round trip
+        with _counting(self.metrics, endpoint.name) as outcome:
+            try:
+                raw = await request.json()
+                body = parse_request(endpoint.request_model, raw, f"{endpoint.name} on the sim backend")
+                call, gen_req, ticket = self._prepare(endpoint, body, request, received_s)
+                stream, first, ticket = await self._start(
+                    lambda t: self.engine_stream.generate.remote(gen_req, route=t), ticket
+                )
+                call.routed(ticket, first.cached_tokens)
+                if body.stream:
+                    outcome.status = _Outcome.STREAMING
+                    sse_events = self._sse(endpoint, stream, first, call, body.include_usage)
+                    return StreamingResponse(sse_events, media_type="text/event-stream", headers=call.headers())
+                response = await self._collect(endpoint, stream, first, call)
+                outcome.status = "200"
+                return response
+            finally:
+                # Unanswered (an error, the client gone): cancel the engine call. A finished one needs no round trip.
+                if stream is not None and outcome.status not in ("200", _Outcome.STREAMING):
                     _cancel(stream)
-                self.metrics.requests.inc(tags={"endpoint": endpoint.name, "status": status})
 
     async def _pass_through(self, endpoint: Endpoint, request: Request) -> Response:
         """sglang backend: route the client's request as it came, relay the engine's own response (status, JSON
         or SSE bytes). Client disconnect cancels the engine call, which aborts the request in sglang."""
         received_s = time.perf_counter()
-        status = "500"
         stream: DeploymentResponseGenerator | None = None
         consumed = False  # the engine's whole answer was read: nothing left to cancel
-        try:
-            raw = await request.json()
-            self._check_model(raw.get("model"), CHAT_KIND)
-            prompt = endpoint.routing_prompt(raw, self.tokenizer)
-            prompt_tokens = self.tokenizer.count(prompt) if prompt else 1
-            session_id = _session_of(request, raw.get("user"))
-            rid = f"{endpoint.id_prefix}-{uuid.uuid4().hex}"
-            hint = RouteHint(session_id=session_id, prompt_tokens=prompt_tokens, knobs=self.knobs, request_id=rid)
-            call = _Call(ResponseIds(rid, now_s(), self.model_id), session_id, prompt_tokens, received_s)
-            stream, head, ticket = await self._start(
-                lambda t: self.engine_stream.respond.remote(
-                    endpoint.name, raw, rid, session_id, prompt_tokens, route=t
-                ),
-                RouteTicket(hint),
-            )
-            call.routed(ticket, None)
-            if head.media_type == "text/event-stream" and head.status < 400:
-                status = "streaming"  # the relay counts itself when it ends
-                relay = self._relay(endpoint, stream, call)
-                return StreamingResponse(
-                    relay, status_code=head.status, media_type=head.media_type, headers=call.headers()
+        with _counting(self.metrics, endpoint.name) as outcome:
+            try:
+                raw = await request.json()
+                self._check_model(raw.get("model"), CHAT_KIND)
+                prompt = endpoint.routing_prompt(raw, self.tokenizer)
+                prompt_tokens = self.tokenizer.count(prompt) if prompt else 1
+                session_id = _session_of(request, raw.get("user"))
+                rid = f"{endpoint.id_prefix}-{uuid.uuid4().hex}"
+                hint = RouteHint(session_id=session_id, prompt_tokens=prompt_tokens, knobs=self.knobs, request_id=rid)
+                call = _Call(ResponseIds(rid, now_s(), self.model_id), session_id, prompt_tokens, received_s)
+                stream, head, ticket = await self._start(
+                    lambda t: self.engine_stream.respond.remote(
+                        endpoint.name, raw, rid, session_id, prompt_tokens, route=t
+                    ),
+                    RouteTicket(hint),
                 )
-            body = b"".join([item.data async for item in stream if isinstance(item, ResponseBody)])
-            consumed = True
-            status = str(head.status)
-            return Response(body, status_code=head.status, media_type=head.media_type, headers=call.headers())
-        except OpenAIError as e:
-            status = str(e.status)
-            raise
-        except asyncio.CancelledError:
-            status = "499"
-            raise
-        finally:
-            if status != "streaming":
-                if stream is not None and not consumed:
+                call.routed(ticket, None)
+                if head.media_type == "text/event-stream" and head.status < 400:
+                    outcome.status = _Outcome.STREAMING
+                    relay = self._relay(endpoint, stream, call)
+                    return StreamingResponse(
+                        relay, status_code=head.status, media_type=head.media_type, headers=call.headers()
+                    )
+                # sglang writes a whole response at once: no token timing to observe.
+                body = b"".join([item.data async for item in stream if isinstance(item, ResponseBody)])
+                consumed = True
+                outcome.status = str(head.status)
+                return Response(body, status_code=head.status, media_type=head.media_type, headers=call.headers())
+            finally:
+                if stream is not None and not consumed and not outcome.handed_over:
                     _cancel(stream)
-                self.metrics.requests.inc(tags={"endpoint": endpoint.name, "status": status})
 
     async def _relay(
         self, endpoint: Endpoint, stream: DeploymentResponseGenerator, call: _Call
     ) -> AsyncIterator[bytes]:
-        """The engine's SSE bytes as they come; a replica lost mid-stream ends it with an error event and [DONE]."""
-        status = "499"
-        try:
-            while True:
-                try:
-                    item = await stream.__anext__()
-                except StopAsyncIteration:
-                    status = "200"
-                    return
-                except REPLICA_LOST:
-                    status = "503"
-                    yield (sse(_replica_lost_error().body()) + sse("[DONE]")).encode()
-                    return
-                if isinstance(item, ResponseBody):
-                    yield item.data
-        finally:
-            if status == "499":
-                _cancel(stream)
-            self.metrics.requests.inc(tags={"endpoint": endpoint.name, "status": status})
+        """The engine's SSE bytes as they come; a replica lost mid-stream ends it with an error event and [DONE].
+        TTFT and ITL are observed as for the sim backend, counting the events that carry text (no JSON decoding)."""
+        timer = StreamTimer(self.metrics, call.lane, call.traffic_class, call.received_s)
+        with _counting(self.metrics, endpoint.name, unfinished="499") as outcome:
+            try:
+                while True:
+                    try:
+                        item = await stream.__anext__()
+                    except StopAsyncIteration:
+                        outcome.status = "200"
+                        return
+                    except REPLICA_LOST:
+                        outcome.status = "503"
+                        yield (sse(_replica_lost_error().body()) + sse("[DONE]")).encode()
+                        return
+                    if isinstance(item, ResponseBody):
+                        timer.tokens(token_events(item.data, endpoint.text_field), time.perf_counter())
+                        yield item.data
+            finally:
+                if outcome.status == "499":
+                    _cancel(stream)
 
     async def _start(self, send: Any, ticket: RouteTicket) -> tuple[DeploymentResponseGenerator, Any, RouteTicket]:
         """Send the request to the engine lanes; return the stream, its first chunk (cache, first tokens) and the
@@ -480,8 +493,9 @@ class Ingress:
         self, stream: DeploymentResponseGenerator, first: Chunk, call: _Call
     ) -> AsyncIterator[Chunk | EngineError]:
         """The engine's items, first one included, up to the last (finished or an error); TTFT and ITL recorded."""
-        last_s = call.first_item_s or time.perf_counter()
-        self.metrics.observe_ttft(call.lane, call.traffic_class, last_s - call.received_s)
+        timer = StreamTimer(self.metrics, call.lane, call.traffic_class, call.received_s)
+        # The first item is the first token's arrival (TTFT) even if it carries none (e.g. held back by a stop match).
+        timer.tokens(max(1, first.completion_tokens), call.first_item_s or time.perf_counter())
         yield first
         if first.finish_reason is not None:
             return
@@ -504,10 +518,8 @@ class Ingress:
             if isinstance(item, EngineError):
                 yield item
                 return
-            t = time.perf_counter()
-            if item.completion_tokens > n:
-                self.metrics.observe_itl(call.lane, call.traffic_class, (t - last_s) / (item.completion_tokens - n))
-            last_s, n = t, item.completion_tokens
+            timer.tokens(item.completion_tokens - n, time.perf_counter())
+            n = item.completion_tokens
             yield item
             if item.finish_reason is not None:
                 return
@@ -530,29 +542,28 @@ class Ingress:
     ) -> AsyncIterator[str]:
         # Chunks carry `usage: null` only when the client asked for usage (OpenAI's shape).
         exclude = None if include_usage else {"usage"}
-        status = "499"
-        try:
-            # One write per engine item: the SSE events of an item go out together.
-            events = [sse(e, exclude=exclude) for e in endpoint.opening(call.ids)]
-            delta_event = EventTemplate(endpoint.delta(call.ids, EventTemplate.SLOT), exclude=exclude)
-            async for item in self._items(stream, first, call):
-                if isinstance(item, EngineError):
-                    # Headers are sent: the error goes in the stream, and the stream still ends properly.
-                    events += [sse(_engine_error(item).body()), sse("[DONE]")]
-                    status = str(item.status)
-                elif item.text:
-                    events.append(delta_event(item.text))
-                if isinstance(item, Chunk) and item.finish_reason is not None:
-                    events.append(sse(endpoint.finish(call.ids, item.finish_reason), exclude=exclude))
-                    if include_usage:
-                        events.append(sse(endpoint.usage(call.ids, call.usage(item.completion_tokens))))
-                    events.append(sse("[DONE]"))
-                    status = "200"
-                yield "".join(events)
-                events = []
-        finally:
-            # On client disconnect Serve cancels this task; cancelling the engine call aborts the
-            # request in the engine (queue slot and KV freed).
-            if status == "499":
-                _cancel(stream)
-            self.metrics.requests.inc(tags={"endpoint": endpoint.name, "status": status})
+        with _counting(self.metrics, endpoint.name, unfinished="499") as outcome:
+            try:
+                # One write per engine item: the SSE events of an item go out together.
+                events = [sse(e, exclude=exclude) for e in endpoint.opening(call.ids)]
+                delta_event = EventTemplate(endpoint.delta(call.ids, EventTemplate.SLOT), exclude=exclude)
+                async for item in self._items(stream, first, call):
+                    if isinstance(item, EngineError):
+                        # Headers are sent: the error goes in the stream, and the stream still ends properly.
+                        events += [sse(_engine_error(item).body()), sse("[DONE]")]
+                        outcome.status = str(item.status)
+                    elif item.text:
+                        events.append(delta_event(item.text))
+                    if isinstance(item, Chunk) and item.finish_reason is not None:
+                        events.append(sse(endpoint.finish(call.ids, item.finish_reason), exclude=exclude))
+                        if include_usage:
+                            events.append(sse(endpoint.usage(call.ids, call.usage(item.completion_tokens))))
+                        events.append(sse("[DONE]"))
+                        outcome.status = "200"
+                    yield "".join(events)
+                    events = []
+            finally:
+                # On client disconnect Serve cancels this task; cancelling the engine call aborts the
+                # request in the engine (queue slot and KV freed).
+                if outcome.status == "499":
+                    _cancel(stream)

@@ -45,6 +45,28 @@ class IngressMetrics:
         self.itl_s.observe(seconds, tags={"lane": lane, "traffic_class": cls})
 
 
+class StreamTimer:
+    """TTFT and inter-token latency of one response as the ingress sees it, one rule for every backend: the first
+    arrival of tokens observes TTFT (from the request's receipt); each later arrival of `n` tokens observes one ITL,
+    its gap since the previous arrival spread over its tokens (gap / n). Arrivals without tokens observe nothing."""
+
+    def __init__(self, metrics: IngressMetrics, lane: str, traffic_class: str, received_s: float) -> None:
+        self._metrics = metrics
+        self._tags = (lane, traffic_class)
+        self._received_s = received_s
+        self._last_s: float | None = None
+
+    def tokens(self, n: int, at_s: float) -> None:
+        """`n` tokens arrived at `at_s` (`time.perf_counter()`)."""
+        if n <= 0:
+            return
+        if self._last_s is None:
+            self._metrics.observe_ttft(*self._tags, at_s - self._received_s)
+        else:
+            self._metrics.observe_itl(*self._tags, (at_s - self._last_s) / n)
+        self._last_s = at_s
+
+
 class RouterMetrics:
     def __init__(self) -> None:
         self.decisions = ray_metrics.Counter(

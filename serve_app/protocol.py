@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from typing import Any, Literal
 
@@ -276,6 +277,17 @@ class EventTemplate:
 
     def __call__(self, text: str) -> str:
         return self._head + to_json(text).decode() + self._tail
+
+
+_TOKEN_EVENT = {field: re.compile(rb'"' + field.encode() + rb'": ?"(?!")') for field in ("content", "text")}
+
+
+def token_events(data: bytes, text_field: str) -> int:
+    """How many SSE events in `data` carry generated text: a non-empty `text_field` string (`content` in chat
+    chunks, `text` in completion chunks). A byte scan, no JSON decoding: the opening role chunk (`"content":""`),
+    the finish, usage and error events and `[DONE]` carry none. One event may carry several tokens (engines
+    coalesce under load); the ingress cannot see how many without the tokenizer."""
+    return len(_TOKEN_EVENT[text_field].findall(data))
 
 
 def now_s() -> int:

@@ -41,6 +41,7 @@ from serve_app.engine_backend import (
     GenerateRequest,
     ReplicaLoad,
     RequestError,
+    joined_bodies,
 )
 from serve_app.engine_loop import EngineLoop
 from serve_app.sglang_openai import OpenAIKind, SglangOpenAI
@@ -220,8 +221,12 @@ class SglangBackend:
         self._active.add(rid)
         finished = False
         try:
-            async for item in self._loop.stream(lambda: openai.respond(kind, body, rid)):
-                yield item
+            # sglang writes one SSE event per output; what is ready together goes to the ingress as one stream item.
+            batches = self._loop.batches(lambda: openai.respond(kind, body, rid))
+            async with contextlib.aclosing(batches):
+                async for batch in batches:
+                    for item in joined_bodies(batch):
+                        yield item
             finished = True
         finally:
             self._active.discard(rid)

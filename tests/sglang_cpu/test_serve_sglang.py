@@ -75,9 +75,11 @@ def deploy(cfg: dict[str, Any]) -> None:
 
 
 class App:
-    def __init__(self, base_url: str, config: dict[str, Any]) -> None:
+    def __init__(self, base_url: str, config: dict[str, Any], metrics_url: str) -> None:
         self.base_url = base_url
         self.config = config
+        self.metrics_url = metrics_url
+        """Ray's Prometheus endpoint on this node (the app's metrics appear there, prefixed `ray_`)."""
         self.client = openai.OpenAI(base_url=f"{base_url}/v1", api_key="unused", max_retries=0, timeout=120)
 
     def replica(self, replica_id: str) -> dict[str, Any]:
@@ -99,13 +101,20 @@ def app(tiny_bytes_model_dir: Path) -> Iterator[App]:
     from ray import serve
     from ray.serve._private.api import serve_start
 
-    port = free_port()
+    port, metrics_port = free_port(), free_port()
     cfg = app_config(port, tiny_bytes_model_dir)
-    ray.init(address="local", include_dashboard=False, num_cpus=4, namespace="sglang-serve", log_to_driver=False)
+    ray.init(
+        address="local",
+        include_dashboard=False,
+        num_cpus=4,
+        namespace="sglang-serve",
+        log_to_driver=False,
+        _metrics_export_port=metrics_port,
+    )
     try:
         serve_start(http_options=cfg["http_options"], proxy_location=cfg["proxy_location"])
         deploy(cfg)
-        yield App(f"http://127.0.0.1:{port}", cfg)
+        yield App(f"http://127.0.0.1:{port}", cfg, f"http://127.0.0.1:{metrics_port}/metrics")
     finally:
         serve.shutdown()
         ray.shutdown()
@@ -139,6 +148,37 @@ def test_streaming_chat_with_usage(app: App) -> None:
     assert any(c.choices and c.choices[0].finish_reason for c in chunks)
     streamed = list(app.client.completions.create(model=CHAT_MODEL, prompt="w5 w6", max_tokens=3, stream=True))
     assert streamed and streamed[-1].choices[0].finish_reason in {"stop", "length"}
+
+
+def test_relayed_streams_record_ttft_and_itl_as_the_sim_backend_does(app: App) -> None:
+    run_on = {"ignore_eos": True}  # sglang's field: every stream has its 8 tokens (the weights are random)
+    for session in ("metrics-1", "metrics-2"):
+        headers = {"X-Session-ID": session}
+        chat = app.client.chat.completions.create(
+            model=CHAT_MODEL, messages=USER, max_tokens=8, stream=True, extra_headers=headers, extra_body=run_on
+        )
+        assert sum(bool(c.choices and c.choices[0].delta.content) for c in chat) >= 1
+    completion = app.client.completions.create(
+        model=CHAT_MODEL, prompt="w5 w6", max_tokens=8, stream=True, extra_body=run_on
+    )
+    assert sum(bool(c.choices and c.choices[0].text) for c in completion) >= 1
+    wanted = [
+        ("ray_fairshare_ttft_seconds_count", 'traffic_class="short"'),
+        ("ray_fairshare_itl_seconds_count", 'traffic_class="short"'),
+        ("ray_fairshare_requests_total", 'endpoint="chat"', 'status="200"'),
+        ("ray_fairshare_requests_total", 'endpoint="completions"', 'status="200"'),
+    ]
+    # Ray exports metrics every few seconds: poll its Prometheus endpoint until every series appears.
+    deadline, missing = time.monotonic() + 60, wanted
+    while missing and time.monotonic() < deadline:
+        text = httpx.get(app.metrics_url, timeout=10).text
+        lines = text.splitlines()
+        missing = [
+            w for w in wanted if not any(line.startswith(w[0]) and all(f in line for f in w[1:]) for line in lines)
+        ]
+        if missing:
+            time.sleep(1)
+    assert missing == []
 
 
 def test_logprobs_with_top_logprobs_and_two_choices(app: App) -> None:

@@ -1,0 +1,144 @@
+"""TTFT and ITL at the ingress: one rule (`StreamTimer`) for the sim backend's chunks and sglang's relayed SSE bytes."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from sglang.srt.entrypoints.openai.sse_utils import build_sse_content
+
+import serve_app.ingress as ingress_module
+from serve_app.endpoints import CHAT, COMPLETIONS, ResponseIds
+from serve_app.engine_backend import Chunk, ResponseBody
+from serve_app.ingress import Ingress, _Call
+from serve_app.metrics import StreamTimer
+from serve_app.protocol import EventTemplate, Usage, sse, token_events
+from tests.serve.test_engine_replica import FakeCounter, FakeStream
+
+IDS = ResponseIds("chatcmpl-1", 1700000000, "m")
+
+
+class RecordingMetrics:
+    def __init__(self) -> None:
+        self.requests, self.shed = FakeCounter(), FakeCounter()
+        self.ttft: list[tuple[str, str, float]] = []
+        self.itl: list[tuple[str, str, float]] = []
+
+    def observe_ttft(self, lane: str, cls: str, seconds: float) -> None:
+        self.ttft.append((lane, cls, seconds))
+
+    def observe_itl(self, lane: str, cls: str, seconds: float) -> None:
+        self.itl.append((lane, cls, seconds))
+
+
+# -- the rule ---------------------------------------------------------------------------------------
+
+
+def test_first_arrival_is_ttft_later_ones_spread_their_gap_and_empty_ones_count_nothing() -> None:
+    m = RecordingMetrics()
+    timer = StreamTimer(m, "chat", "short", received_s=10.0)
+    timer.tokens(0, 10.1)  # e.g. the role chunk alone: no token yet
+    timer.tokens(1, 10.2)
+    timer.tokens(4, 10.6)
+    timer.tokens(0, 10.7)  # finish, usage, [DONE]
+    timer.tokens(1, 10.8)
+    assert [round(s, 6) for *_, s in m.ttft] == [0.2]
+    assert [round(s, 6) for *_, s in m.itl] == [0.1, 0.2]  # 0.4 s over 4 tokens; then 0.2 s since the last tokens
+    assert {t[:2] for t in m.ttft + m.itl} == {("chat", "short")}
+
+
+# -- counting text-bearing events without decoding JSON --------------------------------------------
+
+
+def _our_stream(endpoint, texts: list[str], include_usage: bool) -> bytes:
+    exclude = None if include_usage else {"usage"}
+    template = EventTemplate(endpoint.delta(IDS, EventTemplate.SLOT), exclude=exclude)
+    events = [sse(e, exclude=exclude) for e in endpoint.opening(IDS)] + [template(t) for t in texts]
+    events.append(sse(endpoint.finish(IDS, "stop"), exclude=exclude))
+    if include_usage:
+        events.append(sse(endpoint.usage(IDS, Usage.of(3, len(texts), 0))))
+    return "".join([*events, sse("[DONE]")]).encode()
+
+
+@pytest.mark.parametrize("endpoint", [CHAT, COMPLETIONS], ids=lambda e: e.name)
+@given(texts=st.lists(st.text(min_size=1), max_size=8), include_usage=st.booleans())
+def test_every_delta_with_text_counts_once_and_nothing_else_does(endpoint, texts: list[str], include_usage) -> None:
+    assert token_events(_our_stream(endpoint, texts, include_usage), endpoint.text_field) == len(texts)
+
+
+@given(texts=st.lists(st.text(min_size=1), max_size=8))
+def test_sglangs_own_chat_chunks_count_as_their_text_deltas(texts: list[str]) -> None:
+    common = {"chunk_id": "chatcmpl-1", "created": 0, "model": "m", "index": 0}
+    events = [build_sse_content(**common, role="assistant", content="")]
+    events += [build_sse_content(**common, content=t) for t in texts]
+    events += [build_sse_content(**common, finish_reason="stop"), "data: [DONE]\n\n"]
+    assert token_events("".join(events).encode(), CHAT.text_field) == len(texts)
+    assert token_events(events[0].encode(), CHAT.text_field) == 0  # the role chunk comes with the first output
+
+
+def test_an_error_event_carries_no_text() -> None:
+    error = b'data: {"error": {"message": "aborted", "type": "server_error", "code": 503}}\n\ndata: [DONE]\n\n'
+    assert token_events(error, "content") == token_events(error, "text") == 0
+
+
+# -- both ingress paths observe the same ------------------------------------------------------------
+
+
+def ingress(m: RecordingMetrics) -> Ingress:
+    ing = object.__new__(Ingress.func_or_class)
+    ing.metrics = m
+    return ing
+
+
+def call() -> _Call:
+    c = _Call(IDS, "s", 5, received_s=0.0)
+    c.first_item_s = 0.25
+    return c
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    """The ingress's `time.perf_counter`, one second later at each read (arrival times the test can name)."""
+    ticks = itertools.count(1)
+    monkeypatch.setattr(ingress_module.time, "perf_counter", lambda: float(next(ticks)))
+
+
+def test_the_sim_path_observes_ttft_at_the_first_item_and_itl_per_token(clock) -> None:
+    m = RecordingMetrics()
+    stream = FakeStream([Chunk("b", 1, None, None, 2), Chunk("cde", 3, None, "length", 5)])
+
+    async def go():
+        return [p async for p in ingress(m)._sse(CHAT, stream, Chunk("a", 1, 0, None, 1), call(), False)]
+
+    asyncio.run(go())
+    assert [s for *_, s in m.ttft] == [0.25]
+    assert [s for *_, s in m.itl] == [0.75, 1 / 3]  # t=1 after 0.25 for one token; t=2 after t=1 for three
+    assert m.requests.counts == {(("endpoint", "chat"), ("status", "200")): 1}
+
+
+@pytest.mark.parametrize("endpoint", [CHAT, COMPLETIONS], ids=lambda e: e.name)
+def test_the_sglang_relay_observes_the_same_from_the_sse_bytes(clock, endpoint) -> None:
+    m = RecordingMetrics()
+    opening = "".join(sse(e) for e in endpoint.opening(IDS))
+    events = _our_stream(endpoint, ["a", "b", "c", "d"], include_usage=True).decode().split("\n\n")[:-1]
+    events = [e + "\n\n" for e in events]
+    skip = 1 if opening else 0  # chat opens with the role chunk; the relay sees it with the first delta
+    items = [
+        "".join(events[: skip + 1]),  # t=1: the first text (TTFT)
+        events[skip + 1],  # t=2: one more
+        "".join(events[skip + 2 : skip + 4]),  # t=3: two more in one item
+        "".join(events[skip + 4 :]),  # t=4: finish, usage, [DONE]: no text
+    ]
+    stream = FakeStream([ResponseBody(i.encode()) for i in items])
+
+    async def go():
+        return b"".join([p async for p in ingress(m)._relay(endpoint, stream, call())])
+
+    assert asyncio.run(go()) == "".join(events).encode()  # relayed unchanged
+    assert [s for *_, s in m.ttft] == [1.0]
+    assert [s for *_, s in m.itl] == [1.0, 0.5]
+    assert m.requests.counts == {(("endpoint", endpoint.name), ("status", "200")): 1}
+    assert not stream.cancelled
