@@ -13,6 +13,9 @@ from serve_app.config import AppConfig
 
 
 class PromptTokenizer(Protocol):
+    blocking: bool
+    """Rendering and counting take long enough on a long prompt to be moved off the event loop."""
+
     def render_chat(self, messages: list[dict[str, str]]) -> str: ...
 
     def count(self, text: str) -> int: ...
@@ -23,6 +26,8 @@ class PromptTokenizer(Protocol):
 
 
 class ApproxTokenizer:
+    blocking = False  # arithmetic on the text's length
+
     def __init__(self, chars_per_token: float = 4.0) -> None:
         self.chars_per_token = chars_per_token
 
@@ -39,6 +44,8 @@ class ApproxTokenizer:
 
 class HFTokenizer:
     """The model's tokenizer (transformers comes with sglang). Loaded lazily: only the sglang backend uses it."""
+
+    blocking = True  # ~1 s to count an 800k-character prompt on one core
 
     def __init__(self, model_path: str) -> None:
         from transformers import AutoTokenizer  # comes with sglang; GPU deployments only

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 from http import HTTPStatus
 from types import SimpleNamespace
 
@@ -293,3 +294,39 @@ def test_a_finished_stream_has_no_error_and_counts_as_200() -> None:
     assert data[-1] == "[DONE]" and all("error" not in c and "usage" not in c for c in chunks)
     assert [c["choices"][0]["finish_reason"] for c in chunks] == [None, None, None, "length"]
     assert ing.metrics.requests.counts == {(("endpoint", "chat"), ("status", "200")): 1}
+
+
+class SlowTokenizer:
+    """Counts like the model's tokenizer would on a huge prompt: holding its thread for a while."""
+
+    blocking = True
+
+    def render_chat(self, messages: list[dict[str, str]]) -> str:
+        return "".join(m["content"] for m in messages)
+
+    def count(self, text: str) -> int:
+        time.sleep(0.3)
+        return len(text)
+
+
+def test_counting_a_long_prompt_for_routing_leaves_the_event_loop_serving_other_streams() -> None:
+    ing = ingress()
+    ing.tokenizer = SlowTokenizer()
+    ticks = 0
+
+    async def other_stream() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    async def go() -> int:
+        ticker = asyncio.create_task(other_stream())
+        await asyncio.sleep(0)  # the other stream is running when the request arrives
+        ticks_before = ticks
+        n = await ing._routing_tokens(CHAT, {"messages": [{"role": "user", "content": "a long document"}]})
+        ticker.cancel()
+        assert ticks > ticks_before  # inline counting would have held the loop: no tick during the count
+        return n
+
+    assert asyncio.run(go()) == len("a long document")
