@@ -115,7 +115,7 @@ MUTANTS = [
         "ledger never pruned",
     ),
     _c("C2", "scheduler/admission.py", "if r in alive_rids}", "}", "ledger prune keeps the dead"),
-    _c("C3", "scheduler/admission.py", "self._ledger.forget(rid)", "pass", "admitted requests keep their skips"),
+    _c("C3", "scheduler/planner.py", "self.ledger.forget(g.rid)", "pass", "admitted requests keep their skips"),
     _c(
         "C4",
         "scheduler/interleave.py",
@@ -161,8 +161,8 @@ MUTANTS = [
     _c(
         "C10",
         "scheduler/admission.py",
-        "return self.skipped_passes.get(rid, 0) >= cfg.max_skipped_passes",
-        "return self.skipped_passes.get(rid, 0) > cfg.max_skipped_passes",
+        "return first is not None and pass_index - first >= cfg.max_skipped_passes",
+        "return first is not None and pass_index - first > cfg.max_skipped_passes",
         "reservation one pass late",
     ),
     _c(
