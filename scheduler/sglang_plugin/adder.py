@@ -77,6 +77,7 @@ class PassRun:
         last_idle_scan: IdleScan | None = None,
         clock: PluginClock | None = None,
         short_index: ShortIndex | None = None,
+        traced: bool = False,
     ) -> None:
         self.sched = sched
         self.planner = planner
@@ -94,6 +95,8 @@ class PassRun:
         self.short_window: CandidateWindow | None = None
         """The short index's requests, as the planner read them (`short_index`)."""
         self._clock = clock
+        self._traced = traced
+        """The pass trace reads the rejections' free-KV figure: a reused scan's are restamped (`replay_idle`)."""
         self.continuing_cut = False
         """True once the continuing request was added and is still not fully prefilled."""
         self._grants: dict[str, Grant] = {}
@@ -140,11 +143,12 @@ class PassRun:
         self._plan_on(self._last_idle_scan, state)
 
     def _plan_on(self, scan: IdleScan, state: EngineState) -> None:
-        """Plan on the figures `scan` read: the same decisions a fresh scan would take (`idle_scan`)."""
+        """Plan on the figures `scan` read: the same decisions a fresh scan would take (`idle_scan`), replayed by
+        the planner without walking them again (`PassPlanner.replay_idle`)."""
         self.reused_scan = True
         self.window = scan
         self.snapshot = state.snapshot(scan.candidates, scan.short_candidates)
-        self.plan = self.planner.plan(self.snapshot)
+        self.plan = self.planner.replay_idle(self.snapshot, scan.plan, restamp=self._traced)
         self.idle_scan = None if self.plan.grants else scan
         self._index_plan()
 

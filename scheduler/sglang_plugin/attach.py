@@ -166,7 +166,7 @@ class SchedulerPolicy:
         state = scan.state_without_adder(sched, running_batch, self.cfg)
         if state is None or state.free_running_slots <= 0 or not scan.still_holds(sched, state, self.cfg):
             return False
-        self._run = PassRun(sched, self.planner, scan, self.clock, self.short_index)
+        self._run = PassRun(sched, self.planner, scan, self.clock, self.short_index, self.trace is not None)
         self._run.plan_without_adder(state)
         return True
 
@@ -188,7 +188,7 @@ class SchedulerPolicy:
             self._idle_scan = None
             return None
         last = self._idle_scan if self.reuse_idle_scans else None
-        self._run = PassRun(sched, self.planner, last, self.clock, self.short_index)
+        self._run = PassRun(sched, self.planner, last, self.clock, self.short_index, self.trace is not None)
         return self._run
 
     @property
