@@ -2,8 +2,12 @@
 
 Two real sglang servers (``python -m sglang.launch_server``) serve the same model side by side, one with the
 plugin (its own time per pass recorded by ``FAIRSHARE_PLUGIN_CLOCK``) and one with ``FAIRSHARE_PLUGIN_ENABLED=0``
-(upstream sglang). Runs alternate between them (on, off, on, off, ...). In each run one stream decodes while the
-case's waiting requests sit in the queue, none of which fits in the KV the stream leaves free:
+(upstream sglang). Everything but the policy is equal: the plugin turns sglang's mixed chunk on by default
+(``FAIRSHARE_MIXED_DECODE``), so the upstream server gets ``--enable-mixed-chunk`` too. With ``--before-ref REF`` a
+third server runs the plugin as committed at git REF (``git archive`` of ``scheduler/``), so a change's before and
+after are measured in one run. Runs alternate between them (on, off, on, off, ...; the order rotates). In each run
+one stream decodes while the case's waiting requests sit in the queue, none of which fits in the KV the stream
+leaves free:
 
 - ``lone``: nothing waits;
 - ``rejected``: one request waits, rejected for KV capacity (the issue's case);
@@ -21,6 +25,7 @@ infrastructure's `sgl_kernel` stand-in and CPU switches); with ``--device cuda``
 
     python benchmarks/sglang_plugin_cost.py --quick          # CI scale: 5 runs per mode and case
     python benchmarks/sglang_plugin_cost.py --runs 7 --window 600
+    python benchmarks/sglang_plugin_cost.py --quick --before-ref main   # the plugin before this branch, too
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import json
 import os
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -74,6 +80,7 @@ def server_args(device: str) -> list[str]:
         "8",
         "--log-level",
         "warning",
+        "--enable-mixed-chunk",  # what the plugin turns on by default: the upstream server runs it too
     ]
     if device == "cpu":
         from sglang_cpu.cpu_env import CPU_SERVER_ARGS
@@ -82,14 +89,31 @@ def server_args(device: str) -> list[str]:
     return common
 
 
-def server_env(device: str, **fairshare: object) -> dict[str, str]:
+def server_env(device: str, code: Path | None = None, **fairshare: object) -> dict[str, str]:
+    """The server's environment; `code`: a directory whose ``scheduler`` package the server imports first."""
     if device == "cpu":
         from sglang_cpu.cpu_env import cpu_sglang_env
 
-        return cpu_sglang_env(**fairshare)
-    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("FAIRSHARE_")}
-    env.update({f"FAIRSHARE_{k.upper()}": str(v) for k, v in fairshare.items()})
+        env = cpu_sglang_env(**fairshare)
+    else:
+        env = {k: v for k, v in os.environ.items() if not k.upper().startswith("FAIRSHARE_")}
+        env.update({f"FAIRSHARE_{k.upper()}": str(v) for k, v in fairshare.items()})
+    if code is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(code), env.get("PYTHONPATH", "")]))
     return env
+
+
+def export_scheduler(ref: str, into: Path) -> Path:
+    """The ``scheduler`` package as committed at git `ref`, extracted under `into`."""
+    into.mkdir(parents=True)
+    try:
+        archive = subprocess.run(
+            ["git", "-C", str(REPO), "archive", ref, "scheduler"], check=True, capture_output=True
+        ).stdout
+    except subprocess.CalledProcessError as e:
+        raise SystemExit(f"--before-ref {ref}: git archive failed: {e.stderr.decode().strip()}") from None
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into
 
 
 def load(port: int) -> dict:
@@ -224,25 +248,27 @@ def percentile(values: list[int], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))]
 
 
-def report(on: Mode, off: Mode, cases: list[str]) -> None:
+def report(modes: list[Mode], off: Mode, cases: list[str]) -> None:
+    """One row per case and plugin mode: its decode rate against upstream's (the same case's interleaved runs)."""
     print(f"\nmachine load now (1-min average): {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs", flush=True)
-    header = (
-        f"{'case':>10} | {'on: tok/s':>20} | {'off: tok/s':>20} | {'on/off':>6} | {'on: ms/iter':>18} | "
+    print(
+        f"{'case':>10} | {'mode':>6} | {'tok/s':>20} | {'off: tok/s':>20} | {'/off':>6} | {'ms/iter':>18} | "
         f"{'off: ms/iter':>18} | {'plugin us/pass med, p90':>24} | planned"
     )
-    print(header)
     for case in cases:
-        r_on, r_off = on.rates[case], off.rates[case]
-        ratio = statistics.median(r_on) / statistics.median(r_off)
-        ns = on.plugin_ns.get(case, [])
-        planned = on.planned.get(case, [])
-        own = f"{statistics.median(ns) / 1e3:.1f}, {percentile(ns, 0.9) / 1e3:.1f}" if ns else "-"
-        share = f"{sum(planned)}/{len(planned)}" if planned else "-"
-        print(
-            f"{case:>10} | {spread(r_on):>20} | {spread(r_off):>20} | {ratio:6.1%} | "
-            f"{spread([1 / r for r in r_on], 1e3, 2):>18} | {spread([1 / r for r in r_off], 1e3, 2):>18} | "
-            f"{own:>24} | {share}"
-        )
+        r_off = off.rates[case]
+        for mode in modes:
+            r = mode.rates[case]
+            ratio = statistics.median(r) / statistics.median(r_off)
+            ns = mode.plugin_ns.get(case, [])
+            planned = mode.planned.get(case, [])
+            own = f"{statistics.median(ns) / 1e3:.1f}, {percentile(ns, 0.9) / 1e3:.1f}" if ns else "-"
+            share = f"{sum(planned)}/{len(planned)}" if planned else "-"
+            print(
+                f"{case:>10} | {mode.name:>6} | {spread(r):>20} | {spread(r_off):>20} | {ratio:6.1%} | "
+                f"{spread([1 / x for x in r], 1e3, 2):>18} | {spread([1 / x for x in r_off], 1e3, 2):>18} | "
+                f"{own:>24} | {share}"
+            )
     print("target: on/off >= 98% in every case; plugin time per pass <= 100 us with nothing admissible", flush=True)
 
 
@@ -254,6 +280,7 @@ def main() -> None:
     parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated subset of {', '.join(CASES)}")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--model-path", type=Path, default=None, help="default: a tiny random Llama built here")
+    parser.add_argument("--before-ref", default=None, help="also run the plugin as committed at this git ref")
     args = parser.parse_args()
     runs = args.runs or 5
     window = args.window or (200 if args.quick else 600)
@@ -265,35 +292,42 @@ def main() -> None:
     if window + 2 >= STREAM_MAX_NEW:
         parser.error(f"--window {window}: must be below {STREAM_MAX_NEW - 2} (the stream's length)")
 
-    with tempfile.TemporaryDirectory(prefix="plugin-cost-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="plugin-cost-") as tmp, contextlib.ExitStack() as servers:
         tmp_path = Path(tmp)
+        before = export_scheduler(args.before_ref, tmp_path / "before") if args.before_ref else None
         model = args.model_path or build_tiny_model(tmp_path / "model", TinyModelSpec())
-        clock = tmp_path / "clock.jsonl"
         args_ = server_args(args.device)
-        env_on = server_env(args.device, plugin_clock=clock)
-        env_off = server_env(args.device, plugin_enabled=0)
-        print(f"starting two sglang servers ({args.device}); machine load {os.getloadavg()[0]:.1f}", flush=True)
-        with (
-            LocalServer(model, args_, env_on, tmp_path / "on.log", startup_timeout_s=900) as s_on,
-            LocalServer(model, args_, env_off, tmp_path / "off.log", startup_timeout_s=900) as s_off,
-        ):
-            on, off = Mode("on", s_on, clock), Mode("off", s_off, None)
-            done = []
-            for case in cases:
-                collect_clock(on, case)  # passes before the case (warm-up, idle) are not the case's
-                on.plugin_ns.pop(case, None)
-                on.planned.pop(case, None)
-                try:
-                    for run in range(runs):
-                        for mode in (on, off) if run % 2 == 0 else (off, on):  # neither always goes first
-                            mode.rates.setdefault(case, []).append(one_run(mode, case, run, window))
-                            collect_clock(mode, case)
-                except (RuntimeError, TimeoutError) as e:
-                    print(f"{case}: failed ({e}); the other cases go on", flush=True)
-                    continue
-                done.append(case)
-                report(on, off, [case])
-        report(on, off, done)
+        print(f"starting sglang servers ({args.device}); machine load {os.getloadavg()[0]:.1f}", flush=True)
+
+        def start(name: str, env: dict[str, str], clock: Path | None) -> Mode:
+            server = LocalServer(model, args_, env, tmp_path / f"{name}.log", startup_timeout_s=900)
+            return Mode(name, servers.enter_context(server), clock)
+
+        on = start("on", server_env(args.device, plugin_clock=tmp_path / "on.jsonl"), tmp_path / "on.jsonl")
+        off = start("off", server_env(args.device, plugin_enabled=0), None)
+        plugin_modes = [on]
+        if before is not None:
+            clock = tmp_path / "before.jsonl"
+            plugin_modes.append(start("before", server_env(args.device, code=before, plugin_clock=clock), clock))
+        modes = [*plugin_modes, off]
+        done = []
+        for case in cases:
+            for mode in plugin_modes:
+                collect_clock(mode, case)  # passes before the case (warm-up, idle) are not the case's
+                mode.plugin_ns.pop(case, None)
+                mode.planned.pop(case, None)
+            try:
+                for run in range(runs):
+                    k = run % len(modes)
+                    for mode in modes[k:] + modes[:k]:  # neither always goes first
+                        mode.rates.setdefault(case, []).append(one_run(mode, case, run, window))
+                        collect_clock(mode, case)
+            except (RuntimeError, TimeoutError) as e:
+                print(f"{case}: failed ({e}); the other cases go on", flush=True)
+                continue
+            done.append(case)
+            report(plugin_modes, off, [case])
+        report(plugin_modes, off, done)
 
 
 if __name__ == "__main__":

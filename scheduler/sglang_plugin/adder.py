@@ -119,6 +119,7 @@ class PassRun:
             last = self._last_idle_scan
             if last is not None and last.still_holds(self.sched, state, cfg):
                 self._plan_on(last, state)
+                self._index_plan()
             else:
                 index = self._short_index if cfg.skip_ahead else None
                 shorts = index.reqs if index is not None else None
@@ -138,7 +139,7 @@ class PassRun:
 
     def plan_without_adder(self, state: EngineState) -> None:
         """Plan a pass sglang will not build an adder for (`SchedulerPolicy.idle_pass`): on the last idle
-        scan, which `state` (read without an adder) shows to still hold."""
+        scan, which `state` (read without an adder) shows to still hold. No scan will ask for routes."""
         assert self._last_idle_scan is not None
         self._plan_on(self._last_idle_scan, state)
 
@@ -150,7 +151,6 @@ class PassRun:
         self.snapshot = state.snapshot(scan.candidates, scan.short_candidates)
         self.plan = self.planner.replay_idle(self.snapshot, scan.plan, restamp=self._traced)
         self.idle_scan = None if self.plan.grants else scan
-        self._index_plan()
 
     def judged_shorts(self) -> list[Candidate]:
         """The short index's requests the planner read that its walk had not judged (for the pass trace)."""
