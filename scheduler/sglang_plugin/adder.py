@@ -22,7 +22,6 @@ that would be a second cut request is refused.
 from __future__ import annotations
 
 import functools
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import Enum
@@ -113,29 +112,33 @@ class PassRun:
 
     def ensure_plan(self) -> PassPlan:
         if self.plan is None:
-            started = time.thread_time_ns()
-            cfg = self.planner.cfg
-            state = engine_state(self.sched, self.adder, cfg)
-            last = self._last_idle_scan
-            if last is not None and last.still_holds(self.sched, state, cfg):
-                self._plan_on(last, state)
-                self._index_plan()
+            if self._clock is None:
+                self._plan()
             else:
-                index = self._short_index if cfg.skip_ahead else None
-                shorts = index.reqs if index is not None else None
-                self.snapshot, window, self.short_window = build_snapshot(
-                    self.sched, self.adder, cfg, release_unadmitted, state, shorts
-                )
-                self.window = window
-                self.plan = self.planner.plan(self.snapshot)
-                self.idle_scan = IdleScan.record(
-                    self.sched, self.adder, state, window, self.plan, cfg, self.short_window, index
-                )
-                self._index_plan()
-                self._bring_forward_deep_grants()
-            if self._clock is not None:
-                self._clock.add(time.thread_time_ns() - started)
+                self._clock.timed(self._plan)
         return self.plan
+
+    def _plan(self) -> None:
+        """Plan the pass: on the last idle scan while it holds, else by matching the requests the planner reads."""
+        cfg = self.planner.cfg
+        state = engine_state(self.sched, self.adder, cfg)
+        last = self._last_idle_scan
+        if last is not None and last.still_holds(self.sched, state, cfg):
+            self._plan_on(last, state)
+            self._index_plan()
+        else:
+            index = self._short_index if cfg.skip_ahead else None
+            shorts = index.reqs if index is not None else None
+            self.snapshot, window, self.short_window = build_snapshot(
+                self.sched, self.adder, cfg, release_unadmitted, state, shorts
+            )
+            self.window = window
+            self.plan = self.planner.plan(self.snapshot)
+            self.idle_scan = IdleScan.record(
+                self.sched, self.adder, state, window, self.plan, cfg, self.short_window, index
+            )
+            self._index_plan()
+            self._bring_forward_deep_grants()
 
     def plan_without_adder(self, state: EngineState) -> None:
         """Plan a pass sglang will not build an adder for (`SchedulerPolicy.idle_pass`): on the last idle
