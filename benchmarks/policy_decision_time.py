@@ -15,12 +15,16 @@
    plugin (reusing the last idle scan and replaying its plan, as shipped; reusing it but walking the plan again,
    as before `PassPlanner.replay_idle`; matching afresh every pass), upstream's own call (it returns at once:
    ``batch_is_full``), and the plugin's own time inside the call (`FAIRSHARE_PLUGIN_CLOCK`). Targets: plugin
-   time <= 100 us, 10k/1k <= 1.2.
+   time <= 100 us, 10k/1k <= 1.2. A timed loop runs the plugin hot in the CPU caches; in a server, the forward
+   pass and the rest of sglang's loop run between two calls and evict its code and data, so the plugin's own
+   time is also measured with `EVICT_MB` of memory written between calls ("cold"): that is the server's figure.
 
     python benchmarks/policy_decision_time.py [--quick]
 
-Figures are CPU time (the timing thread's, not wall time: a loaded machine does not inflate it as much), medians
-of repeated timed loops with the spread (min-max of the loops); compare the columns of one run.
+Call figures are CPU time (the timing thread's, not wall time: a loaded machine does not inflate it as much); the
+plugin's own time is the plugin clock's (monotonic wall time of its sections, which are too short for a preemption
+to land in many; the median pass of each loop). Medians of repeated timed loops with the spread (min-max of the loops); compare the columns of
+one run.
 """
 
 from __future__ import annotations
@@ -69,6 +73,11 @@ def timed_us(call: Callable[[], object], loops: int, repeats: int) -> list[float
 
 def fmt(samples: list[float]) -> str:
     return f"{statistics.median(samples):8.1f} ({min(samples):.1f}-{max(samples):.1f})"
+
+
+EVICT_MB = 16
+"""Memory written between two calls in the "cold" column: half this machine's L3, the order of what one iteration
+of a CPU sglang server touches besides the plugin."""
 
 
 def planner_us(n: int, loops: int, repeats: int) -> list[float]:
@@ -123,6 +132,8 @@ def blocked_harness(n: int, patched: bool, blocked_by: str):
 
 
 def plugin_path_us(n: int, loops: int, repeats: int, blocked_by: str) -> dict[str, list[float]]:
+    import torch
+
     from scheduler.sglang_plugin.clock import PluginClock, read_clock
 
     out: dict[str, list[float]] = {}
@@ -140,8 +151,14 @@ def plugin_path_us(n: int, loops: int, repeats: int, blocked_by: str) -> dict[st
         return h.sched._get_new_batch_prefill_raw(prefill_delayer_single_pass=None, running_batch=h.running)
 
     planner = h.policy.planner
+    evict = torch.ones(EVICT_MB * 256 * 1024)  # float32
+
+    def cold_call():
+        evict.mul_(1.0000001)  # not timed by the plugin clock
+        return call()
+
     with tempfile.TemporaryDirectory() as tmp:
-        for mode, reuse in (("fresh", False), ("walk", True), ("reuse", True)):
+        for mode, reuse in (("fresh", False), ("walk", True), ("reuse", True), ("cold", True)):
             h.policy.reuse_idle_scans = reuse
             if mode == "walk":  # the reused scan's requests walked again, as before `replay_idle`
                 planner.replay_idle = lambda snap, previous, restamp=True: planner.plan(snap)
@@ -150,11 +167,13 @@ def plugin_path_us(n: int, loops: int, repeats: int, blocked_by: str) -> dict[st
             call()  # the first pass after a switch matches (it has no idle scan to reuse)
             clock_file = Path(tmp) / f"{mode}.jsonl"
             h.policy.clock = PluginClock(clock_file)
-            out[mode] = timed_us(call, loops, repeats)
+            out[mode] = timed_us(cold_call if mode == "cold" else call, loops, repeats)
             h.policy.clock.flush()
             passes, _ = read_clock(clock_file)
             per_loop = [passes[i * loops : (i + 1) * loops] for i in range(repeats)]
-            out[f"{mode}-plugin"] = [sum(ns for ns, _ in chunk) / len(chunk) / 1e3 for chunk in per_loop]
+            out[f"{mode}-plugin"] = [
+                statistics.median(ns for ns, _ in chunk) / 1e3 for chunk in per_loop
+            ]  # robust to a preemption
             h.policy.clock = None
     assert h.history[-1].admitted == [] and h.policy.num_reused_scans >= loops * repeats
     return out
@@ -184,14 +203,16 @@ def main() -> None:
         rows = {n: plugin_path_us(n, loops, repeats, blocked_by) for n in SIZES}
         print(
             f"{'waiting':>8} | {'upstream call':>22} | {'plugin call, reuse':>22} | {'plugin own, reuse':>22} "
-            f"| {'own, reuse + walk':>22} | {'plugin call, fresh':>22} | {'plugin own, fresh':>22}"
+            f"| {'own, reuse, cold':>22} | {'own, reuse + walk':>22} | {'plugin call, fresh':>22} "
+            f"| {'plugin own, fresh':>22}"
         )
         for n, r in rows.items():
             print(
                 f"{n:>8} | {fmt(r['upstream']):>22} | {fmt(r['reuse']):>22} | {fmt(r['reuse-plugin']):>22} "
-                f"| {fmt(r['walk-plugin']):>22} | {fmt(r['fresh']):>22} | {fmt(r['fresh-plugin']):>22}"
+                f"| {fmt(r['cold-plugin']):>22} | {fmt(r['walk-plugin']):>22} | {fmt(r['fresh']):>22} "
+                f"| {fmt(r['fresh-plugin']):>22}"
             )
-        for key in ("reuse-plugin", "walk-plugin", "fresh-plugin"):
+        for key in ("reuse-plugin", "cold-plugin", "walk-plugin", "fresh-plugin"):
             ratio = statistics.median(rows[10_000][key]) / statistics.median(rows[1_000][key])
             worst = max(statistics.median(r[key]) for r in rows.values())
             print(f"{key}: 10k/1k = {ratio:.2f} (target <= 1.2); largest median {worst:.1f} us (target <= 100 us)")

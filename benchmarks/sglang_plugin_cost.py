@@ -18,7 +18,9 @@ streamed output, one token per scheduler iteration), then aborts everything, wai
 lets both servers settle; pairs alternate which mode runs first. Printed per case: decode tok/s and ms per scheduler
 iteration, on and off (median and min-max over runs), the on/off ratio of the medians (target >= 98%), and the
 plugin's own CPU time per pass inside the scheduler process (median and p90 over every pass of the case's runs;
-target <= 100 us with nothing admissible).
+target <= 100 us with nothing admissible). Also the scheduler loop's CPU time per decoded token (one scheduler
+iteration; the kernel's count for the scheduler's main thread), on and off: wall-clock rates on a loaded machine
+move with other processes, CPU time much less, so its difference is the plugin's cost per iteration.
 
 On a machine without a GPU it runs sglang on CPU with a tiny random-weight model built locally (the test
 infrastructure's `sgl_kernel` stand-in and CPU switches); with ``--device cuda`` the same script runs on a GPU.
@@ -194,12 +196,32 @@ class Mode:
     clock: Path | None
     clock_line: int = 0
     rates: dict[str, list[float]] = field(default_factory=dict)
+    cpu_us: dict[str, list[float]] = field(default_factory=dict)
+    """The scheduler loop's CPU time per decoded token (one scheduler iteration), per run."""
     plugin_ns: dict[str, list[int]] = field(default_factory=dict)
     planned: dict[str, list[bool]] = field(default_factory=dict)
 
 
-def one_run(mode: Mode, case: str, run: int, window: int) -> float:
-    """Decode tok/s of one stream while the case's requests wait; leaves the server idle."""
+def scheduler_pid(server: LocalServer) -> int:
+    """The scheduler process of `server` (sglang titles it ``sglang::scheduler``), in the server's process group."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if os.getpgid(int(entry.name)) == server.proc.pid and (entry / "comm").read_text().startswith(
+                    "sglang::sched"
+                ):
+                    return int(entry.name)
+    raise RuntimeError("no sglang::scheduler process in the server's process group")
+
+
+def thread_cpu_ns(pid: int) -> int:
+    """CPU time of the process's main thread (the scheduler loop), from the kernel's schedstat (ns)."""
+    return int(Path(f"/proc/{pid}/task/{pid}/schedstat").read_text().split()[0])
+
+
+def one_run(mode: Mode, case: str, run: int, window: int) -> tuple[float, float]:
+    """Decode tok/s of one stream while the case's requests wait, and the scheduler loop's CPU us per decoded
+    token; leaves the server idle."""
     port = mode.server.port
     n_waiting = CASES[case]
     run_id = f"{case}-{mode.name}-{run}"
@@ -211,9 +233,11 @@ def one_run(mode: Mode, case: str, run: int, window: int) -> float:
             f"{n_waiting} waiting requests",
             lambda: load(port)["num_waiting_reqs"] >= n_waiting or stream.error or not stream.is_alive(),
         )
+    pid = scheduler_pid(mode.server)
     start_line = len(stream.chunks)
-    first = stream.tokens()
+    first, cpu0 = stream.tokens(), thread_cpu_ns(pid)
     wait_until("the measured window", lambda: stream.tokens() >= first + window or not stream.is_alive(), 900)
+    last, cpu1 = stream.tokens(), thread_cpu_ns(pid)
     t0, c0 = stream.chunks[start_line - 1]
     t1, c1 = stream.chunks[-1]
     if stream.error or c1 - c0 < window:
@@ -224,7 +248,7 @@ def one_run(mode: Mode, case: str, run: int, window: int) -> float:
     if batch is not None:
         batch.join(300)
     wait_until("the server to go idle", lambda: (s := load(port))["num_running_reqs"] + s["num_waiting_reqs"] == 0)
-    return (c1 - c0) / (t1 - t0)
+    return (c1 - c0) / (t1 - t0), (cpu1 - cpu0) / 1e3 / max(1, last - first)
 
 
 def collect_clock(mode: Mode, case: str) -> None:
@@ -253,7 +277,8 @@ def report(modes: list[Mode], off: Mode, cases: list[str]) -> None:
     print(f"\nmachine load now (1-min average): {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs", flush=True)
     print(
         f"{'case':>10} | {'mode':>6} | {'tok/s':>20} | {'off: tok/s':>20} | {'/off':>6} | {'ms/iter':>18} | "
-        f"{'off: ms/iter':>18} | {'plugin us/pass med, p90':>24} | planned"
+        f"{'off: ms/iter':>18} | {'CPU us/iter':>20} | {'off: CPU us/iter':>20} | {'CPU +us':>7} | "
+        f"{'plugin us/pass med, p90':>24} | planned"
     )
     for case in cases:
         r_off = off.rates[case]
@@ -264,10 +289,12 @@ def report(modes: list[Mode], off: Mode, cases: list[str]) -> None:
             planned = mode.planned.get(case, [])
             own = f"{statistics.median(ns) / 1e3:.1f}, {percentile(ns, 0.9) / 1e3:.1f}" if ns else "-"
             share = f"{sum(planned)}/{len(planned)}" if planned else "-"
+            cpu, cpu_off = mode.cpu_us[case], off.cpu_us[case]
+            extra = statistics.median(cpu) - statistics.median(cpu_off)
             print(
                 f"{case:>10} | {mode.name:>6} | {spread(r):>20} | {spread(r_off):>20} | {ratio:6.1%} | "
                 f"{spread([1 / x for x in r], 1e3, 2):>18} | {spread([1 / x for x in r_off], 1e3, 2):>18} | "
-                f"{own:>24} | {share}"
+                f"{spread(cpu, digits=0):>20} | {spread(cpu_off, digits=0):>20} | {extra:7.0f} | {own:>24} | {share}"
             )
     print("target: on/off >= 98% in every case; plugin time per pass <= 100 us with nothing admissible", flush=True)
 
@@ -320,7 +347,9 @@ def main() -> None:
                 for run in range(runs):
                     k = run % len(modes)
                     for mode in modes[k:] + modes[:k]:  # neither always goes first
-                        mode.rates.setdefault(case, []).append(one_run(mode, case, run, window))
+                        rate, cpu = one_run(mode, case, run, window)
+                        mode.rates.setdefault(case, []).append(rate)
+                        mode.cpu_us.setdefault(case, []).append(cpu)
                         collect_clock(mode, case)
             except (RuntimeError, TimeoutError) as e:
                 print(f"{case}: failed ({e}); the other cases go on", flush=True)
