@@ -17,14 +17,14 @@
    ``batch_is_full``), and the plugin's own time inside the call (`FAIRSHARE_PLUGIN_CLOCK`). Targets: plugin
    time <= 100 us, 10k/1k <= 1.2. A timed loop runs the plugin hot in the CPU caches; in a server, the forward
    pass and the rest of sglang's loop run between two calls and evict its code and data, so the plugin's own
-   time is also measured with `EVICT_MB` of memory written between calls ("cold"): that is the server's figure.
+   time is also measured with `EVICT_MB` of memory written between calls ("cold"), nearer what a server sees.
 
     python benchmarks/policy_decision_time.py [--quick]
 
 Call figures are CPU time (the timing thread's, not wall time: a loaded machine does not inflate it as much); the
 plugin's own time is the plugin clock's (monotonic wall time of its sections, which are too short for a preemption
-to land in many; the median pass of each loop). Medians of repeated timed loops with the spread (min-max of the loops); compare the columns of
-one run.
+to land in many; the median pass of each loop). Medians of repeated timed loops with the spread (min-max of the
+loops); compare the columns of one run.
 """
 
 from __future__ import annotations
