@@ -2,8 +2,12 @@
 
 Two real sglang servers (``python -m sglang.launch_server``) serve the same model side by side, one with the
 plugin (its own time per pass recorded by ``FAIRSHARE_PLUGIN_CLOCK``) and one with ``FAIRSHARE_PLUGIN_ENABLED=0``
-(upstream sglang). Runs alternate between them (on, off, on, off, ...). In each run one stream decodes while the
-case's waiting requests sit in the queue, none of which fits in the KV the stream leaves free:
+(upstream sglang). Everything but the policy is equal: the plugin turns sglang's mixed chunk on by default
+(``FAIRSHARE_MIXED_DECODE``), so the upstream server gets ``--enable-mixed-chunk`` too. With ``--before-ref REF`` a
+third server runs the plugin as committed at git REF (``git archive`` of ``scheduler/``), so a change's before and
+after are measured in one run. Runs alternate between them (on, off, on, off, ...; the order rotates). In each run
+one stream decodes while the case's waiting requests sit in the queue, none of which fits in the KV the stream
+leaves free:
 
 - ``lone``: nothing waits;
 - ``rejected``: one request waits, rejected for KV capacity (the issue's case);
@@ -14,13 +18,16 @@ streamed output, one token per scheduler iteration), then aborts everything, wai
 lets both servers settle; pairs alternate which mode runs first. Printed per case: decode tok/s and ms per scheduler
 iteration, on and off (median and min-max over runs), the on/off ratio of the medians (target >= 98%), and the
 plugin's own CPU time per pass inside the scheduler process (median and p90 over every pass of the case's runs;
-target <= 100 us with nothing admissible).
+target <= 100 us with nothing admissible). Also the scheduler loop's CPU time per decoded token (one scheduler
+iteration; the kernel's count for the scheduler's main thread), on and off: wall-clock rates on a loaded machine
+move with other processes, CPU time much less, so its difference is the plugin's cost per iteration.
 
 On a machine without a GPU it runs sglang on CPU with a tiny random-weight model built locally (the test
 infrastructure's `sgl_kernel` stand-in and CPU switches); with ``--device cuda`` the same script runs on a GPU.
 
     python benchmarks/sglang_plugin_cost.py --quick          # CI scale: 5 runs per mode and case
     python benchmarks/sglang_plugin_cost.py --runs 7 --window 600
+    python benchmarks/sglang_plugin_cost.py --quick --before-ref main   # the plugin before this branch, too
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ import json
 import os
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -74,6 +82,7 @@ def server_args(device: str) -> list[str]:
         "8",
         "--log-level",
         "warning",
+        "--enable-mixed-chunk",  # what the plugin turns on by default: the upstream server runs it too
     ]
     if device == "cpu":
         from sglang_cpu.cpu_env import CPU_SERVER_ARGS
@@ -82,14 +91,31 @@ def server_args(device: str) -> list[str]:
     return common
 
 
-def server_env(device: str, **fairshare: object) -> dict[str, str]:
+def server_env(device: str, code: Path | None = None, **fairshare: object) -> dict[str, str]:
+    """The server's environment; `code`: a directory whose ``scheduler`` package the server imports first."""
     if device == "cpu":
         from sglang_cpu.cpu_env import cpu_sglang_env
 
-        return cpu_sglang_env(**fairshare)
-    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("FAIRSHARE_")}
-    env.update({f"FAIRSHARE_{k.upper()}": str(v) for k, v in fairshare.items()})
+        env = cpu_sglang_env(**fairshare)
+    else:
+        env = {k: v for k, v in os.environ.items() if not k.upper().startswith("FAIRSHARE_")}
+        env.update({f"FAIRSHARE_{k.upper()}": str(v) for k, v in fairshare.items()})
+    if code is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(code), env.get("PYTHONPATH", "")]))
     return env
+
+
+def export_scheduler(ref: str, into: Path) -> Path:
+    """The ``scheduler`` package as committed at git `ref`, extracted under `into`."""
+    into.mkdir(parents=True)
+    try:
+        archive = subprocess.run(
+            ["git", "-C", str(REPO), "archive", ref, "scheduler"], check=True, capture_output=True
+        ).stdout
+    except subprocess.CalledProcessError as e:
+        raise SystemExit(f"--before-ref {ref}: git archive failed: {e.stderr.decode().strip()}") from None
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into
 
 
 def load(port: int) -> dict:
@@ -170,12 +196,32 @@ class Mode:
     clock: Path | None
     clock_line: int = 0
     rates: dict[str, list[float]] = field(default_factory=dict)
+    cpu_us: dict[str, list[float]] = field(default_factory=dict)
+    """The scheduler loop's CPU time per decoded token (one scheduler iteration), per run."""
     plugin_ns: dict[str, list[int]] = field(default_factory=dict)
     planned: dict[str, list[bool]] = field(default_factory=dict)
 
 
-def one_run(mode: Mode, case: str, run: int, window: int) -> float:
-    """Decode tok/s of one stream while the case's requests wait; leaves the server idle."""
+def scheduler_pid(server: LocalServer) -> int:
+    """The scheduler process of `server` (sglang titles it ``sglang::scheduler``), in the server's process group."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if os.getpgid(int(entry.name)) == server.proc.pid and (entry / "comm").read_text().startswith(
+                    "sglang::sched"
+                ):
+                    return int(entry.name)
+    raise RuntimeError("no sglang::scheduler process in the server's process group")
+
+
+def thread_cpu_ns(pid: int) -> int:
+    """CPU time of the process's main thread (the scheduler loop), from the kernel's schedstat (ns)."""
+    return int(Path(f"/proc/{pid}/task/{pid}/schedstat").read_text().split()[0])
+
+
+def one_run(mode: Mode, case: str, run: int, window: int) -> tuple[float, float]:
+    """Decode tok/s of one stream while the case's requests wait, and the scheduler loop's CPU us per decoded
+    token; leaves the server idle."""
     port = mode.server.port
     n_waiting = CASES[case]
     run_id = f"{case}-{mode.name}-{run}"
@@ -187,9 +233,11 @@ def one_run(mode: Mode, case: str, run: int, window: int) -> float:
             f"{n_waiting} waiting requests",
             lambda: load(port)["num_waiting_reqs"] >= n_waiting or stream.error or not stream.is_alive(),
         )
+    pid = scheduler_pid(mode.server)
     start_line = len(stream.chunks)
-    first = stream.tokens()
+    first, cpu0 = stream.tokens(), thread_cpu_ns(pid)
     wait_until("the measured window", lambda: stream.tokens() >= first + window or not stream.is_alive(), 900)
+    last, cpu1 = stream.tokens(), thread_cpu_ns(pid)
     t0, c0 = stream.chunks[start_line - 1]
     t1, c1 = stream.chunks[-1]
     if stream.error or c1 - c0 < window:
@@ -200,7 +248,7 @@ def one_run(mode: Mode, case: str, run: int, window: int) -> float:
     if batch is not None:
         batch.join(300)
     wait_until("the server to go idle", lambda: (s := load(port))["num_running_reqs"] + s["num_waiting_reqs"] == 0)
-    return (c1 - c0) / (t1 - t0)
+    return (c1 - c0) / (t1 - t0), (cpu1 - cpu0) / 1e3 / max(1, last - first)
 
 
 def collect_clock(mode: Mode, case: str) -> None:
@@ -224,25 +272,30 @@ def percentile(values: list[int], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))]
 
 
-def report(on: Mode, off: Mode, cases: list[str]) -> None:
+def report(modes: list[Mode], off: Mode, cases: list[str]) -> None:
+    """One row per case and plugin mode: its decode rate against upstream's (the same case's interleaved runs)."""
     print(f"\nmachine load now (1-min average): {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs", flush=True)
-    header = (
-        f"{'case':>10} | {'on: tok/s':>20} | {'off: tok/s':>20} | {'on/off':>6} | {'on: ms/iter':>18} | "
-        f"{'off: ms/iter':>18} | {'plugin us/pass med, p90':>24} | planned"
+    print(
+        f"{'case':>10} | {'mode':>6} | {'tok/s':>20} | {'off: tok/s':>20} | {'/off':>6} | {'ms/iter':>18} | "
+        f"{'off: ms/iter':>18} | {'CPU us/iter':>20} | {'off: CPU us/iter':>20} | {'CPU +us':>7} | "
+        f"{'plugin us/pass med, p90':>24} | planned"
     )
-    print(header)
     for case in cases:
-        r_on, r_off = on.rates[case], off.rates[case]
-        ratio = statistics.median(r_on) / statistics.median(r_off)
-        ns = on.plugin_ns.get(case, [])
-        planned = on.planned.get(case, [])
-        own = f"{statistics.median(ns) / 1e3:.1f}, {percentile(ns, 0.9) / 1e3:.1f}" if ns else "-"
-        share = f"{sum(planned)}/{len(planned)}" if planned else "-"
-        print(
-            f"{case:>10} | {spread(r_on):>20} | {spread(r_off):>20} | {ratio:6.1%} | "
-            f"{spread([1 / r for r in r_on], 1e3, 2):>18} | {spread([1 / r for r in r_off], 1e3, 2):>18} | "
-            f"{own:>24} | {share}"
-        )
+        r_off = off.rates[case]
+        for mode in modes:
+            r = mode.rates[case]
+            ratio = statistics.median(r) / statistics.median(r_off)
+            ns = mode.plugin_ns.get(case, [])
+            planned = mode.planned.get(case, [])
+            own = f"{statistics.median(ns) / 1e3:.1f}, {percentile(ns, 0.9) / 1e3:.1f}" if ns else "-"
+            share = f"{sum(planned)}/{len(planned)}" if planned else "-"
+            cpu, cpu_off = mode.cpu_us[case], off.cpu_us[case]
+            extra = statistics.median(cpu) - statistics.median(cpu_off)
+            print(
+                f"{case:>10} | {mode.name:>6} | {spread(r):>20} | {spread(r_off):>20} | {ratio:6.1%} | "
+                f"{spread([1 / x for x in r], 1e3, 2):>18} | {spread([1 / x for x in r_off], 1e3, 2):>18} | "
+                f"{spread(cpu, digits=0):>20} | {spread(cpu_off, digits=0):>20} | {extra:7.0f} | {own:>24} | {share}"
+            )
     print("target: on/off >= 98% in every case; plugin time per pass <= 100 us with nothing admissible", flush=True)
 
 
@@ -254,6 +307,7 @@ def main() -> None:
     parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated subset of {', '.join(CASES)}")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--model-path", type=Path, default=None, help="default: a tiny random Llama built here")
+    parser.add_argument("--before-ref", default=None, help="also run the plugin as committed at this git ref")
     args = parser.parse_args()
     runs = args.runs or 5
     window = args.window or (200 if args.quick else 600)
@@ -265,35 +319,44 @@ def main() -> None:
     if window + 2 >= STREAM_MAX_NEW:
         parser.error(f"--window {window}: must be below {STREAM_MAX_NEW - 2} (the stream's length)")
 
-    with tempfile.TemporaryDirectory(prefix="plugin-cost-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="plugin-cost-") as tmp, contextlib.ExitStack() as servers:
         tmp_path = Path(tmp)
+        before = export_scheduler(args.before_ref, tmp_path / "before") if args.before_ref else None
         model = args.model_path or build_tiny_model(tmp_path / "model", TinyModelSpec())
-        clock = tmp_path / "clock.jsonl"
         args_ = server_args(args.device)
-        env_on = server_env(args.device, plugin_clock=clock)
-        env_off = server_env(args.device, plugin_enabled=0)
-        print(f"starting two sglang servers ({args.device}); machine load {os.getloadavg()[0]:.1f}", flush=True)
-        with (
-            LocalServer(model, args_, env_on, tmp_path / "on.log", startup_timeout_s=900) as s_on,
-            LocalServer(model, args_, env_off, tmp_path / "off.log", startup_timeout_s=900) as s_off,
-        ):
-            on, off = Mode("on", s_on, clock), Mode("off", s_off, None)
-            done = []
-            for case in cases:
-                collect_clock(on, case)  # passes before the case (warm-up, idle) are not the case's
-                on.plugin_ns.pop(case, None)
-                on.planned.pop(case, None)
-                try:
-                    for run in range(runs):
-                        for mode in (on, off) if run % 2 == 0 else (off, on):  # neither always goes first
-                            mode.rates.setdefault(case, []).append(one_run(mode, case, run, window))
-                            collect_clock(mode, case)
-                except (RuntimeError, TimeoutError) as e:
-                    print(f"{case}: failed ({e}); the other cases go on", flush=True)
-                    continue
-                done.append(case)
-                report(on, off, [case])
-        report(on, off, done)
+        print(f"starting sglang servers ({args.device}); machine load {os.getloadavg()[0]:.1f}", flush=True)
+
+        def start(name: str, env: dict[str, str], clock: Path | None) -> Mode:
+            server = LocalServer(model, args_, env, tmp_path / f"{name}.log", startup_timeout_s=900)
+            return Mode(name, servers.enter_context(server), clock)
+
+        on = start("on", server_env(args.device, plugin_clock=tmp_path / "on.jsonl"), tmp_path / "on.jsonl")
+        off = start("off", server_env(args.device, plugin_enabled=0), None)
+        plugin_modes = [on]
+        if before is not None:
+            clock = tmp_path / "before.jsonl"
+            plugin_modes.append(start("before", server_env(args.device, code=before, plugin_clock=clock), clock))
+        modes = [*plugin_modes, off]
+        done = []
+        for case in cases:
+            for mode in plugin_modes:
+                collect_clock(mode, case)  # passes before the case (warm-up, idle) are not the case's
+                mode.plugin_ns.pop(case, None)
+                mode.planned.pop(case, None)
+            try:
+                for run in range(runs):
+                    k = run % len(modes)
+                    for mode in modes[k:] + modes[:k]:  # neither always goes first
+                        rate, cpu = one_run(mode, case, run, window)
+                        mode.rates.setdefault(case, []).append(rate)
+                        mode.cpu_us.setdefault(case, []).append(cpu)
+                        collect_clock(mode, case)
+            except (RuntimeError, TimeoutError) as e:
+                print(f"{case}: failed ({e}); the other cases go on", flush=True)
+                continue
+            done.append(case)
+            report(plugin_modes, off, [case])
+        report(plugin_modes, off, done)
 
 
 if __name__ == "__main__":

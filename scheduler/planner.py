@@ -8,6 +8,7 @@ snapshot, so decisions are deterministic — every tensor-parallel rank takes th
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from scheduler.admission import AdmissionScan, StarvationLedger, fits
 from scheduler.config import PolicyConfig
@@ -59,6 +60,35 @@ class PassPlanner:
         plan.num_skip_ahead = sum(g.rid in past_rejection for g in plan.grants)
         self.num_skip_ahead += plan.num_skip_ahead
         self._commit(plan, pass_index, short_tokens)
+        log_plan(self.cfg, plan)
+        return plan
+
+    def replay_idle(self, snap: QueueSnapshot, previous: PassPlan, restamp: bool = True) -> PassPlan:
+        """`plan(snap)`, without walking the queue, for a pass in which nothing can be admitted: `previous` was
+        planned on a snapshot with the same waiting candidates (same figures, as far as its walk judged them),
+        free slots, continuing requests and config, admitted nobody, and no candidate it judged fits in
+        ``snap.free_kv_tokens`` (the caller checks that against `admission.free_kv_to_fit`, the walk's own
+        threshold). Then the walk would judge the same requests and reject each again: the reservations of the
+        ledger decide only who may overtake a request that fits, and none does. The state across passes moves as
+        in `plan` (`_commit`); the pass budget and cap are sized afresh for `snap`'s pass.
+
+        A rejection's ``rem_total_tokens`` is the free KV when it was judged, ``snap.free_kv_tokens`` in a pass
+        that admits nobody: `restamp` rebuilds the rejections with it (diagnostics always do); without, they
+        keep `previous`'s figure, and cost nothing per request (engines replay idle passes every iteration)."""
+        if previous.grants or snap.continuing:
+            raise ValueError("replay_idle replays only a pass that admitted nobody and continues nobody")
+        pass_index = self.num_plans if snap.pass_index is None else snap.pass_index
+        self.num_plans += 1
+        rejections = previous.rejections
+        if restamp or self.cfg.diagnostics:
+            free_kv = snap.free_kv_tokens
+            rejections = [
+                r if r.rem_total_tokens == free_kv else replace(r, rem_total_tokens=free_kv) for r in rejections
+            ]
+        plan = PassPlan(rejections=rejections)
+        plan.pass_budget_tokens = self.sizer.budget(self.cfg, pass_index, 0, snap.num_decoding, snap.num_short_decoding)
+        plan.grants, plan.cap_tokens = self._allocate([], plan.pass_budget_tokens, snap)
+        self._commit(plan, pass_index, 0)
         log_plan(self.cfg, plan)
         return plan
 

@@ -22,7 +22,6 @@ that would be a second cut request is refused.
 from __future__ import annotations
 
 import functools
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import Enum
@@ -77,6 +76,7 @@ class PassRun:
         last_idle_scan: IdleScan | None = None,
         clock: PluginClock | None = None,
         short_index: ShortIndex | None = None,
+        traced: bool = False,
     ) -> None:
         self.sched = sched
         self.planner = planner
@@ -94,6 +94,8 @@ class PassRun:
         self.short_window: CandidateWindow | None = None
         """The short index's requests, as the planner read them (`short_index`)."""
         self._clock = clock
+        self._traced = traced
+        """The pass trace reads the rejections' free-KV figure: a reused scan's are restamped (`replay_idle`)."""
         self.continuing_cut = False
         """True once the continuing request was added and is still not fully prefilled."""
         self._grants: dict[str, Grant] = {}
@@ -110,43 +112,48 @@ class PassRun:
 
     def ensure_plan(self) -> PassPlan:
         if self.plan is None:
-            started = time.thread_time_ns()
-            cfg = self.planner.cfg
-            state = engine_state(self.sched, self.adder, cfg)
-            last = self._last_idle_scan
-            if last is not None and last.still_holds(self.sched, state, cfg):
-                self._plan_on(last, state)
+            if self._clock is None:
+                self._plan()
             else:
-                index = self._short_index if cfg.skip_ahead else None
-                shorts = index.reqs if index is not None else None
-                self.snapshot, window, self.short_window = build_snapshot(
-                    self.sched, self.adder, cfg, release_unadmitted, state, shorts
-                )
-                self.window = window
-                self.plan = self.planner.plan(self.snapshot)
-                self.idle_scan = IdleScan.record(
-                    self.sched, self.adder, state, window, self.plan, cfg, self.short_window, index
-                )
-                self._index_plan()
-                self._bring_forward_deep_grants()
-            if self._clock is not None:
-                self._clock.add(time.thread_time_ns() - started)
+                self._clock.timed(self._plan)
         return self.plan
+
+    def _plan(self) -> None:
+        """Plan the pass: on the last idle scan while it holds, else by matching the requests the planner reads."""
+        cfg = self.planner.cfg
+        state = engine_state(self.sched, self.adder, cfg)
+        last = self._last_idle_scan
+        if last is not None and last.still_holds(self.sched, state, cfg):
+            self._plan_on(last, state)
+            self._index_plan()
+        else:
+            index = self._short_index if cfg.skip_ahead else None
+            shorts = index.reqs if index is not None else None
+            self.snapshot, window, self.short_window = build_snapshot(
+                self.sched, self.adder, cfg, release_unadmitted, state, shorts
+            )
+            self.window = window
+            self.plan = self.planner.plan(self.snapshot)
+            self.idle_scan = IdleScan.record(
+                self.sched, self.adder, state, window, self.plan, cfg, self.short_window, index
+            )
+            self._index_plan()
+            self._bring_forward_deep_grants()
 
     def plan_without_adder(self, state: EngineState) -> None:
         """Plan a pass sglang will not build an adder for (`SchedulerPolicy.idle_pass`): on the last idle
-        scan, which `state` (read without an adder) shows to still hold."""
+        scan, which `state` (read without an adder) shows to still hold. No scan will ask for routes."""
         assert self._last_idle_scan is not None
         self._plan_on(self._last_idle_scan, state)
 
     def _plan_on(self, scan: IdleScan, state: EngineState) -> None:
-        """Plan on the figures `scan` read: the same decisions a fresh scan would take (`idle_scan`)."""
+        """Plan on the figures `scan` read: the same decisions a fresh scan would take (`idle_scan`), replayed by
+        the planner without walking them again (`PassPlanner.replay_idle`)."""
         self.reused_scan = True
         self.window = scan
         self.snapshot = state.snapshot(scan.candidates, scan.short_candidates)
-        self.plan = self.planner.plan(self.snapshot)
+        self.plan = self.planner.replay_idle(self.snapshot, scan.plan, restamp=self._traced)
         self.idle_scan = None if self.plan.grants else scan
-        self._index_plan()
 
     def judged_shorts(self) -> list[Candidate]:
         """The short index's requests the planner read that its walk had not judged (for the pass trace)."""

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import logging
 import math
-import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from sglang.srt.managers.schedule_policy import CacheAgnosticPolicy
 
@@ -46,6 +46,7 @@ from scheduler.sglang_plugin.server_args import POLICY_FIELD_TO_SERVER_ARG
 from scheduler.sglang_plugin.short_index import ShortIndex
 
 logger = logging.getLogger("fairshare.sglang_plugin")
+T = TypeVar("T")
 
 POLICY_ATTR = "_fairshare_policy"
 INIT_INFO_KEY = "fairshare"
@@ -131,22 +132,22 @@ class SchedulerPolicy:
         """The pass boundary (`_get_new_batch_prefill_raw`), before sglang builds the adder."""
         self._running_batch = running_batch
         if self.inactive_reason is None and self.cfg.skip_ahead:
-            started = time.thread_time_ns()
-            in_order = sched.policy.policy is CacheAgnosticPolicy.FCFS and not sched.enable_priority_scheduling
-            self.short_index.refresh(sched.waiting_queue, self.cfg, in_order)
-            if self.clock is not None:
-                self.clock.add(time.thread_time_ns() - started)
+            self._timed(self._refresh_short_index, sched)
+
+    def _refresh_short_index(self, sched: Any) -> None:
+        in_order = sched.policy.policy is CacheAgnosticPolicy.FCFS and not sched.enable_priority_scheduling
+        self.short_index.refresh(sched.waiting_queue, self.cfg, in_order)
+
+    def _timed(self, section: Callable[..., T], *args: Any) -> T:
+        """`section` timed by the plugin clock when it is on (`clock`); nothing is read when it is off."""
+        return section(*args) if self.clock is None else self.clock.timed(section, *args)
 
     def idle_pass(self, sched: Any, running_batch: Any) -> bool:
         """True when this pass can admit nobody and is planned already, on the last idle scan, without sglang
         building an adder: `_get_new_batch_prefill_raw` then returns at once, as upstream's does while
         ``batch_is_full`` (`idle_scan`). Only where the rest of that call would change nothing: no continuing
         chunk, no grammar ready, no preemption, FCFS order (no queue reordering), free slots left."""
-        started = time.thread_time_ns()
-        planned = self._idle_pass(sched, running_batch)
-        if self.clock is not None:
-            self.clock.add(time.thread_time_ns() - started)
-        return planned
+        return self._timed(self._idle_pass, sched, running_batch)
 
     def _idle_pass(self, sched: Any, running_batch: Any) -> bool:
         scan = self._idle_scan
@@ -166,17 +167,13 @@ class SchedulerPolicy:
         state = scan.state_without_adder(sched, running_batch, self.cfg)
         if state is None or state.free_running_slots <= 0 or not scan.still_holds(sched, state, self.cfg):
             return False
-        self._run = PassRun(sched, self.planner, scan, self.clock, self.short_index)
+        self._run = PassRun(sched, self.planner, scan, self.clock, self.short_index, self.trace is not None)
         self._run.plan_without_adder(state)
         return True
 
     def start_pass(self, sched: Any) -> PassRun | None:
         """A new pass to plan, or None when upstream's rules apply to it."""
-        started = time.thread_time_ns()
-        run = self._start_pass(sched)
-        if self.clock is not None:
-            self.clock.add(time.thread_time_ns() - started)
-        return run
+        return self._timed(self._start_pass, sched)
 
     def _start_pass(self, sched: Any) -> PassRun | None:
         self._run = None
@@ -188,7 +185,7 @@ class SchedulerPolicy:
             self._idle_scan = None
             return None
         last = self._idle_scan if self.reuse_idle_scans else None
-        self._run = PassRun(sched, self.planner, last, self.clock, self.short_index)
+        self._run = PassRun(sched, self.planner, last, self.clock, self.short_index, self.trace is not None)
         return self._run
 
     @property
@@ -203,10 +200,8 @@ class SchedulerPolicy:
 
     def end_pass(self) -> None:
         """The pass boundary's end (after upstream's scan), called whether or not sglang built an adder."""
-        started = time.thread_time_ns()
-        planned = self._end_pass()
+        planned = self._timed(self._end_pass)
         if self.clock is not None:
-            self.clock.add(time.thread_time_ns() - started)
             self.clock.end_pass(planned)
 
     def _end_pass(self) -> bool:

@@ -3,7 +3,11 @@
 With ``FAIRSHARE_PLUGIN_CLOCK=FILE`` it times the plugin's work at each pass boundary sglang calls it at
 (`_get_new_batch_prefill_raw`): starting the pass, translating sglang's state and planning (or reusing an idle
 scan), and cleaning up after the scan — not the upstream code those hooks wrap, nor the routing of each request an
-admitting scan reaches (a few dictionary lookups per admitted request). The durations are kept
+admitting scan reaches (a few dictionary lookups per admitted request). Sections are timed with the monotonic
+wall clock (``perf_counter_ns``, read in user space): the thread CPU-time clock is a system call, and eight of them
+per pass cost this VM more than the sections they timed. A section is microseconds long, so a preemption lands in
+few of them: the median and p90 the benchmark prints are the sections' own time even on a loaded machine. With the
+clock off nothing is read. The durations are kept
 in memory and appended to FILE as one JSON line per batch (at most every `FLUSH_PASSES` passes or `FLUSH_S`
 seconds), so timing adds no I/O per pass. Read by
 `benchmarks/sglang_plugin_cost.py` with `read_clock`.
@@ -15,7 +19,11 @@ import json
 import os
 import time
 from array import array
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
 
 FLUSH_PASSES = 256
 FLUSH_S = 0.5
@@ -33,8 +41,13 @@ class PluginClock:
         self._planned = array("b")
         self._last_flush = time.perf_counter()
 
-    def add(self, ns: int) -> None:
-        self._pass_ns += ns
+    def timed(self, section: Callable[..., T], *args: object) -> T:
+        """Run `section` and add its time to this pass."""
+        started = time.perf_counter_ns()
+        try:
+            return section(*args)
+        finally:
+            self._pass_ns += time.perf_counter_ns() - started
 
     def end_pass(self, planned: bool) -> None:
         """One call of `_get_new_batch_prefill_raw` is over; `planned`: the plugin planned a pass in it."""

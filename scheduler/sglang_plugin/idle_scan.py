@@ -86,6 +86,8 @@ class IdleScan:
     short_index_version: int
     min_kv_to_fit: int | float
     """The least free KV with which a judged request would fit (`min_kv_to_fit`)."""
+    plan: PassPlan = field(repr=False)
+    """The plan the scan led to (it admitted nobody): what a pass reusing the scan replays."""
     cfg: PolicyConfig
     engine: tuple[int, int, int, int]
     cache: tuple[Any, Any]
@@ -122,6 +124,7 @@ class IdleScan:
             short_index=short_index,
             short_index_version=-1 if short_index is None else short_index.version,
             min_kv_to_fit=min_kv_to_fit(cfg, state, list(judged.values())),
+            plan=plan,
             cfg=cfg,
             engine=engine_key(state),
             cache=cache_fingerprint(sched.tree_cache),
