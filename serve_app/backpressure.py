@@ -204,8 +204,8 @@ def shed_of(verdicts: Mapping[str, Verdict], all_limits: Limits) -> Shed:
             429,
             ShedReason.PREFILL_TOKENS,
             retry_after_s(excess, limits),
-            f"Every engine replica has more than {limits.max_queued_prefill_tokens} prompt tokens queued for "
-            f"prefill with this request ({excess} over); retry later.",
+            f"Every engine replica that can serve this request has more than {limits.max_queued_prefill_tokens} "
+            f"prompt tokens queued for prefill with this request ({excess} over); retry later.",
         )
     reason = ShedReason.QUEUED if ShedReason.QUEUED in reasons else ShedReason.ONGOING
     limits = _on(all_limits, next(rid for rid, v in verdicts.items() if v.reason is reason))
@@ -215,7 +215,7 @@ def shed_of(verdicts: Mapping[str, Verdict], all_limits: Limits) -> Shed:
         429,
         reason,
         limits.retry_after_s,
-        f"Every engine replica has {limit} {what} (its limit); retry shortly.",
+        f"Every engine replica that can serve this request has {limit} {what} (its limit); retry shortly.",
     )
 
 
