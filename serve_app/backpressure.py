@@ -17,7 +17,9 @@ the least-loaded replica needs to drain the excess; with no replica at all the a
 Two places apply it. The lane router (`routing`, from the loads and limits replicas publish) routes
 only to a replica that admits the request and sheds at the ingress when no replica its lanes allow
 does (`LanesFull`); each engine replica checks its own live load again before the engine sees the
-request, the last guarantee, since published loads are up to one stats period old.
+request, the last guarantee, since published loads are up to one stats period old. The router leaves
+the in-flight limit to Serve, which knows it exactly (a replica at `max_ongoing_requests` is full:
+Serve holds the request in the handle's queue, up to `max_queued_requests`, then answers 429).
 
 The policy sees only plain records (no Ray, no HTTP), so every decision is tested with synthetic
 loads; the ingress answers a `Shed` with `Shed.error()`.
@@ -115,9 +117,14 @@ class Verdict:
     """Queued prefill tokens above the limit if this request were added (0 unless PREFILL_TOKENS)."""
 
 
-def assess(load: ReplicaLoad, request_tokens: int, limits: BackpressureLimits) -> Verdict:
-    """May this replica take a request with `request_tokens` uncached prompt tokens?"""
-    if load.num_pending + load.num_decoding >= limits.max_ongoing_requests:
+def assess(
+    load: ReplicaLoad, request_tokens: int, limits: BackpressureLimits, *, count_ongoing: bool = True
+) -> Verdict:
+    """May this replica take a request with `request_tokens` uncached prompt tokens?
+
+    `count_ongoing=False` leaves the in-flight limit out: the lane router's view, since Serve enforces that one
+    itself (`max_ongoing_requests`, the same number), queueing in the handle up to `max_queued_requests`."""
+    if count_ongoing and load.num_pending + load.num_decoding >= limits.max_ongoing_requests:
         return Verdict(False, ShedReason.ONGOING)
     if load.num_pending >= limits.max_queued_requests:
         return Verdict(False, ShedReason.QUEUED)

@@ -23,7 +23,8 @@ The rules, in order:
 4. **Least loaded otherwise.** Chats compare pending requests first (what a chat waits for under
    fair-share chunking), long documents outstanding prefill tokens.
 5. **Backpressure limits.** A replica over one of the limits it publishes (`backpressure.assess` on
-   its load with this request's uncached tokens) is never chosen: it counts as busy (so affinity gives
+   its load with this request's uncached tokens; requests waiting for a first token and queued
+   prefill tokens: the in-flight limit is Serve's own, `full`) is never chosen: it counts as busy (so affinity gives
    way and chats spill), and when no replica the rules above allow admits the request, the decision
    is a `Shed` (429 at the ingress) instead of a replica. The replica checks again on arrival.
 
@@ -274,7 +275,8 @@ class _Candidates:
         """Rule 5: may `v` take the request under the limits it published (unknown limits: yes)."""
         if v.limits is None:
             return Verdict(True)
-        return assess(self.loads[v.replica_id], self.uncached_tokens(v), v.limits)
+        # In-flight requests are Serve's limit (`full`, its own queue): shedding on them here would bypass that queue.
+        return assess(self.loads[v.replica_id], self.uncached_tokens(v), v.limits, count_ongoing=False)
 
     def admits(self, v: ReplicaView) -> bool:
         return self.verdict(v).admits

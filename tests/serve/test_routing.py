@@ -406,6 +406,13 @@ def test_the_routers_own_sends_count_against_stale_published_loads() -> None:
     assert p.effective_load(views[1]).num_pending == 2
 
 
+def test_the_in_flight_limit_is_left_to_serve() -> None:
+    # Every replica has max_ongoing_requests decoding: Serve's own queue holds the request (it sees them full).
+    busy = {"num_decoding": LIMITS.max_ongoing_requests}
+    d = LanePolicy().decide("r1", hint(None, 30), limited(two_lanes(L=busy, C1=busy, C2=busy)), T0)
+    assert isinstance(d, RouteDecision) and d.lane is Lane.CHAT
+
+
 def test_replicas_without_published_limits_are_taken_to_admit() -> None:
     views = [*limited(two_lanes(C1={"pending": 2}))[:2], view("C2", Lane.CHAT, pending=9)]
     d = LanePolicy().decide("r1", hint(None, 30, knobs=RoutingKnobs(busy_pending_requests=20)), views, T0)
@@ -447,7 +454,8 @@ limited_views = st.builds(
 
 
 def over_limit(load: ReplicaLoad, v: ReplicaView, tokens: int) -> bool:
-    return v.limits is not None and not assess(load, tokens, v.limits).admits
+    """Over a limit the router enforces (in-flight requests are Serve's: `full`)."""
+    return v.limits is not None and not assess(load, tokens, v.limits, count_ongoing=False).admits
 
 
 @settings(deadline=None, max_examples=300)
