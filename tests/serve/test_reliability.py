@@ -33,6 +33,7 @@ from benchmarks.reliability_report import (
     send,
     send_and_leave,
 )
+from serve_app.config import EngineKnobs
 from tests.serve.conftest import ServeHandle, deployment
 
 pytestmark = pytest.mark.serve
@@ -63,6 +64,17 @@ def error_of(r: httpx.Response) -> dict:
 
 def doc(num_tokens: int) -> str:
     return ("lorem ipsum dolor sit amet " * (num_tokens * 4 // 27 + 1))[: num_tokens * 4]
+
+
+def deploy_engine_knobs(served: ServeHandle, cfg: dict, timeout_s: float = SETTLE_S) -> None:
+    """Deploy `cfg` and wait until every engine replica runs its `Engine.user_config`: Serve reports the app
+    healthy before each replica's `reconfigure` has run."""
+    served.deploy(cfg)
+    expected = json.loads(EngineKnobs.model_validate(deployment(cfg, "Engine")["user_config"]).model_dump_json())
+    deadline = time.monotonic() + timeout_s
+    while any(served.replica(rid)["knobs"] != expected for rid in engine_replicas()):
+        assert time.monotonic() < deadline, "the engine replicas never ran the deployed user_config"
+        time.sleep(0.25)
 
 
 def wait_until_idle(served: ServeHandle, timeout_s: float = SETTLE_S) -> dict[str, dict]:
@@ -230,7 +242,7 @@ def test_queued_prefill_tokens_shed_documents_beyond_the_limit(served: ServeHand
     # Real time: the first document prefills for ~70 s, far longer than the test needs.
     engine["user_config"] = {**engine["user_config"], "time_scale": 1.0, "max_queued_prefill_tokens": limit}
     original = served.config
-    served.deploy(cfg)
+    deploy_engine_knobs(served, cfg)
     try:
         outcomes = asyncio.run(_documents_against_a_full_queue(served, doc_tokens, n_more=3))
     finally:
@@ -278,7 +290,7 @@ def test_the_router_fills_every_allowed_replica_before_shedding(served: ServeHan
     engine["user_config"] = {**engine["user_config"], "time_scale": 100.0, "max_queued_requests": limit}
     engine["max_queued_requests"] = 4 * num_chats  # Serve's own queue in the handle never sheds here: ours does
     original = served.config
-    served.deploy(cfg)
+    deploy_engine_knobs(served, cfg)
     try:
         shed, views = asyncio.run(_chats_against_full_replicas(served, num_chats))
     finally:
@@ -286,13 +298,13 @@ def test_the_router_fills_every_allowed_replica_before_shedding(served: ServeHan
     held = {rid: len(v["active_request_ids"]) for rid, v in views.items()}
     waiting = {rid: v["load"]["num_waiting"] + v["load"]["num_prefilling"] for rid, v in views.items()}
     assert len(shed) + sum(held.values()) == num_chats, (len(shed), held)  # none lost, none answered otherwise
-    assert all(n <= limit for n in waiting.values()), waiting  # no replica queues beyond its limit
-    # At most max_ongoing_requests (8) on each of 3 replicas: 30 chats cannot all be held.
-    assert len(shed) >= num_chats - 3 * engine["max_ongoing_requests"]
-    assert all(n >= limit for n in held.values()), held  # shed only once every replica took its share
     for r in shed:
         assert r.status_code == 429 and r.headers["retry-after"] == "1", r.text
         assert error_of(r)["code"] == "rate_limit_exceeded", r.text
+    assert all(n <= limit for n in waiting.values()), waiting  # no replica queues beyond its limit
+    # At most max_ongoing_requests (8) on each of 3 replicas: 30 chats cannot all be held.
+    assert len(shed) >= num_chats - 3 * engine["max_ongoing_requests"]
+    assert all(n >= limit for n in held.values()), (held, waiting)  # shed only once every replica took its share
     idle = wait_until_idle(served)
     assert all(not v["active_request_ids"] for v in idle.values())
 
