@@ -14,6 +14,13 @@ Across replicas (`decide`): a request goes to any replica that admits it (the la
 chooses among those); when none does it is shed with 429 and a `Retry-After` sized by how long
 the least-loaded replica needs to drain the excess; with no replica at all the answer is 503.
 
+Two places apply it. The lane router (`routing`, from the loads and limits replicas publish) routes
+only to a replica that admits the request and sheds at the ingress when no replica its lanes allow
+does (`LanesFull`); each engine replica checks its own live load again before the engine sees the
+request, the last guarantee, since published loads are up to one stats period old. The router leaves
+the in-flight limit to Serve, which knows it exactly (a replica at `max_ongoing_requests` is full:
+Serve holds the request in the handle's queue, up to `max_queued_requests`, then answers 429).
+
 The policy sees only plain records (no Ray, no HTTP), so every decision is tested with synthetic
 loads; the ingress answers a `Shed` with `Shed.error()`.
 """
@@ -24,12 +31,14 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Self
+from typing import Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from serve_app.engine_backend import ReplicaLoad
 from serve_app.errors import OpenAIError
+
+_T = TypeVar("_T")
 
 MAX_QUEUE_DELAY_S = 60.0
 """Default bound on the prefill work queued on a replica, in seconds of prefill at its rate."""
@@ -108,9 +117,14 @@ class Verdict:
     """Queued prefill tokens above the limit if this request were added (0 unless PREFILL_TOKENS)."""
 
 
-def assess(load: ReplicaLoad, request_tokens: int, limits: BackpressureLimits) -> Verdict:
-    """May this replica take a request with `request_tokens` uncached prompt tokens?"""
-    if load.num_pending + load.num_decoding >= limits.max_ongoing_requests:
+def assess(
+    load: ReplicaLoad, request_tokens: int, limits: BackpressureLimits, *, count_ongoing: bool = True
+) -> Verdict:
+    """May this replica take a request with `request_tokens` uncached prompt tokens?
+
+    `count_ongoing=False` leaves the in-flight limit out: the lane router's view, since Serve enforces that one
+    itself (`max_ongoing_requests`, the same number), queueing in the handle up to `max_queued_requests`."""
+    if count_ongoing and load.num_pending + load.num_decoding >= limits.max_ongoing_requests:
         return Verdict(False, ShedReason.ONGOING)
     if load.num_pending >= limits.max_queued_requests:
         return Verdict(False, ShedReason.QUEUED)
@@ -153,47 +167,62 @@ class Shed:
         return OpenAIError(self.status, self.message, type=self.error_type, code=self.code, headers=self.headers)
 
 
-def decide(
-    loads: Mapping[str, ReplicaLoad], request_tokens: int | Mapping[str, int], limits: BackpressureLimits
-) -> Admit | Shed:
+class LanesFull(Exception):
+    """Raised to the caller of the engine handle when the lane router sheds a request (every replica its lanes
+    allow is over a limit); the ingress answers `shed.error()`."""
+
+    def __init__(self, shed: Shed) -> None:
+        super().__init__(shed)
+        self.shed = shed
+
+
+Limits = BackpressureLimits | Mapping[str, BackpressureLimits]
+"""One set of limits for every replica, or each replica's own (what it published)."""
+
+
+def decide(loads: Mapping[str, ReplicaLoad], request_tokens: int | Mapping[str, int], limits: Limits) -> Admit | Shed:
     """Admit to the replicas that take the request, or shed it.
 
     `request_tokens` is the request's uncached prompt, one number or per replica (a session's
-    cached prefix makes it smaller where the cache is).
+    cached prefix makes it smaller where the cache is); `limits` likewise.
     """
     if not loads:
-        return Shed(503, ShedReason.NO_REPLICA, limits.retry_after_s, "No engine replica is available; retry shortly.")
-    verdicts = {rid: assess(load, _tokens_on(request_tokens, rid), limits) for rid, load in loads.items()}
+        retry = limits.retry_after_s if isinstance(limits, BackpressureLimits) else BackpressureLimits().retry_after_s
+        return Shed(503, ShedReason.NO_REPLICA, retry, "No engine replica is available; retry shortly.")
+    verdicts = {rid: assess(load, _on(request_tokens, rid), _on(limits, rid)) for rid, load in loads.items()}
     admitting = tuple(rid for rid, v in verdicts.items() if v.admits)
     if admitting:
         return Admit(admitting)
-    return _shed(verdicts, limits)
+    return shed_of(verdicts, limits)
 
 
-def _tokens_on(request_tokens: int | Mapping[str, int], replica_id: str) -> int:
-    return request_tokens if isinstance(request_tokens, int) else request_tokens[replica_id]
+def _on(value: _T | Mapping[str, _T], replica_id: str) -> _T:
+    return value[replica_id] if isinstance(value, Mapping) else value
 
 
-def _shed(verdicts: Mapping[str, Verdict], limits: BackpressureLimits) -> Shed:
+def shed_of(verdicts: Mapping[str, Verdict], all_limits: Limits) -> Shed:
+    """The 429 for a request every replica in `verdicts` refused (each verdict refuses)."""
     reasons = {v.reason for v in verdicts.values()}
     if reasons == {ShedReason.PREFILL_TOKENS}:
         # Only tokens stand in the way: the wait is the least excess at the prefill rate.
-        excess = min(v.excess_tokens for v in verdicts.values())
+        rid = min(verdicts, key=lambda r: verdicts[r].excess_tokens)
+        excess, limits = verdicts[rid].excess_tokens, _on(all_limits, rid)
         return Shed(
             429,
             ShedReason.PREFILL_TOKENS,
             retry_after_s(excess, limits),
-            f"Every engine replica has more than {limits.max_queued_prefill_tokens} prompt tokens queued for "
-            f"prefill with this request ({excess} over); retry later.",
+            f"Every engine replica that can serve this request has more than {limits.max_queued_prefill_tokens} "
+            f"prompt tokens queued for prefill with this request ({excess} over); retry later.",
         )
     reason = ShedReason.QUEUED if ShedReason.QUEUED in reasons else ShedReason.ONGOING
+    limits = _on(all_limits, next(rid for rid, v in verdicts.items() if v.reason is reason))
     limit = limits.max_queued_requests if reason is ShedReason.QUEUED else limits.max_ongoing_requests
     what = "requests waiting for a first token" if reason is ShedReason.QUEUED else "requests in flight"
     return Shed(
         429,
         reason,
         limits.retry_after_s,
-        f"Every engine replica has {limit} {what} (its limit); retry shortly.",
+        f"Every engine replica that can serve this request has {limit} {what} (its limit); retry shortly.",
     )
 
 

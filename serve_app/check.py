@@ -2,7 +2,8 @@
 
 Validates the file with Serve's own schema (`ServeDeploySchema`), refuses keys Serve would silently
 drop in our deployments, then validates our typed sections (`args`, both `user_config`s, the policy
-overrides). Prints one line per problem, naming the field, and exits non-zero if there is any.
+overrides) and checks that the Ingress drains at least as long as the Engine (`drain_problems`).
+Prints one line per problem, naming the field, and exits non-zero if there is any.
 A bad `user_config` sent to a running app fails the update (Serve then replaces the replica that
 refused it), so check first.
 """
@@ -15,6 +16,7 @@ from typing import Any
 
 import yaml
 from pydantic import ValidationError
+from ray.serve._private.constants import DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT_S
 from ray.serve.schema import DeploymentSchema, ServeDeploySchema
 
 from serve_app.config import (
@@ -34,6 +36,23 @@ DEPLOYMENTS: dict[str, type[RoutingKnobs] | type[EngineKnobs] | None] = {
 }
 
 
+def drain_problems(where: str, deployments: list[dict[str, Any]]) -> list[str]:
+    """Every stream an Engine replica serves is relayed by an Ingress replica: when Serve stops both (the app is
+    deleted or upgraded, a node goes away), the Ingress must keep relaying for as long as the Engine drains, or
+    the engine's drain finishes streams no client receives."""
+    drain_s = {
+        d.get("name"): d.get("graceful_shutdown_timeout_s", DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT_S) for d in deployments
+    }
+    ingress_s = drain_s.get("Ingress", DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT_S)
+    engine_s = drain_s.get("Engine", DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT_S)
+    if ingress_s < engine_s:
+        return [
+            f"{where}.Ingress: graceful_shutdown_timeout_s={ingress_s} is below the Engine's ({engine_s}); "
+            "streams the engines finish while draining would be cut at the ingress"
+        ]
+    return []
+
+
 def problems(raw: dict[str, Any]) -> list[str]:
     try:
         schema = ServeDeploySchema.model_validate(raw)
@@ -47,6 +66,7 @@ def problems(raw: dict[str, Any]) -> list[str]:
         except ConfigError as e:
             out.append(str(e))
             cfg = AppConfig()
+        out += drain_problems(where, app_raw.get("deployments", []))
         for d in app_raw.get("deployments", []):
             name = d.get("name")
             if name not in DEPLOYMENTS:

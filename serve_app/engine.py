@@ -128,6 +128,7 @@ class Engine:
             time_s=time.time(),
             sessions=self.backend.recent_sessions(self.knobs.published_sessions),
             pending=self.backend.pending_requests(PUBLISHED_PENDING),
+            limits=self.limits,
         )
         self._metrics.publish(stats.lane.value, stats.load, self.backend.counters())
         return stats.to_dict()

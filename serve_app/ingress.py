@@ -5,9 +5,11 @@ and writes its responses (sim backend: a documented subset of fields, a 400 nami
 sglang backend the engine writes the response itself (sglang's OpenAI serving classes, every field they
 support): the ingress routes the client's request unchanged and relays the engine's bytes
 (`Ingress._pass_through`). `/v1/embeddings` goes to the `Embedder` deployment, chosen by model name;
-`/v1/models` lists each model with its kind. Every error is an OpenAI error body (400 bad input, 404 unknown model or
-route, 429 + Retry-After when the engine lanes are full, 503 with no replica, the engine's status when it
-refuses or aborts a request, 500 otherwise, never a stack trace); once a stream has started, an error
+`/v1/models` lists each model with its kind. Every error is an OpenAI error body (400 bad input, 404
+unknown model or route, 429 + Retry-After when the engine lanes are full (the lane router sheds when
+every replica its lanes allow is over a backpressure limit; a replica over its limit on arrival answers
+the same), 503 with no replica, the engine's status when it refuses or aborts a request, 500 otherwise,
+never a stack trace); once a stream has started, an error
 is an SSE error event followed by `[DONE]`. Every answered request, errors included, is counted in
 `fairshare_requests_total`. Responses carry `X-Lane`, `X-Replica`, `X-Session-ID`, `X-Route`,
 `X-Traffic-Class`, `Server-Timing` and `X-Request-ID`.
@@ -36,6 +38,7 @@ from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from serve_app.auth import ApiKeyMiddleware, process_api_key
+from serve_app.backpressure import LanesFull
 from serve_app.config import AppConfig, RoutingKnobs, validate
 from serve_app.endpoints import CHAT, COMPLETIONS, Endpoint, ResponseIds
 from serve_app.engine_backend import Chunk, EngineError, GenerateRequest, ResponseBody, ResponseStart
@@ -474,6 +477,9 @@ class Ingress:
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     def _map_error(self, e: BaseException, what: str = "engine lanes") -> BaseException:
+        if isinstance(e, LanesFull):
+            self.metrics.shed.inc(tags={"reason": f"router-{e.shed.reason.value}"})
+            return e.shed.error()
         if isinstance(e, BackPressureError):
             self.metrics.shed.inc(tags={"reason": "backpressure"})
             return OpenAIError(

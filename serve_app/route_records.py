@@ -10,10 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import lru_cache
 from typing import Any
 
 from scheduler.config import PolicyConfig
 from scheduler.traffic import TrafficClass
+from serve_app.backpressure import BackpressureLimits
 from serve_app.config import RoutingKnobs
 from serve_app.engine_backend import ReplicaLoad
 
@@ -96,6 +98,8 @@ class RoutingStats:
     """Cached tokens of recently used sessions."""
     pending: dict[str, int] = field(default_factory=dict)
     """Pending requests (no first token yet): request id -> uncached tokens still to prefill."""
+    limits: BackpressureLimits | None = None
+    """The replica's backpressure limits (None: not published yet; the replica's own check still applies)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -105,6 +109,7 @@ class RoutingStats:
             "time_s": self.time_s,
             "sessions": dict(self.sessions),
             "pending": dict(self.pending),
+            "limits": self.limits.model_dump() if self.limits is not None else None,
         }
 
     @classmethod
@@ -118,7 +123,14 @@ class RoutingStats:
             time_s=float(d.get("time_s", 0.0)),
             sessions=dict(d.get("sessions") or {}),
             pending=dict(d.get("pending") or {}),
+            limits=_limits_from(tuple(sorted(d["limits"].items()))) if d.get("limits") else None,
         )
+
+
+@lru_cache(maxsize=64)
+def _limits_from(items: tuple[tuple[str, Any], ...]) -> BackpressureLimits:
+    # Parsed once per distinct value: routers read every replica's stats on every decision.
+    return BackpressureLimits.model_validate(dict(items))
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +147,8 @@ class ReplicaView:
     full: bool = False
     """Serve's own limit: the replica has max_ongoing_requests in flight."""
     short_request_tokens: int = DEFAULT_SHORT_REQUEST_TOKENS
+    limits: BackpressureLimits | None = None
+    """Published backpressure limits (None: unknown, the replica is taken to admit)."""
 
     @classmethod
     def from_stats(cls, replica_id: str, stats: RoutingStats, full: bool = False) -> ReplicaView:
@@ -147,6 +161,7 @@ class ReplicaView:
             stats.pending,
             full,
             stats.short_request_tokens,
+            stats.limits,
         )
 
 

@@ -8,6 +8,10 @@ lane, class and reason from its own ticket and the replica receives them with th
 `choose_replicas` returns one rank holding one replica: the policy has already weighed load and
 affinity. If that replica is at Serve's `max_ongoing_requests`, Serve backs off and asks again,
 and the policy (which sees the replica as full) chooses anew.
+
+When the policy sheds the request (every replica its lanes allow is over a backpressure limit), the
+router fails the request's pending future with `LanesFull`: Serve hands that exception to the caller
+of the handle (the ingress answers 429) and stops routing the request, which never reaches a replica.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import time
 from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, RunningReplica
 
 from serve_app import metrics
+from serve_app.backpressure import LanesFull, Shed
 from serve_app.route_records import Lane, ReplicaView, RouteHint, RouteTicket, RoutingStats
 from serve_app.routing import LanePolicy
 
@@ -65,10 +70,21 @@ class LaneRouter(RequestRouter):
         )
         if decision is None:
             return []
+        if isinstance(decision, Shed):
+            return self._shed(pending_request, decision, candidate_replicas)
         if isinstance(ticket, RouteTicket):
             ticket.record(decision, time.perf_counter())
         self._metrics.on_decision(decision)
         return [[by_id[decision.replica_id]]]
+
+    def _shed(
+        self, pending_request: PendingRequest, shed: Shed, candidate_replicas: list[RunningReplica]
+    ) -> list[list[RunningReplica]]:
+        if not pending_request.future.done():
+            pending_request.future.set_exception(LanesFull(shed))
+        # Serve's routing loop sees the request's future done when it gets a candidate, and stops there
+        # without sending it (returning none would make it back off and ask again).
+        return [candidate_replicas[:1]]
 
     def on_request_completed(self, replica_id: ReplicaID, internal_request_id: str) -> None:
         self._ensure_state()

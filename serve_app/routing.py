@@ -22,6 +22,11 @@ The rules, in order:
    (its cache differs), so a follow-up question to a document never lands, uncached, in the chat lane.
 4. **Least loaded otherwise.** Chats compare pending requests first (what a chat waits for under
    fair-share chunking), long documents outstanding prefill tokens.
+5. **Backpressure limits.** A replica over one of the limits it publishes (`backpressure.assess` on
+   its load with this request's uncached tokens; requests waiting for a first token and queued
+   prefill tokens: the in-flight limit is Serve's own, `full`) is never chosen: it counts as busy (so affinity gives
+   way and chats spill), and when no replica the rules above allow admits the request, the decision
+   is a `Shed` (429 at the ingress) instead of a replica. The replica checks again on arrival.
 
 Loads are what replicas last published plus what this router sent them since (published loads are
 up to one stats period old).
@@ -35,6 +40,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from scheduler.traffic import TrafficClass, classify
+from serve_app.backpressure import BackpressureLimits, Shed, Verdict, assess, shed_of
 from serve_app.config import RoutingKnobs
 from serve_app.engine_backend import ReplicaLoad
 from serve_app.route_records import (
@@ -140,8 +146,9 @@ class LanePolicy:
     # -- the decision ----------------------------------------------------------------------
     def decide(
         self, request_id: str, hint: RouteHint | None, views: Sequence[ReplicaView], now_s: float
-    ) -> RouteDecision | None:
-        """Choose a replica, record the choice, and say why. None when there is no replica at all."""
+    ) -> RouteDecision | Shed | None:
+        """Choose a replica, record the choice, and say why; a `Shed` when every replica the lanes allow is over
+        a backpressure limit. None when there is no replica at all."""
         if not views:
             return None
         hint = hint or RouteHint(session_id=None, prompt_tokens=1)
@@ -149,10 +156,11 @@ class LanePolicy:
         with self._lock:
             self._expire(now_s, knobs)
             decision = self._decide(hint, views)
-            self._record(request_id, hint, decision, now_s, knobs)
+            if isinstance(decision, RouteDecision):  # a shed request is never sent: nothing to account for
+                self._record(request_id, hint, decision, now_s, knobs)
         return decision
 
-    def _decide(self, hint: RouteHint, views: Sequence[ReplicaView]) -> RouteDecision:
+    def _decide(self, hint: RouteHint, views: Sequence[ReplicaView]) -> RouteDecision | Shed:
         by_id = {v.replica_id: v for v in views}
         if hint.target_replica is not None and hint.target_replica in by_id:
             v = by_id[hint.target_replica]
@@ -164,15 +172,20 @@ class LanePolicy:
         rec = self._sessions.get(sid) if sid else None
         pinned = self._pinned(sid, rec, usable)
         c = _Candidates(hint, rec, usable, {v.replica_id: self.effective_load(v) for v in usable})
+        takers = [v for v in usable if c.takes(v)]
         if pinned is not None:
             pinned_cls = c.traffic_class(pinned)
             if c.allowed(pinned, pinned_cls, is_pinned=True):
-                better = [v for v in usable if v is not pinned and c.takes(v) and not c.busy(v, c.traffic_class(v))]
-                if not c.busy(pinned, pinned_cls) or not better:
+                others = [v for v in takers if v is not pinned and c.admits(v)]
+                better = [v for v in others if not c.busy(v, c.traffic_class(v))]
+                if c.admits(pinned) and (not c.busy(pinned, pinned_cls) or not better):
                     return c.decision(pinned, RouteReason.AFFINITY)
-                return c.best(better, RouteReason.GAVE_WAY)
-            return c.best([v for v in usable if c.takes(v)] or usable, RouteReason.MOVED)
-        return c.best([v for v in usable if c.takes(v)] or usable, RouteReason.LEAST_LOADED)
+                # Busy and another allowed replica is not, or over a limit: the session moves (its cache is lost).
+                if better or others:
+                    return c.best(better or others, RouteReason.GAVE_WAY)
+                return c.shed([pinned, *takers])
+            return c.best_admitting(takers or usable, RouteReason.MOVED)
+        return c.best_admitting(takers or usable, RouteReason.LEAST_LOADED)
 
     def _pinned(self, sid: str | None, rec: _Session | None, usable: Sequence[ReplicaView]) -> ReplicaView | None:
         if not sid:
@@ -258,8 +271,20 @@ class _Candidates:
         previous = self.rec.traffic_class if self.rec else None
         return classify(self.uncached_tokens(v), self.short_request_tokens, previous, self.knobs.class_hysteresis)
 
+    def verdict(self, v: ReplicaView) -> Verdict:
+        """Rule 5: may `v` take the request under the limits it published (unknown limits: yes)."""
+        if v.limits is None:
+            return Verdict(True)
+        # In-flight requests are Serve's limit (`full`, its own queue): shedding on them here would bypass that queue.
+        return assess(self.loads[v.replica_id], self.uncached_tokens(v), v.limits, count_ongoing=False)
+
+    def admits(self, v: ReplicaView) -> bool:
+        return self.verdict(v).admits
+
     def busy(self, v: ReplicaView, cls: TrafficClass) -> bool:
-        """Rule 3's bound: what the class waits for on that replica."""
+        """Rule 3's bound: what the class waits for on that replica (over a limit is busy too)."""
+        if not self.admits(v):
+            return True
         load = self.loads[v.replica_id]
         if cls is TrafficClass.LONG:
             return load.prefill_tokens >= self.knobs.busy_prefill_tokens
@@ -302,6 +327,16 @@ class _Candidates:
             # Outside its own lane: a chat spilled to a saturated chat lane's neighbour, or the lane is missing.
             reason = RouteReason.NO_LANE if self.home(chosen, cls) else RouteReason.SPILL
         return self.decision(chosen, reason)
+
+    def best_admitting(self, candidates: Sequence[ReplicaView], reason: RouteReason) -> RouteDecision | Shed:
+        """Rule 4 among the candidates under their limits; rule 5's shed when there is none."""
+        admitting = [v for v in candidates if self.admits(v)]
+        return self.best(admitting, reason) if admitting else self.shed(candidates)
+
+    def shed(self, over: Sequence[ReplicaView]) -> Shed:
+        """Every allowed replica is over a limit: the answer the most lenient of them would give."""
+        verdicts = {v.replica_id: self.verdict(v) for v in over}
+        return shed_of(verdicts, {v.replica_id: v.limits or BackpressureLimits() for v in over})
 
     def decision(self, v: ReplicaView, reason: RouteReason) -> RouteDecision:
         cls = self.traffic_class(v)

@@ -47,6 +47,12 @@ def test_a_document_is_tokens_of_load_not_one_request() -> None:
     assert assess(busy, 30, LIMITS).admits
 
 
+def test_the_in_flight_limit_can_be_left_out() -> None:
+    full = load(decoding=8)
+    assert assess(full, 30, LIMITS, count_ongoing=False).admits
+    assert assess(load(waiting=4, decoding=4), 30, LIMITS, count_ongoing=False).reason is ShedReason.QUEUED
+
+
 def test_an_empty_token_queue_takes_a_document_larger_than_the_limit() -> None:
     # Otherwise a window-sized document could never run anywhere.
     assert assess(load(decoding=3), 250_000, LIMITS).admits

@@ -112,6 +112,18 @@ def test_check_cli_accepts_the_shipped_files_and_names_bad_fields(tmp_path, caps
     assert "keys Serve would ignore: ['num_replica']" in out
 
 
+@pytest.mark.parametrize("name", ["config.yaml", "config.seed000.yaml", "config.gpu.yaml", "config.sglang-cpu.yaml"])
+def test_the_ingress_drains_as_long_as_the_engines_it_relays(name: str) -> None:
+    from serve_app.check import drain_problems
+
+    deployments = load(name)["applications"][0]["deployments"]
+    assert drain_problems("app", deployments) == []
+    engine = next(d for d in deployments if d["name"] == "Engine")
+    engine["graceful_shutdown_timeout_s"] = 600  # an Ingress left on Serve's 20 s (or its own) would cut streams
+    (problem,) = drain_problems("app", deployments)
+    assert "Ingress: graceful_shutdown_timeout_s=" in problem and "Engine's (600)" in problem
+
+
 def test_serve_path_check_names_a_missing_knob_and_a_lost_default() -> None:
     good = dict(SERVE_PATH_ENV)
     assert serve_path_problems(good) == []

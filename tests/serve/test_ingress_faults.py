@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 from ray.exceptions import ActorDiedError
 
+from serve_app.backpressure import LanesFull, Shed, ShedReason
 from serve_app.engine_backend import Chunk, EngineError, GenerateRequest
 from serve_app.errors import OpenAIError
 from serve_app.ingress import Ingress
@@ -87,6 +88,16 @@ def test_engine_backpressure_is_429_with_its_retry_after() -> None:
         start(ingress, RouteTicket(RouteHint(session_id=None, prompt_tokens=1)))
     assert (e.value.status, e.value.code, e.value.type) == (429, "rate_limit_exceeded", "rate_limit_exceeded")
     assert e.value.headers == {"Retry-After": "7"}
+
+
+def test_a_request_the_router_shed_is_429_with_the_routers_answer() -> None:
+    shed = Shed(429, ShedReason.PREFILL_TOKENS, 12, "Every engine replica has more than 100 prompt tokens queued")
+    ingress = fake_ingress([FakeStream([LanesFull(shed)])])
+    with pytest.raises(OpenAIError) as e:
+        start(ingress, RouteTicket(RouteHint(session_id=None, prompt_tokens=1)))
+    assert (e.value.status, e.value.code, e.value.headers) == (429, "rate_limit_exceeded", {"Retry-After": "12"})
+    assert e.value.message == shed.message
+    assert ingress.metrics.shed.tags == [{"reason": "router-queued-prefill-tokens"}]
 
 
 @pytest.mark.parametrize(

@@ -23,14 +23,17 @@ from benchmarks.reliability_report import (
     CANCELLED,
     FAILED,
     SHED,
+    Outcome,
     StreamWatch,
     chat_body,
     classify_response,
+    classify_stream,
     engine_replicas,
     kill_replica,
     send,
     send_and_leave,
 )
+from serve_app.config import EngineKnobs
 from tests.serve.conftest import ServeHandle, deployment
 
 pytestmark = pytest.mark.serve
@@ -61,6 +64,17 @@ def error_of(r: httpx.Response) -> dict:
 
 def doc(num_tokens: int) -> str:
     return ("lorem ipsum dolor sit amet " * (num_tokens * 4 // 27 + 1))[: num_tokens * 4]
+
+
+def deploy_engine_knobs(served: ServeHandle, cfg: dict, timeout_s: float = SETTLE_S) -> None:
+    """Deploy `cfg` and wait until every engine replica runs its `Engine.user_config`: Serve reports the app
+    healthy before each replica's `reconfigure` has run."""
+    served.deploy(cfg)
+    expected = json.loads(EngineKnobs.model_validate(deployment(cfg, "Engine")["user_config"]).model_dump_json())
+    deadline = time.monotonic() + timeout_s
+    while any(served.replica(rid)["knobs"] != expected for rid in engine_replicas()):
+        assert time.monotonic() < deadline, "the engine replicas never ran the deployed user_config"
+        time.sleep(0.25)
 
 
 def wait_until_idle(served: ServeHandle, timeout_s: float = SETTLE_S) -> dict[str, dict]:
@@ -228,7 +242,7 @@ def test_queued_prefill_tokens_shed_documents_beyond_the_limit(served: ServeHand
     # Real time: the first document prefills for ~70 s, far longer than the test needs.
     engine["user_config"] = {**engine["user_config"], "time_scale": 1.0, "max_queued_prefill_tokens": limit}
     original = served.config
-    served.deploy(cfg)
+    deploy_engine_knobs(served, cfg)
     try:
         outcomes = asyncio.run(_documents_against_a_full_queue(served, doc_tokens, n_more=3))
     finally:
@@ -263,6 +277,184 @@ async def _until_a_replica_holds_a_request(served: ServeHandle) -> None:
             return
         await asyncio.sleep(0.1)
     raise AssertionError("the first document never reached an engine")
+
+
+def test_the_router_fills_every_allowed_replica_before_shedding(served: ServeHandle) -> None:
+    """One request waiting for a first token per replica (max_queued_requests=1), 30 chats at once: every chat is
+    held by a replica or shed with 429; none waits beyond the limit; and a chat is shed only once every replica,
+    the long lane too (a chat spill), holds requests up to its limit."""
+    num_chats, limit = 30, 1
+    cfg = copy.deepcopy(served.config)
+    engine = deployment(cfg, "Engine")
+    # A pass lasts ~26 s of wall time: what the replicas hold stays put while the burst is answered and counted.
+    engine["user_config"] = {**engine["user_config"], "time_scale": 100.0, "max_queued_requests": limit}
+    engine["max_queued_requests"] = 4 * num_chats  # Serve's own queue in the handle never sheds here: ours does
+    original = served.config
+    deploy_engine_knobs(served, cfg)
+    try:
+        shed, views = asyncio.run(_chats_against_full_replicas(served, num_chats))
+    finally:
+        served.deploy(original)
+    held = {rid: len(v["active_request_ids"]) for rid, v in views.items()}
+    waiting = {rid: v["load"]["num_waiting"] + v["load"]["num_prefilling"] for rid, v in views.items()}
+    assert len(shed) + sum(held.values()) == num_chats, (len(shed), held)  # none lost, none answered otherwise
+    for r in shed:
+        assert r.status_code == 429 and r.headers["retry-after"] == "1", r.text
+        assert error_of(r)["code"] == "rate_limit_exceeded", r.text
+    assert all(n <= limit for n in waiting.values()), waiting  # no replica queues beyond its limit
+    # At most max_ongoing_requests (8) on each of 3 replicas: 30 chats cannot all be held.
+    assert len(shed) >= num_chats - 3 * engine["max_ongoing_requests"]
+    assert all(n >= limit for n in held.values()), (held, waiting)  # shed only once every replica took its share
+    idle = wait_until_idle(served)
+    assert all(not v["active_request_ids"] for v in idle.values())
+
+
+async def _chats_against_full_replicas(
+    served: ServeHandle, num_chats: int
+) -> tuple[list[httpx.Response], dict[str, dict]]:
+    """Send the chats at once; once each is either answered or held by a replica (or SETTLE_S passed), return the
+    answers and the replicas' admin views. The held chats are then abandoned (the engines abort them)."""
+    url = f"{served.base_url}/v1/chat/completions"
+    async with httpx.AsyncClient(timeout=120) as client:
+        tasks = [
+            asyncio.create_task(client.post(url, json=chat_body(served.model, i, max_tokens=4, stream=False)))
+            for i in range(num_chats)
+        ]
+        try:
+            deadline = time.monotonic() + SETTLE_S
+            while True:
+                views = await asyncio.to_thread(lambda: {r: served.replica(r) for r in engine_replicas()})
+                num_held = sum(len(v["active_request_ids"]) for v in views.values())
+                if num_held + sum(t.done() for t in tasks) >= num_chats or time.monotonic() > deadline:
+                    return [t.result() for t in tasks if t.done()], views
+                await asyncio.sleep(0.2)
+        finally:
+            for t in tasks:
+                t.cancel()  # the client goes away: the engines abort what they hold
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+# -- graceful drain --------------------------------------------------------------------------------
+class _Seen:
+    """What the test saw of a stream: its replica (`X-Replica`) at the first event, or the refusal before it."""
+
+    def __init__(self) -> None:
+        self.replica = ""
+        self.refused: Outcome | None = None
+        self.done = asyncio.Event()
+
+
+async def _read_stream(client: httpx.AsyncClient, url: str, body: dict, watch: _Seen) -> list[str]:
+    """A stream's `data:` payloads as far as it went (the replica noted on `watch` at the first event); a request
+    refused before its stream started is noted on `watch.refused`."""
+    payloads: list[str] = []
+    try:
+        async with client.stream("POST", url, json=body) as r:
+            if r.status_code != 200:
+                watch.refused = classify_response(r.status_code, await r.aread())
+                return payloads
+            async for line in r.aiter_lines():
+                if line.startswith("data: "):
+                    payloads.append(line[6:])
+                    if not watch.done.is_set():
+                        watch.replica = r.headers.get("x-replica", "")
+                        watch.done.set()
+    except httpx.HTTPError:
+        pass  # cut: judged by what arrived
+    finally:
+        watch.done.set()
+    return payloads
+
+
+def _completion_tokens(payloads: list[str]) -> int | None:
+    usage = [json.loads(p)["usage"] for p in payloads if p != "[DONE]" and json.loads(p).get("usage")]
+    return usage[-1]["completion_tokens"] if usage else None
+
+
+def _stream_bodies(served: ServeHandle, num_chats: int, max_tokens: int) -> list[dict]:
+    """Chats for both chat replicas and two documents for the long lane: every replica holds a stream."""
+    opts = {"max_tokens": max_tokens, "stream": True}
+    bodies = [chat_body(served.model, i, **opts) for i in range(num_chats)]
+    bodies += [chat_body(served.model, 100 + i, doc_tokens=3000, **opts) for i in range(2)]
+    for b in bodies:
+        b["stream_options"] = {"include_usage": True}
+    return bodies
+
+
+async def _streams_across_a_scale_down(served: ServeHandle, bodies: list[dict], cfg: dict):
+    """Start the streams; once each has its first event, deploy `cfg` (fewer engine replicas) and send chats while
+    Serve stops a replica. Returns each stream's (replica, payloads), the replica stopped and the chats' outcomes."""
+    url = f"{served.base_url}/v1/chat/completions"
+    before = set(engine_replicas())
+    watches = [_Seen() for _ in bodies]
+    async with httpx.AsyncClient(timeout=180) as client:
+        streams = [asyncio.create_task(_read_stream(client, url, b, w)) for b, w in zip(bodies, watches, strict=True)]
+        await asyncio.wait_for(asyncio.gather(*(w.done.wait() for w in watches)), SETTLE_S)
+        deploying = asyncio.create_task(asyncio.to_thread(served.deploy, cfg))
+        during = []
+        while not all(s.done() for s in streams):  # new requests while the replica drains
+            body = chat_body(served.model, 1000 + len(during), max_tokens=4, stream=False)
+            during.append(await send(client, url, body, f"during-{len(during)}"))
+            await asyncio.sleep(0.5)
+        payloads = await asyncio.gather(*streams)
+        await deploying
+    deadline = time.monotonic() + SETTLE_S
+    while len(engine_replicas()) >= len(before) and time.monotonic() < deadline:
+        await asyncio.sleep(0.25)
+    stopped = before - set(engine_replicas())
+    assert len(stopped) == 1, (before, engine_replicas())
+    # On 2 busy CPUs Serve's own queue in the handle may shed a stream before it starts: a 429 with a body.
+    refused = [w.refused for w in watches if w.refused is not None]
+    assert all(o.kind == SHED for o in refused), refused
+    started = [(w.replica, p) for w, p in zip(watches, payloads, strict=True) if w.refused is None]
+    return started, stopped.pop(), during
+
+
+def test_a_replica_stopped_by_serve_finishes_its_streams_within_the_drain_timeout(served: ServeHandle) -> None:
+    """Scale the engines 3 -> 2: Serve drains the replica it stops (graceful_shutdown_timeout_s 20 s); its streams
+    (~5 s each) end with [DONE] and every token asked for; chats sent meanwhile go to the others."""
+    max_tokens = 300
+    cfg = copy.deepcopy(served.config)
+    deployment(cfg, "Engine")["num_replicas"] = 2
+    original = served.config
+    try:
+        streams, stopped, during = asyncio.run(
+            _streams_across_a_scale_down(served, _stream_bodies(served, 4, max_tokens), cfg)
+        )
+    finally:
+        served.deploy(original)
+    assert any(replica == stopped for replica, _ in streams)  # the drain had streams to finish
+    for replica, payloads in streams:
+        assert classify_stream(payloads).kind == ANSWERED, (replica, payloads[-3:])
+        assert payloads[-1] == "[DONE]" and _completion_tokens(payloads) == max_tokens, (replica, payloads[-3:])
+    assert during and all(o.kind in {ANSWERED, SHED} for o in during), during
+
+
+def test_streams_past_the_drain_timeout_end_with_an_error_event_and_done(served: ServeHandle) -> None:
+    """With a 2 s drain, streams of ~25 s on the replica Serve stops are cut by its kill: each ends with an
+    OpenAI error event and [DONE] (never a silently cut stream); the other replicas' streams finish."""
+    max_tokens = 2000
+    original = served.config
+    short_drain = copy.deepcopy(original)
+    deployment(short_drain, "Engine")["graceful_shutdown_timeout_s"] = 2
+    scaled_down = copy.deepcopy(short_drain)
+    deployment(scaled_down, "Engine")["num_replicas"] = 2
+    try:
+        served.deploy(short_drain)
+        streams, stopped, during = asyncio.run(
+            _streams_across_a_scale_down(served, _stream_bodies(served, 4, max_tokens), scaled_down)
+        )
+    finally:
+        served.deploy(original)
+    on_stopped = [p for replica, p in streams if replica == stopped]
+    assert on_stopped  # the kill had streams to cut
+    for payloads in on_stopped:
+        assert classify_stream(payloads) == Outcome(FAILED, "stream:engine_replica_lost"), payloads[-3:]
+        assert payloads[-1] == "[DONE]"
+    for replica, payloads in streams:
+        if replica != stopped:
+            assert _completion_tokens(payloads) == max_tokens and payloads[-1] == "[DONE]", (replica, payloads[-3:])
+    assert during and all(o.kind in {ANSWERED, SHED} for o in during), during
 
 
 # -- faults ----------------------------------------------------------------------------------------

@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from dataclasses import replace
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler.traffic import TrafficClass, classify
+from serve_app.backpressure import BackpressureLimits, Shed, ShedReason, assess
 from serve_app.config import RoutingKnobs
 from serve_app.engine_backend import ReplicaLoad
-from serve_app.route_records import Lane, ReplicaView, RouteHint, RouteReason, RouteTicket, RoutingStats
+from serve_app.route_records import (
+    DEFAULT_SHORT_REQUEST_TOKENS,
+    Lane,
+    ReplicaView,
+    RouteDecision,
+    RouteHint,
+    RouteReason,
+    RouteTicket,
+    RoutingStats,
+)
 from serve_app.routing import ARRIVAL_MARGIN_S, LanePolicy
 
 KNOBS = RoutingKnobs(class_hysteresis=0.5, busy_pending_requests=2, busy_prefill_tokens=16384)
@@ -331,3 +344,144 @@ def test_replicas_mid_change_classify_with_the_threshold_most_publish() -> None:
     ]
     d = LanePolicy().decide("r1", hint(None, 1000), views, T0)
     assert (d.traffic_class, d.lane, d.reason) == (TrafficClass.SHORT, Lane.CHAT, RouteReason.LEAST_LOADED)
+
+
+# -- backpressure limits (rule 5) -------------------------------------------------------------------
+
+LIMITS = BackpressureLimits(max_ongoing_requests=8, max_queued_requests=2, max_queued_prefill_tokens=60_000)
+
+
+def limited(views: list[ReplicaView], limits: BackpressureLimits = LIMITS) -> list[ReplicaView]:
+    return [replace(v, limits=limits) for v in views]
+
+
+def test_a_replica_over_its_token_limit_is_skipped_for_one_under_it() -> None:
+    # C1 has fewer requests waiting (least loaded by rule 4) but a document's worth of tokens queued.
+    views = limited(two_lanes(C1={"pending": 1, "prefill": 59_000}, C2={"pending": 1, "num_decoding": 3}))
+    d = LanePolicy().decide("r1", hint(None, 1500), views, T0)
+    assert (d.replica_id, d.reason) == ("C2", RouteReason.LEAST_LOADED)
+
+
+def test_affinity_gives_way_to_the_limit_as_it_does_to_load() -> None:
+    knobs = RoutingKnobs(busy_pending_requests=5)  # one waiting request is not busy for the load bound
+    p = LanePolicy()
+    assert p.decide("r0", hint("s", 30, knobs=knobs), limited(two_lanes()), T0).replica_id == "C1"
+    p.on_completed("r0", T0)
+    at_limit = limited(two_lanes(C1={"pending": 2}), LIMITS)  # max_queued_requests reached
+    d = p.decide("r1", hint("s", 60, knobs=knobs), at_limit, T0 + 1)
+    assert (d.replica_id, d.reason) == ("C2", RouteReason.GAVE_WAY)
+    # Under the limit again, with the same one waiting request, the session stays.
+    p.on_completed("r1", T0 + 1)
+    d = p.decide("r2", hint("s", 90, knobs=knobs), limited(two_lanes(C2={"pending": 1})), T0 + 2)
+    assert (d.replica_id, d.reason) == ("C2", RouteReason.AFFINITY)
+
+
+def test_chats_spill_to_the_long_lane_when_every_chat_replica_is_over_a_limit() -> None:
+    views = limited(two_lanes(C1={"pending": 2}, C2={"pending": 2}))
+    d = LanePolicy().decide("r1", hint(None, 30, knobs=RoutingKnobs(busy_pending_requests=5)), views, T0)
+    assert (d.replica_id, d.lane, d.reason) == ("L", Lane.LONG, RouteReason.SPILL)
+    no_spill = RoutingKnobs(busy_pending_requests=5, chat_spill=False)
+    shed = LanePolicy().decide("r2", hint(None, 30, knobs=no_spill), views, T0)
+    assert isinstance(shed, Shed) and shed.reason is ShedReason.QUEUED
+
+
+def test_a_document_is_shed_when_the_long_lane_is_over_even_with_chat_replicas_free() -> None:
+    views = limited(two_lanes(L={"pending": 1, "prefill": 50_000}))
+    shed = LanePolicy().decide("r1", hint(None, 40_000), views, T0)
+    assert isinstance(shed, Shed)
+    assert (shed.status, shed.reason, shed.headers) == (429, ShedReason.PREFILL_TOKENS, {"Retry-After": "1"})
+    assert shed.error().body()["error"]["code"] == "rate_limit_exceeded"
+
+
+def test_the_routers_own_sends_count_against_stale_published_loads() -> None:
+    # Both chat replicas published idle; each takes max_queued_requests (2) before a first token, then shed.
+    p = LanePolicy()
+    views = limited(two_lanes(), LIMITS)
+    knobs = RoutingKnobs(busy_pending_requests=10)
+    outcomes = [p.decide(f"r{i}", hint(None, 30, knobs=knobs, request_id=f"q{i}"), views, T0) for i in range(7)]
+    chosen = Counter(d.replica_id for d in outcomes if isinstance(d, RouteDecision))
+    assert chosen == {"C1": 2, "C2": 2, "L": 2}  # the long lane takes chats as a spill once the chat lane is full
+    assert isinstance(outcomes[-1], Shed)
+    # A shed request was never sent: it is not in the router's load.
+    assert p.effective_load(views[1]).num_pending == 2
+
+
+def test_the_in_flight_limit_is_left_to_serve() -> None:
+    # Every replica has max_ongoing_requests decoding: Serve's own queue holds the request (it sees them full).
+    busy = {"num_decoding": LIMITS.max_ongoing_requests}
+    d = LanePolicy().decide("r1", hint(None, 30), limited(two_lanes(L=busy, C1=busy, C2=busy)), T0)
+    assert isinstance(d, RouteDecision) and d.lane is Lane.CHAT
+
+
+def test_replicas_without_published_limits_are_taken_to_admit() -> None:
+    views = [*limited(two_lanes(C1={"pending": 2}))[:2], view("C2", Lane.CHAT, pending=9)]
+    d = LanePolicy().decide("r1", hint(None, 30, knobs=RoutingKnobs(busy_pending_requests=20)), views, T0)
+    assert d.replica_id == "C2"
+
+
+def test_published_limits_survive_serve_transport() -> None:
+    stats = RoutingStats(Lane.CHAT, ReplicaLoad(num_waiting=1), 512, T0, limits=LIMITS)
+    parsed = RoutingStats.from_dict(stats.to_dict())
+    assert parsed == stats and ReplicaView.from_stats("C1", parsed).limits == LIMITS
+
+
+limits_st = st.one_of(
+    st.none(),
+    st.builds(
+        BackpressureLimits,
+        max_ongoing_requests=st.integers(1, 10),
+        max_queued_requests=st.integers(1, 6),
+        max_queued_prefill_tokens=st.integers(1000, 200_000),
+    ),
+)
+limited_views = st.builds(
+    lambda i, lane, pending, prefill, decoding, full, limits: ReplicaView(
+        f"R{i}",
+        lane,
+        ReplicaLoad(num_waiting=pending, prefill_tokens=prefill, num_decoding=decoding),
+        T0,
+        full=full,
+        limits=limits,
+    ),
+    st.integers(0, 50),
+    st.sampled_from(list(Lane)),
+    st.integers(0, 6),
+    st.integers(0, 200_000),
+    st.integers(0, 8),
+    st.booleans(),
+    limits_st,
+)
+
+
+def over_limit(load: ReplicaLoad, v: ReplicaView, tokens: int) -> bool:
+    """Over a limit the router enforces (in-flight requests are Serve's: `full`)."""
+    return v.limits is not None and not assess(load, tokens, v.limits, count_ongoing=False).admits
+
+
+@settings(deadline=None, max_examples=300)
+@given(
+    views=st.lists(limited_views, min_size=1, max_size=6, unique_by=lambda v: v.replica_id),
+    requests=st.lists(st.tuples(st.sampled_from([None, "s1", "s2"]), st.integers(1, 150_000)), min_size=1, max_size=8),
+    chat_spill=st.booleans(),
+)
+def test_never_an_over_limit_replica_and_shed_only_when_every_allowed_one_is_over(views, requests, chat_spill) -> None:
+    knobs = RoutingKnobs(busy_pending_requests=2, busy_prefill_tokens=16384, chat_spill=chat_spill)
+    p = LanePolicy()
+    by_id = {v.replica_id: v for v in views}
+    usable = [v for v in views if not v.full] or views
+    for i, (session, tokens) in enumerate(requests):
+        loads = {v.replica_id: p.effective_load(v) for v in views}  # what the router knows before deciding
+        d = p.decide(f"r{i}", hint(session, tokens, knobs=knobs), views, T0 + i)
+        if isinstance(d, RouteDecision):
+            assert not over_limit(loads[d.replica_id], by_id[d.replica_id], d.uncached_tokens)
+            continue
+        assert isinstance(d, Shed) and d.status == 429
+        if session is not None:
+            continue  # the class (and so the lanes allowed) depends on each replica's cache of the session
+        # Without a session the class is the same everywhere; which lanes it may use follows rule 2 alone.
+        is_long = classify(tokens, DEFAULT_SHORT_REQUEST_TOKENS) is TrafficClass.LONG
+        own = Lane.CHAT if is_long else Lane.LONG  # the lane the class may not use (chats: unless spilling)
+        allowed = [v for v in usable if v.lane is not own] or usable
+        if not is_long and chat_spill:
+            allowed = usable  # every chat replica over its limit is busy: the long lane takes a spill
+        assert all(over_limit(loads[v.replica_id], v, tokens) for v in allowed)

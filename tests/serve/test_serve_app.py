@@ -188,10 +188,27 @@ def test_a_sessions_concurrent_requests_stay_or_give_way_within_the_chat_lane(se
         assert (h["x-route"] == "affinity") == (h["x-replica"] == pinned)
 
 
+def _chat_or_shed(served: ServeHandle, messages, session: str, **kw):
+    """A chat's headers and response, or the 429 it was shed with."""
+    try:
+        return chat(served, messages, session=session, **kw)
+    except openai.RateLimitError as e:
+        return e
+
+
 def test_chats_under_load_are_all_answered_and_leave_the_chat_lane_only_as_a_spill(served: ServeHandle) -> None:
     prompts = [[{"role": "user", "content": doc(1500, seed=f"spill{i}")}] for i in range(5)]
-    results = _concurrent(lambda m: chat(served, m, session=f"spill-{m[0]['content'][:12]}", max_tokens=2), prompts)
-    for h, r in results:
+    outcomes = _concurrent(
+        lambda m: _chat_or_shed(served, m, session=f"spill-{m[0]['content'][:12]}", max_tokens=2), prompts
+    )
+    # Five at once against Serve's handle queue of 4 (conftest): on 2 busy CPUs the fifth may arrive while four
+    # wait to be routed and be shed. Shed with a status and Retry-After is an answer; routing is judged on the rest.
+    shed = [o for o in outcomes if isinstance(o, openai.RateLimitError)]
+    for e in shed:
+        assert e.response.headers["retry-after"] and e.body["code"] == "rate_limit_exceeded"
+    served_ = [o for o in outcomes if not isinstance(o, openai.RateLimitError)]
+    assert len(served_) >= 4  # at most the one over Serve's queue is shed
+    for h, r in served_:
         assert h["x-traffic-class"] == "short" and r.usage.completion_tokens == 2
         assert h["x-route"] == "spill" if h["x-lane"] == "long" else h["x-route"] in ("least-loaded", "affinity")
 
