@@ -112,7 +112,7 @@ def test_check_cli_accepts_the_shipped_files_and_names_bad_fields(tmp_path, caps
     assert "keys Serve would ignore: ['num_replica']" in out
 
 
-@pytest.mark.parametrize("name", ["config.yaml", "config.seed000.yaml", "config.gpu.yaml", "config.sglang-cpu.yaml"])
+@pytest.mark.parametrize("name", ["config.yaml", "config.card12gb.yaml", "config.gpu.yaml", "config.sglang-cpu.yaml"])
 def test_the_ingress_drains_as_long_as_the_engines_it_relays(name: str) -> None:
     from serve_app.check import drain_problems
 
