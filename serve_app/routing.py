@@ -23,7 +23,7 @@ The rules, in order:
 4. **Least loaded otherwise.** Chats compare pending requests first (what a chat waits for under
    fair-share chunking), long documents outstanding prefill tokens.
 5. **Backpressure limits.** A replica over one of the limits it publishes (`backpressure.assess` on
-   its load with this request's uncached tokens; requests waiting for a first token and queued
+   the load it published, with this request's uncached tokens; requests waiting for a first token and queued
    prefill tokens: the in-flight limit is Serve's own, `full`) is never chosen: it counts as busy (so affinity gives
    way and chats spill), and when no replica the rules above allow admits the request, the decision
    is a `Shed` (429 at the ingress) instead of a replica. The replica checks again on arrival.
@@ -276,7 +276,10 @@ class _Candidates:
         if v.limits is None:
             return Verdict(True)
         # In-flight requests are Serve's limit (`full`, its own queue): shedding on them here would bypass that queue.
-        return assess(self.loads[v.replica_id], self.uncached_tokens(v), v.limits, count_ongoing=False)
+        # Judged on the load the replica published, not the corrected one: the correction counts every request sent
+        # since as still waiting for its first token, which at high request rates sheds requests the replica could
+        # take (the engine's own check on arrival covers what a stale publication misses).
+        return assess(v.load, self.uncached_tokens(v), v.limits, count_ongoing=False)
 
     def admits(self, v: ReplicaView) -> bool:
         return self.verdict(v).admits

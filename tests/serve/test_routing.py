@@ -393,17 +393,27 @@ def test_a_document_is_shed_when_the_long_lane_is_over_even_with_chat_replicas_f
     assert shed.error().body()["error"]["code"] == "rate_limit_exceeded"
 
 
-def test_the_routers_own_sends_count_against_stale_published_loads() -> None:
-    # Both chat replicas published idle; each takes max_queued_requests (2) before a first token, then shed.
+def test_a_burst_between_publications_is_spread_but_never_shed_on_the_routers_own_estimate() -> None:
+    # Both chat replicas published idle. The router's own sends since spread the burst (rule 4 on corrected loads),
+    # but shedding waits for a replica to publish that it is over a limit: the correction counts every request sent
+    # since as still waiting for its first token, which under a high request rate is mostly false.
     p = LanePolicy()
     views = limited(two_lanes(), LIMITS)
     knobs = RoutingKnobs(busy_pending_requests=10)
     outcomes = [p.decide(f"r{i}", hint(None, 30, knobs=knobs, request_id=f"q{i}"), views, T0) for i in range(7)]
-    chosen = Counter(d.replica_id for d in outcomes if isinstance(d, RouteDecision))
-    assert chosen == {"C1": 2, "C2": 2, "L": 2}  # the long lane takes chats as a spill once the chat lane is full
-    assert isinstance(outcomes[-1], Shed)
-    # A shed request was never sent: it is not in the router's load.
-    assert p.effective_load(views[1]).num_pending == 2
+    assert all(isinstance(d, RouteDecision) for d in outcomes)
+    chosen = Counter(d.replica_id for d in outcomes)
+    assert chosen["C1"] + chosen["C2"] == 7 and abs(chosen["C1"] - chosen["C2"]) <= 1  # spread, chat lane kept
+    assert p.effective_load(views[1]).num_pending == chosen[views[1].replica_id]
+
+
+def test_a_replica_that_published_it_is_over_a_limit_is_skipped_then_shed() -> None:
+    full = {"pending": LIMITS.max_queued_requests}
+    p = LanePolicy()
+    d = p.decide("r1", hint(None, 30), limited(two_lanes(C1=full)), T0)
+    assert isinstance(d, RouteDecision) and d.replica_id == "C2"
+    d = p.decide("r2", hint(None, 30), limited(two_lanes(L=full, C1=full, C2=full)), T0)
+    assert isinstance(d, Shed) and d.status == 429
 
 
 def test_the_in_flight_limit_is_left_to_serve() -> None:
@@ -470,7 +480,7 @@ def test_never_an_over_limit_replica_and_shed_only_when_every_allowed_one_is_ove
     by_id = {v.replica_id: v for v in views}
     usable = [v for v in views if not v.full] or views
     for i, (session, tokens) in enumerate(requests):
-        loads = {v.replica_id: p.effective_load(v) for v in views}  # what the router knows before deciding
+        loads = {v.replica_id: v.load for v in views}  # what the replicas published (the router sheds on that)
         d = p.decide(f"r{i}", hint(session, tokens, knobs=knobs), views, T0 + i)
         if isinstance(d, RouteDecision):
             assert not over_limit(loads[d.replica_id], by_id[d.replica_id], d.uncached_tokens)
