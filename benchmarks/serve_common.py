@@ -41,15 +41,42 @@ def app_config(port: int, *, num_replicas: int, time_scale: float, **engine_knob
     return cfg
 
 
-def start(port: int, num_cpus: int = 4) -> None:
+RAY_START_ATTEMPTS = 3
+
+
+def start_ray(namespace: str = "serve", num_cpus: int = 4, metrics_port: int | None = None) -> None:
+    """A local Ray on this machine, tried again when the node misses Ray's fixed 30 s start-up window (it does on
+    2 shared cores under load: "The current node timed out during startup")."""
     import ray
+
+    options: dict[str, Any] = {"_metrics_export_port": metrics_port} if metrics_port is not None else {}
+    for attempt in range(1, RAY_START_ATTEMPTS + 1):
+        try:
+            ray.init(
+                address="local",
+                include_dashboard=False,
+                num_cpus=num_cpus,
+                namespace=namespace,
+                log_to_driver=False,
+                **options,
+            )
+            return
+        except Exception as e:
+            ray.shutdown()
+            if "timed out during startup" not in str(e) or attempt == RAY_START_ATTEMPTS:
+                raise
+
+
+def start(port: int, num_cpus: int = 4) -> None:
     from ray.serve._private.api import serve_start
 
-    ray.init(address="local", include_dashboard=False, num_cpus=num_cpus, namespace="serve", log_to_driver=False)
+    start_ray(num_cpus=num_cpus)
     serve_start(http_options={"host": "127.0.0.1", "port": port}, proxy_location="HeadOnly")
 
 
-def deploy(cfg: dict[str, Any], timeout_s: float = 180) -> None:
+def deploy(cfg: dict[str, Any], timeout_s: float = 180, poll_s: float = 0.25) -> None:
+    """Deploy the config's apps as `serve deploy` does; return once every app is RUNNING with every deployment
+    HEALTHY (a deploy failure raises with Serve's message)."""
     from ray import serve
     from ray.serve.context import _get_global_client
     from ray.serve.schema import ServeDeploySchema
@@ -60,13 +87,17 @@ def deploy(cfg: dict[str, Any], timeout_s: float = 180) -> None:
     time.sleep(0.5)
     while time.monotonic() < deadline:
         apps = serve.status().applications
-        if all(n in apps and apps[n].status == "RUNNING" for n in names):
+        if all(n in apps and _serving(apps[n]) for n in names):
             return
         failed = [apps[n].message for n in names if n in apps and apps[n].status == "DEPLOY_FAILED"]
         if failed:
             raise RuntimeError(f"deploy failed: {failed}")
-        time.sleep(0.25)
-    raise TimeoutError("apps did not become RUNNING")
+        time.sleep(poll_s)
+    raise TimeoutError(f"the apps did not become RUNNING in {timeout_s} s: {serve.status().applications}")
+
+
+def _serving(app: Any) -> bool:
+    return app.status == "RUNNING" and all(d.status == "HEALTHY" for d in app.deployments.values())
 
 
 def delete(name: str) -> None:

@@ -11,7 +11,6 @@ Only the HTTP port (a free one on 127.0.0.1), replica count, time scale and a fe
 from __future__ import annotations
 
 import copy
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,10 +21,9 @@ import openai
 import pytest
 import yaml
 
-from benchmarks.serve_common import CARD12GB_MODEL, CONFIG_FILE, deployment, free_port
+from benchmarks.serve_common import CARD12GB_MODEL, CONFIG_FILE, deploy, deployment, free_port, start_ray
 
 REPO = Path(__file__).resolve().parents[2]
-APP_NAME = "fairshare"
 DEPLOY_TIMEOUT_S = 300
 """Generous: on 2 shared cores under load, starting Ray and four replicas has taken 150 s."""
 
@@ -66,58 +64,13 @@ class ServeHandle:
     """The module's config: each test starts from it."""
 
     def deploy(self, cfg: dict[str, Any]) -> None:
-        deploy(cfg)
+        deploy(cfg, timeout_s=DEPLOY_TIMEOUT_S)
         self.config = cfg
 
     def replica(self, replica_id: str) -> dict[str, Any]:
         r = httpx.get(f"{self.base_url}/admin/replicas/{replica_id}", timeout=30)
         r.raise_for_status()
         return r.json()
-
-
-def deploy(cfg: dict[str, Any]) -> None:
-    from ray import serve
-    from ray.serve.context import _get_global_client
-    from ray.serve.schema import ServeDeploySchema
-
-    _get_global_client().deploy_apps(ServeDeploySchema.model_validate(cfg))
-    deadline = time.monotonic() + DEPLOY_TIMEOUT_S
-    time.sleep(0.5)
-    while time.monotonic() < deadline:
-        app = serve.status().applications.get(APP_NAME)
-        if app is not None and app.status == "RUNNING":
-            deps = app.deployments.values()
-            if all(d.status == "HEALTHY" for d in deps):
-                return
-        if app is not None and app.status == "DEPLOY_FAILED":
-            raise RuntimeError(f"deploy failed: {app.message}")
-        time.sleep(0.25)
-    raise TimeoutError(f"the app did not become RUNNING in {DEPLOY_TIMEOUT_S} s: {serve.status().applications}")
-
-
-RAY_START_ATTEMPTS = 3
-
-
-def start_ray(metrics_port: int) -> None:
-    """`ray.init` for the tests, tried again when the local node misses Ray's fixed 30 s start-up window
-    (it does on 2 shared cores under load: "The current node timed out during startup")."""
-    import ray
-
-    for attempt in range(1, RAY_START_ATTEMPTS + 1):
-        try:
-            ray.init(
-                address="local",
-                include_dashboard=False,
-                num_cpus=4,
-                namespace="serve",
-                log_to_driver=False,
-                _metrics_export_port=metrics_port,
-            )
-            return
-        except Exception as e:
-            ray.shutdown()
-            if "timed out during startup" not in str(e) or attempt == RAY_START_ATTEMPTS:
-                raise
 
 
 @pytest.fixture(scope="module")
@@ -128,10 +81,10 @@ def served() -> Iterator[ServeHandle]:
 
     port, metrics_port = free_port(), free_port()
     cfg = serve_test_config(port)
-    start_ray(metrics_port)
+    start_ray(metrics_port=metrics_port)
     try:
         serve_start(http_options=cfg["http_options"], proxy_location=cfg["proxy_location"])
-        deploy(cfg)
+        deploy(cfg, timeout_s=DEPLOY_TIMEOUT_S)
         yield ServeHandle(
             f"http://127.0.0.1:{port}",
             CARD12GB_MODEL,

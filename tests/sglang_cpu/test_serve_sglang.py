@@ -24,14 +24,13 @@ import openai
 import pytest
 import yaml
 
-from benchmarks.serve_common import deployment, free_port
+from benchmarks.serve_common import deploy, deployment, free_port, start_ray
 from sglang_cpu.cpu_env import REPO_ROOT, STANDIN_DIR
 from sglang_cpu.fixtures import TINY_MODEL
 
 pytestmark = [pytest.mark.sglang_cpu, pytest.mark.serve, pytest.mark.timeout(1500)]  # the first test starts 3 engines
 
 CONFIG_FILE = REPO_ROOT / "config.sglang-cpu.yaml"
-APP = "fairshare"
 DEPLOY_TIMEOUT_S = 1200  # three engines; measured up to 660 s on the shared 2-core machine under load
 KV_POOL_TOKENS = 3072
 """Smaller than the context window: a longer prompt passes sglang's tokenizer and is aborted by its scheduler."""
@@ -54,24 +53,6 @@ def app_config(port: int, model_dir: Path) -> dict[str, Any]:
     app["args"]["sglang"]["engine_args"]["max_total_tokens"] = KV_POOL_TOKENS
     app["args"]["embeddings"]["model_path"] = str(model_dir)
     return cfg
-
-
-def deploy(cfg: dict[str, Any]) -> None:
-    from ray import serve
-    from ray.serve.context import _get_global_client
-    from ray.serve.schema import ServeDeploySchema
-
-    _get_global_client().deploy_apps(ServeDeploySchema.model_validate(cfg))
-    deadline = time.monotonic() + DEPLOY_TIMEOUT_S
-    time.sleep(1)
-    while time.monotonic() < deadline:
-        app = serve.status().applications.get(APP)
-        if app is not None and app.status == "RUNNING" and all(d.status == "HEALTHY" for d in app.deployments.values()):
-            return
-        if app is not None and app.status == "DEPLOY_FAILED":
-            raise RuntimeError(f"deploy failed: {app.message}")
-        time.sleep(1)
-    raise TimeoutError(f"the sglang app did not become RUNNING in {DEPLOY_TIMEOUT_S} s")
 
 
 class App:
@@ -103,17 +84,10 @@ def app(tiny_bytes_model_dir: Path) -> Iterator[App]:
 
     port, metrics_port = free_port(), free_port()
     cfg = app_config(port, tiny_bytes_model_dir)
-    ray.init(
-        address="local",
-        include_dashboard=False,
-        num_cpus=4,
-        namespace="sglang-serve",
-        log_to_driver=False,
-        _metrics_export_port=metrics_port,
-    )
+    start_ray(namespace="sglang-serve", metrics_port=metrics_port)
     try:
         serve_start(http_options=cfg["http_options"], proxy_location=cfg["proxy_location"])
-        deploy(cfg)
+        deploy(cfg, timeout_s=DEPLOY_TIMEOUT_S, poll_s=1)
         yield App(f"http://127.0.0.1:{port}", cfg, f"http://127.0.0.1:{metrics_port}/metrics")
     finally:
         serve.shutdown()
@@ -331,7 +305,7 @@ def test_live_policy_change_restarts_the_engines_with_it(app: App) -> None:
     cfg = copy.deepcopy(app.config)
     engine = deployment(cfg, "Engine")
     engine["user_config"]["policy"] = {"short_request_tokens": 512}
-    deploy(cfg)
+    deploy(cfg, timeout_s=DEPLOY_TIMEOUT_S, poll_s=1)
     app.config = cfg
     headers, resp = app.chat(USER, session="policy-2")
     after = app.replica(headers["x-replica"])
