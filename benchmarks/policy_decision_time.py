@@ -172,7 +172,7 @@ def plugin_path_us(n: int, loops: int, repeats: int, blocked_by: str) -> dict[st
             passes, _ = read_clock(clock_file)
             per_loop = [passes[i * loops : (i + 1) * loops] for i in range(repeats)]
             out[f"{mode}-plugin"] = [
-                statistics.median(ns for ns, _ in chunk) / 1e3 for chunk in per_loop
+                statistics.median(p.ns for p in chunk) / 1e3 for chunk in per_loop
             ]  # robust to a preemption
             h.policy.clock = None
     assert h.history[-1].admitted == [] and h.policy.num_reused_scans >= loops * repeats

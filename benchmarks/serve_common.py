@@ -128,3 +128,35 @@ def server_timing(header: str) -> dict[str, float]:
 
 def pct(xs: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(xs), q)) if xs else float("nan")
+
+
+def serve_processes() -> dict[str, int]:
+    """Serve's actor processes by role: ``proxy``, ``controller``, ``<app>/<deployment>`` for each replica (its
+    pid), from Ray's actor table (process titles change with the task a worker runs)."""
+    from ray.util.state import list_actors
+
+    roles: dict[str, int] = {}
+    for actor in list_actors(filters=[("state", "=", "ALIVE")], detail=True, limit=1000):
+        name = actor.name or ""
+        if name.startswith("SERVE_REPLICA::"):
+            app, deployment, replica = name.removeprefix("SERVE_REPLICA::").split("#")[:3]
+            roles[f"{app}/{deployment}#{replica}"] = actor.pid
+        elif name.startswith("SERVE_PROXY_ACTOR"):
+            roles["proxy"] = actor.pid
+        elif name.startswith("SERVE_CONTROLLER_ACTOR"):
+            roles["controller"] = actor.pid
+    return roles
+
+
+def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
+    """User + system CPU time so far of each process (all its threads), by role; a process gone reads 0."""
+    import psutil
+
+    out: dict[str, float] = {}
+    for role, pid in pids.items():
+        try:
+            t = psutil.Process(pid).cpu_times()
+            out[role] = t.user + t.system
+        except psutil.NoSuchProcess:
+            out[role] = 0.0
+    return out

@@ -166,12 +166,15 @@ class LocalServer:
         log_path: Path,
         port: int | None = None,
         startup_timeout_s: float = 600,
+        cwd: Path | None = None,
     ) -> None:
+        """`cwd`: the server's working directory, first on its import path (``python -m`` puts it there)."""
         self.port = port or free_port()
         self.command = launch_server_command(model_path, self.port, args)
         self.env = env
         self.log_path = log_path
         self.startup_timeout_s = startup_timeout_s
+        self.cwd = cwd
         self.proc: subprocess.Popen | None = None
 
     def __enter__(self) -> LocalServer:
@@ -184,7 +187,7 @@ class LocalServer:
     def start(self) -> None:
         with self.log_path.open("w") as log:
             self.proc = subprocess.Popen(
-                self.command, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                self.command, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=self.cwd
             )
         try:
             self.wait_ready()

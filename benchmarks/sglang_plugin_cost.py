@@ -1,11 +1,13 @@
 """The plugin's cost inside sglang's scheduler loop: decode throughput with the plugin on and off.
 
-Two real sglang servers (``python -m sglang.launch_server``) serve the same model side by side, one with the
-plugin (its own time per pass recorded by ``FAIRSHARE_PLUGIN_CLOCK``) and one with ``FAIRSHARE_PLUGIN_ENABLED=0``
-(upstream sglang). Everything but the policy is equal: the plugin turns sglang's mixed chunk on by default
-(``FAIRSHARE_MIXED_DECODE``), so the upstream server gets ``--enable-mixed-chunk`` too. With ``--before-ref REF`` a
-third server runs the plugin as committed at git REF (``git archive`` of ``scheduler/``), so a change's before and
-after are measured in one run. Runs alternate between them (on, off, on, off, ...; the order rotates). In each run
+Real sglang servers (``python -m sglang.launch_server``) serve the same model side by side: ``on``, the plugin as
+deployed; ``clocked``, the plugin with its own time per pass recorded (``FAIRSHARE_PLUGIN_CLOCK``: an instrument,
+which costs a few microseconds per pass itself, so it runs in a server of its own); ``off``, with
+``FAIRSHARE_PLUGIN_ENABLED=0`` (upstream sglang). Everything but the policy is equal: the plugin turns sglang's
+mixed chunk on by default (``FAIRSHARE_MIXED_DECODE``), so the upstream server gets ``--enable-mixed-chunk`` too.
+With ``--before-ref REF`` another server runs the plugin as committed at git REF (``git archive`` of
+``scheduler/``, clocked), so a change's before and after are measured in one run. Runs alternate between them (on,
+clocked, off, on, ...; the order rotates). In each run
 one stream decodes while the case's waiting requests sit in the queue, none of which fits in the KV the stream
 leaves free:
 
@@ -15,12 +17,15 @@ leaves free:
 
 A run measures the stream's decode rate over `--window` tokens once every waiting request is queued (sglang's own
 streamed output, one token per scheduler iteration), then aborts everything, waits for the server to go idle and
-lets both servers settle; pairs alternate which mode runs first. Printed per case: decode tok/s and ms per scheduler
-iteration, on and off (median and min-max over runs), the on/off ratio of the medians (target >= 98%), and the
-plugin's own CPU time per pass inside the scheduler process (median and p90 over every pass of the case's runs;
-target <= 100 us with nothing admissible). Also the scheduler loop's CPU time per decoded token (one scheduler
-iteration; the kernel's count for the scheduler's main thread), on and off: wall-clock rates on a loaded machine
-move with other processes, CPU time much less, so its difference is the plugin's cost per iteration.
+lets the servers settle; the order of the modes rotates from run to run. Printed per case: decode tok/s and ms per
+scheduler iteration, per mode and off (median and min-max over runs), the ratio of the medians to off (target >=
+98%), and, from the clocked server, the plugin's own time per pass inside the scheduler process (median and p90
+over every pass of the case's runs; target <= 100 us with nothing admissible), the whole
+`_get_new_batch_prefill_raw` call it wraps (upstream's adder and scan included: upstream itself returns at once
+while ``batch_is_full``), and how the passes were planned (`PassKind`: without an adder, replayed in one, on a
+queue walk, not planned). Also the scheduler loop's CPU time per decoded token (one scheduler iteration; the
+kernel's count for the scheduler's main thread), per mode and off: wall-clock rates on a loaded machine move with
+other processes, CPU time much less, so its difference is the plugin's cost per iteration.
 
 On a machine without a GPU it runs sglang on CPU with a tiny random-weight model built locally (the test
 infrastructure's `sgl_kernel` stand-in and CPU switches); with ``--device cuda`` the same script runs on a GPU.
@@ -51,7 +56,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 from benchmarks.sglang_local import LocalServer, TinyModelSpec, build_tiny_model, http_json  # noqa: E402
-from scheduler.sglang_plugin.clock import read_clock  # noqa: E402
+from scheduler.sglang_plugin.clock import ClockPass, PassKind, read_clock  # noqa: E402
 
 POOL_TOKENS = 5000
 STREAM_PROMPT = 2600
@@ -198,8 +203,7 @@ class Mode:
     rates: dict[str, list[float]] = field(default_factory=dict)
     cpu_us: dict[str, list[float]] = field(default_factory=dict)
     """The scheduler loop's CPU time per decoded token (one scheduler iteration), per run."""
-    plugin_ns: dict[str, list[int]] = field(default_factory=dict)
-    planned: dict[str, list[bool]] = field(default_factory=dict)
+    passes: dict[str, list[ClockPass]] = field(default_factory=dict)
 
 
 def scheduler_pid(server: LocalServer) -> int:
@@ -258,8 +262,7 @@ def collect_clock(mode: Mode, case: str) -> None:
     if mode.clock is None:
         return
     passes, mode.clock_line = read_clock(mode.clock, mode.clock_line)
-    mode.plugin_ns.setdefault(case, []).extend(ns for ns, _ in passes)
-    mode.planned.setdefault(case, []).extend(p for _, p in passes)
+    mode.passes.setdefault(case, []).extend(passes)
 
 
 def spread(values: list[float], scale: float = 1.0, digits: int = 1) -> str:
@@ -272,31 +275,57 @@ def percentile(values: list[int], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))]
 
 
+def pass_mix(passes: list[ClockPass]) -> str:
+    """How the case's passes were planned: without an adder / replayed in one / on a queue walk / not at all."""
+    if any(p.kind is None for p in passes):
+        return "-"  # an older plugin's clock
+    counts = {kind: 0 for kind in PassKind}
+    for p in passes:
+        counts[p.kind] += 1
+    return "/".join(str(counts[k]) for k in (PassKind.IDLE, PassKind.REPLAY, PassKind.SCAN, PassKind.NONE))
+
+
+def clock_columns(passes: list[ClockPass]) -> tuple[str, str, str]:
+    """The plugin's own us per pass (median, p90), the whole call's (median, p90, mean), the pass mix."""
+    if not passes:
+        return "-", "-", "-"
+    ns = [p.ns for p in passes]
+    own = f"{statistics.median(ns) / 1e3:.1f}, {percentile(ns, 0.9) / 1e3:.1f}"
+    calls = [p.call_ns for p in passes if p.call_ns is not None]
+    call = "-"
+    if calls:
+        call = ", ".join(
+            f"{x / 1e3:.1f}" for x in (statistics.median(calls), percentile(calls, 0.9), statistics.mean(calls))
+        )
+    return own, call, pass_mix(passes)
+
+
 def report(modes: list[Mode], off: Mode, cases: list[str]) -> None:
     """One row per case and plugin mode: its decode rate against upstream's (the same case's interleaved runs)."""
     print(f"\nmachine load now (1-min average): {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs", flush=True)
     print(
-        f"{'case':>10} | {'mode':>6} | {'tok/s':>20} | {'off: tok/s':>20} | {'/off':>6} | {'ms/iter':>18} | "
+        f"{'case':>10} | {'mode':>7} | {'tok/s':>20} | {'off: tok/s':>20} | {'/off':>6} | {'ms/iter':>18} | "
         f"{'off: ms/iter':>18} | {'CPU us/iter':>20} | {'off: CPU us/iter':>20} | {'CPU +us':>7} | "
-        f"{'plugin us/pass med, p90':>24} | planned"
+        f"{'plugin us/pass med, p90':>24} | {'call us/pass med, p90, mean':>28} | passes idle/replay/scan/none"
     )
     for case in cases:
         r_off = off.rates[case]
         for mode in modes:
             r = mode.rates[case]
             ratio = statistics.median(r) / statistics.median(r_off)
-            ns = mode.plugin_ns.get(case, [])
-            planned = mode.planned.get(case, [])
-            own = f"{statistics.median(ns) / 1e3:.1f}, {percentile(ns, 0.9) / 1e3:.1f}" if ns else "-"
-            share = f"{sum(planned)}/{len(planned)}" if planned else "-"
+            own, call, mix = clock_columns(mode.passes.get(case, []))
             cpu, cpu_off = mode.cpu_us[case], off.cpu_us[case]
             extra = statistics.median(cpu) - statistics.median(cpu_off)
             print(
-                f"{case:>10} | {mode.name:>6} | {spread(r):>20} | {spread(r_off):>20} | {ratio:6.1%} | "
+                f"{case:>10} | {mode.name:>7} | {spread(r):>20} | {spread(r_off):>20} | {ratio:6.1%} | "
                 f"{spread([1 / x for x in r], 1e3, 2):>18} | {spread([1 / x for x in r_off], 1e3, 2):>18} | "
-                f"{spread(cpu, digits=0):>20} | {spread(cpu_off, digits=0):>20} | {extra:7.0f} | {own:>24} | {share}"
+                f"{spread(cpu, digits=0):>20} | {spread(cpu_off, digits=0):>20} | {extra:7.0f} | {own:>24} | "
+                f"{call:>28} | {mix}"
             )
-    print("target: on/off >= 98% in every case; plugin time per pass <= 100 us with nothing admissible", flush=True)
+    print(
+        "target: on/off >= 98% in every case; plugin time per pass <= 100 us with nothing admissible (clocked)",
+        flush=True,
+    )
 
 
 def main() -> None:
@@ -326,27 +355,28 @@ def main() -> None:
         args_ = server_args(args.device)
         print(f"starting sglang servers ({args.device}); machine load {os.getloadavg()[0]:.1f}", flush=True)
 
-        def start(name: str, env: dict[str, str], clock: Path | None) -> Mode:
-            server = LocalServer(model, args_, env, tmp_path / f"{name}.log", startup_timeout_s=900)
+        def start(name: str, clocked: bool, code: Path | None = None, **fairshare: object) -> Mode:
+            # `code`'s scheduler package must come first on the server's path: ``python -m`` puts the working
+            # directory there, ahead of PYTHONPATH, so the server runs in `code`.
+            clock = tmp_path / f"{name}.jsonl" if clocked else None
+            env = server_env(args.device, code=code, **fairshare, **({"plugin_clock": clock} if clocked else {}))
+            server = LocalServer(model, args_, env, tmp_path / f"{name}.log", startup_timeout_s=900, cwd=code)
             return Mode(name, servers.enter_context(server), clock)
 
-        on = start("on", server_env(args.device, plugin_clock=tmp_path / "on.jsonl"), tmp_path / "on.jsonl")
-        off = start("off", server_env(args.device, plugin_enabled=0), None)
-        plugin_modes = [on]
+        plugin_modes = [start("on", clocked=False), start("clocked", clocked=True)]
+        off = start("off", clocked=False, plugin_enabled=0)
         if before is not None:
-            clock = tmp_path / "before.jsonl"
-            plugin_modes.append(start("before", server_env(args.device, code=before, plugin_clock=clock), clock))
+            plugin_modes.append(start("before", clocked=True, code=before))
         modes = [*plugin_modes, off]
         done = []
         for case in cases:
             for mode in plugin_modes:
                 collect_clock(mode, case)  # passes before the case (warm-up, idle) are not the case's
-                mode.plugin_ns.pop(case, None)
-                mode.planned.pop(case, None)
+                mode.passes.pop(case, None)
             try:
                 for run in range(runs):
                     k = run % len(modes)
-                    for mode in modes[k:] + modes[:k]:  # neither always goes first
+                    for mode in modes[k:] + modes[:k]:  # none always goes first
                         rate, cpu = one_run(mode, case, run, window)
                         mode.rates.setdefault(case, []).append(rate)
                         mode.cpu_us.setdefault(case, []).append(cpu)

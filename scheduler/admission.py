@@ -17,9 +17,11 @@ all free KV while a short request waits. Alone on an idle engine a long request 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from scheduler.config import PolicyConfig
+from scheduler.snapshot import Rejection
 
 
 @dataclass
@@ -28,22 +30,39 @@ class StarvationLedger:
 
     first_skipped: dict[str, int] = field(default_factory=dict)
     max_entries: int = 4096
+    _removals: int = 0
+    """Entries dropped since start: a list recorded before is recorded in full again only after one."""
+    _recorded: tuple[Sequence[Rejection], int] | None = None
+    """The rejections last recorded and `_removals` then: an engine replays an idle pass's list every iteration."""
 
     def record_skip(self, rid: str, pass_index: int) -> None:
         """Idempotent within a pass: the planner may scan a pass more than once."""
         self.first_skipped.setdefault(rid, pass_index)
+
+    def record_skips(self, rejections: Sequence[Rejection], pass_index: int) -> None:
+        """`record_skip` for each skipped rejection. Recording is idempotent, so the same list recorded again
+        with no entry dropped since changes nothing and is not walked."""
+        last = self._recorded
+        if last is not None and last[0] is rejections and last[1] == self._removals:
+            return
+        for r in rejections:
+            if r.skipped:
+                self.first_skipped.setdefault(r.rid, pass_index)
+        self._recorded = (rejections, self._removals)
 
     def is_reserved(self, rid: str, cfg: PolicyConfig, pass_index: int) -> bool:
         first = self.first_skipped.get(rid)
         return first is not None and pass_index - first >= cfg.max_skipped_passes
 
     def forget(self, rid: str) -> None:
-        self.first_skipped.pop(rid, None)
+        if self.first_skipped.pop(rid, None) is not None:
+            self._removals += 1
 
     def prune(self, alive_rids: set[str]) -> None:
         """Drop requests that left the queue without being admitted (aborts). Called rarely."""
         if len(self.first_skipped) > self.max_entries:
             self.first_skipped = {r: n for r, n in self.first_skipped.items() if r in alive_rids}
+            self._removals += 1
 
 
 class AdmissionScan:

@@ -108,9 +108,7 @@ class PassPlanner:
     def _commit(self, plan: PassPlan, pass_index: int, short_tokens: int) -> None:
         """State across passes changes once per pass, from the plan that runs."""
         self.sizer.commit(pass_index, short_tokens)
-        for r in plan.rejections:
-            if r.skipped:
-                self.ledger.record_skip(r.rid, pass_index)
+        self.ledger.record_skips(plan.rejections, pass_index)
         for g in plan.grants:
             self.ledger.forget(g.rid)
 
@@ -185,6 +183,8 @@ class PassPlanner:
 
     def _allocate(self, sharers: list[Candidate], budget: int, snap: QueueSnapshot) -> tuple[list[Grant], int]:
         """Split the pass budget; requests that would exceed the cut limit or get nothing sit this pass out."""
+        if not sharers:  # a pass that admits nobody (engines plan one every iteration while nothing fits)
+            return [], per_request_cap(self.cfg, budget, 0)
         finish: set[str] = set()
         while True:
             cap = per_request_cap(self.cfg, budget, len(sharers))

@@ -1,10 +1,11 @@
 """The starvation ledger across passes: first skip, reservations, and pruning requests that left the queue."""
 
 from factories import cfg
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from scheduler.admission import StarvationLedger
+from scheduler.snapshot import Rejection
 
 
 def test_a_skip_is_recorded_once_at_its_first_pass() -> None:
@@ -69,3 +70,49 @@ def test_prune_invariants(skips: dict[str, int], alive: set[str], max_entries: i
         assert set(ledger.first_skipped) <= alive
     else:
         assert ledger.first_skipped == skips
+
+
+def _rejection(rid: str, skipped: bool) -> Rejection:
+    return Rejection(rid, 100, 10, 10, num_cut=0, max_cut=1, num_can_run=0, skipped=skipped)
+
+
+def test_record_skips_records_only_skipped_rejections() -> None:
+    ledger = StarvationLedger()
+    ledger.record_skips([_rejection("a", True), _rejection("b", False)], 3)
+    assert ledger.first_skipped == {"a": 3}
+
+
+_RIDS = "abc"
+_lists = st.lists(st.tuples(st.sampled_from(_RIDS), st.booleans()), max_size=4)
+_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("record"), st.integers(0, 1), st.integers(0, 30)),
+        st.tuples(st.just("forget"), st.sampled_from(_RIDS), st.just(0)),
+        st.tuples(st.just("prune"), st.sets(st.sampled_from(_RIDS)), st.just(0)),
+    ),
+    max_size=40,
+)
+
+
+@settings(deadline=None, max_examples=300)
+@given(lists=st.lists(_lists, min_size=2, max_size=2), ops=_ops, max_entries=st.integers(0, 3))
+@example(lists=[[("a", True)], []], ops=[("record", 0, 1), ("forget", "a", 0), ("record", 0, 5)], max_entries=3)
+@example(lists=[[("a", True)], []], ops=[("record", 0, 1), ("prune", set(), 0), ("record", 0, 5)], max_entries=0)
+def test_record_skips_of_a_list_seen_before_is_the_same_as_recording_it_again(lists, ops, max_entries) -> None:
+    # Engines replay an idle pass's rejection list every iteration; the ledger skips the walk when it recorded
+    # that very list last and dropped nothing since. The twin records every rejection every time.
+    rejection_lists = [[_rejection(rid, skipped) for rid, skipped in spec] for spec in lists]
+    fast, twin = StarvationLedger(max_entries=max_entries), StarvationLedger(max_entries=max_entries)
+    for op, arg, pass_index in ops:
+        if op == "record":
+            fast.record_skips(rejection_lists[arg], pass_index)
+            for r in rejection_lists[arg]:
+                if r.skipped:
+                    twin.record_skip(r.rid, pass_index)
+        elif op == "forget":
+            fast.forget(arg)
+            twin.forget(arg)
+        else:
+            fast.prune(arg)
+            twin.prune(arg)
+        assert fast.first_skipped == twin.first_skipped

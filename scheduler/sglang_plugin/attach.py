@@ -34,7 +34,7 @@ from scheduler.interleave import DecodeInterleave, short_decode_passes
 from scheduler.pass_trace import PassTraceWriter, pass_record
 from scheduler.planner import PassPlanner
 from scheduler.sglang_plugin.adder import PassRun
-from scheduler.sglang_plugin.clock import PluginClock
+from scheduler.sglang_plugin.clock import PassKind, PluginClock
 from scheduler.sglang_plugin.env import (
     explicit_policy_fields,
     explicit_policy_value,
@@ -131,6 +131,8 @@ class SchedulerPolicy:
     def begin_pass(self, sched: Any, running_batch: Any) -> None:
         """The pass boundary (`_get_new_batch_prefill_raw`), before sglang builds the adder."""
         self._running_batch = running_batch
+        if self.clock is not None:
+            self.clock.begin_call()
         if self.inactive_reason is None and self.cfg.skip_ahead:
             self._timed(self._refresh_short_index, sched)
 
@@ -200,11 +202,11 @@ class SchedulerPolicy:
 
     def end_pass(self) -> None:
         """The pass boundary's end (after upstream's scan), called whether or not sglang built an adder."""
-        planned = self._timed(self._end_pass)
+        kind = self._timed(self._end_pass)
         if self.clock is not None:
-            self.clock.end_pass(planned)
+            self.clock.end_pass(kind)
 
-    def _end_pass(self) -> bool:
+    def _end_pass(self) -> PassKind:
         run, self._run, self._running_batch = self._run, None, None
         if run is not None:  # else sglang returned before planning: the last idle scan may still hold
             self._idle_scan = run.idle_scan
@@ -221,7 +223,11 @@ class SchedulerPolicy:
         ledger = self.planner.ledger
         if run is not None and len(ledger.first_skipped) > ledger.max_entries:
             ledger.prune({r.rid for r in run.sched.waiting_queue})  # drop requests aborted while waiting
-        return run is not None and run.plan is not None
+        if run is None or run.plan is None:
+            return PassKind.NONE
+        if not run.reused_scan:
+            return PassKind.SCAN
+        return PassKind.REPLAY if run.adder is not None else PassKind.IDLE
 
     def _record(self, run: PassRun) -> dict[str, Any]:
         admitted = [(r.rid, int(r.extend_len)) for r in run.adder.can_run_list] if run.adder is not None else []

@@ -3,7 +3,10 @@
 With ``FAIRSHARE_PLUGIN_CLOCK=FILE`` it times the plugin's work at each pass boundary sglang calls it at
 (`_get_new_batch_prefill_raw`): starting the pass, translating sglang's state and planning (or reusing an idle
 scan), and cleaning up after the scan — not the upstream code those hooks wrap, nor the routing of each request an
-admitting scan reaches (a few dictionary lookups per admitted request). Sections are timed with the monotonic
+admitting scan reaches (a few dictionary lookups per admitted request). Beside it, the whole call (upstream's code
+the plugin let run included: the adder, the queue scan) and how the pass was planned (`PassKind`): where
+upstream returns at once while ``batch_is_full``, the difference between the two is what the plugin made sglang
+do. Sections are timed with the monotonic
 wall clock (``perf_counter_ns``, read in user space): the thread CPU-time clock is a system call, and eight of them
 per pass cost this VM more than the sections they timed. A section is microseconds long, so a preemption lands in
 few of them: the median and p90 the benchmark prints are the sections' own time even on a loaded machine. With the
@@ -20,13 +23,36 @@ import os
 import time
 from array import array
 from collections.abc import Callable
+from enum import IntEnum
 from pathlib import Path
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 T = TypeVar("T")
 
 FLUSH_PASSES = 256
 FLUSH_S = 0.5
+
+
+class PassKind(IntEnum):
+    """How the plugin planned one call of `_get_new_batch_prefill_raw`."""
+
+    NONE = 0
+    """Not planned: sglang returned before building an adder (empty queue, no free slot, a decode-only pass)."""
+    SCAN = 1
+    """Planned on a walk of the waiting queue (prefix matches)."""
+    REPLAY = 2
+    """Planned on the last idle scan's figures, inside the adder sglang built."""
+    IDLE = 3
+    """Planned on the last idle scan's figures without an adder: sglang's call returned at once."""
+
+
+class ClockPass(NamedTuple):
+    ns: int
+    """The plugin's own sections."""
+    call_ns: int | None
+    """The whole `_get_new_batch_prefill_raw` call, upstream's code included (None: an older plugin's clock)."""
+    kind: PassKind | None
+    """None: an older plugin's clock, which recorded only the plugin's sections and whether it planned."""
 
 
 class PluginClock:
@@ -37,9 +63,14 @@ class PluginClock:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self._pass_ns = 0
+        self._call_started = 0
         self._passes = array("q")
-        self._planned = array("b")
+        self._calls = array("q")
+        self._kinds = array("b")
         self._last_flush = time.perf_counter()
+
+    def begin_call(self) -> None:
+        self._call_started = time.perf_counter_ns()
 
     def timed(self, section: Callable[..., T], *args: object) -> T:
         """Run `section` and add its time to this pass."""
@@ -49,34 +80,39 @@ class PluginClock:
         finally:
             self._pass_ns += time.perf_counter_ns() - started
 
-    def end_pass(self, planned: bool) -> None:
-        """One call of `_get_new_batch_prefill_raw` is over; `planned`: the plugin planned a pass in it."""
+    def end_pass(self, kind: PassKind) -> None:
+        """One call of `_get_new_batch_prefill_raw` (begun at `begin_call`) is over, planned as `kind`."""
+        self._calls.append(time.perf_counter_ns() - self._call_started)
         self._passes.append(self._pass_ns)
-        self._planned.append(planned)
+        self._kinds.append(kind)
         self._pass_ns = 0
         if len(self._passes) >= FLUSH_PASSES or time.perf_counter() - self._last_flush >= FLUSH_S:
             self.flush()
 
     def flush(self) -> None:
         if self._passes:
-            line = json.dumps({"ns": self._passes.tolist(), "planned": self._planned.tolist()}) + "\n"
-            os.write(self._fd, line.encode())
-            self._passes, self._planned = array("q"), array("b")
+            batch = {"ns": self._passes.tolist(), "call_ns": self._calls.tolist(), "kind": self._kinds.tolist()}
+            os.write(self._fd, (json.dumps(batch) + "\n").encode())
+            self._passes, self._calls, self._kinds = array("q"), array("q"), array("b")
         self._last_flush = time.perf_counter()
 
 
-def read_clock(path: Path, start_line: int = 0) -> tuple[list[tuple[int, bool]], int]:
-    """(pass ns, planned) for every pass recorded from line `start_line` on, and the next line to read."""
+def read_clock(path: Path, start_line: int = 0) -> tuple[list[ClockPass], int]:
+    """Every pass recorded from line `start_line` on, and the next line to read."""
     if not path.exists():
         return [], start_line
     lines = path.read_text().splitlines()
-    passes: list[tuple[int, bool]] = []
+    passes: list[ClockPass] = []
     complete = start_line
     for line in lines[start_line:]:
         try:
             batch = json.loads(line)
         except json.JSONDecodeError:
             break  # a line still being written
-        passes.extend(zip(batch["ns"], map(bool, batch["planned"]), strict=True))
+        if "kind" in batch:
+            rows = zip(batch["ns"], batch["call_ns"], map(PassKind, batch["kind"]), strict=True)
+            passes.extend(ClockPass(*row) for row in rows)
+        else:  # an older plugin's line (`--before-ref`)
+            passes.extend(ClockPass(ns, None, None) for ns in batch["ns"])
         complete += 1
     return passes, complete

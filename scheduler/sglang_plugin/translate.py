@@ -99,6 +99,17 @@ class LazyCandidate:
         return self._window.materialize(self._index).need_tokens
 
 
+def locked_prefix_tokens(req: Req, adder: PrefillAdder) -> int:
+    """Free KV that admitting matched `req` takes beyond its own need: the cached prefix it matched counts as
+    free (evictable) until sglang's admission locks it (`PrefillAdder._lock_node`, inside which `add_one_req`
+    judges). Read with sglang's own lock, so every cache and budget kind counts it its way. Upstream judges one
+    request at a time against the live budget; the plan judges several against one free-KV figure, and without
+    this two requests could both be counted into tokens the first one's lock takes."""
+    before = adder.rem_total_tokens
+    with adder._lock_node(req.last_node):
+        return max(0, int(before - adder.rem_total_tokens))
+
+
 def compute_tokens(adder: PrefillAdder, tokens: int) -> int:
     """What `tokens` of prefill charge the chunk budget (`PrefillAdder._update_prefill_budget`)."""
     return tokens if adder.exact_chunk_fill else adder.ceil_paged_tokens(tokens)
@@ -115,6 +126,7 @@ def waiting_candidate(req: Req, adder: PrefillAdder) -> Candidate:
         + adder.per_req_token_overhead
         + adder._mamba_gap_budget_for_req(req, include_host_hit=True)
         + adder._request_slot_reserve_for_req(req)
+        + locked_prefix_tokens(req, adder)
     )
     prefix_len = req.prefix_len + req.host_hit_length
     extend = compute_tokens(adder, fill_len - prefix_len) + adder._replay_len(req, prefix_len)
@@ -137,17 +149,19 @@ def continuing_chunk_tokens(req: Req, adder: PrefillAdder) -> int:
 
 
 def continuing_kv_tokens(req: Req, adder: PrefillAdder) -> int:
-    """What `add_chunked_req` reserves when it continues `req` uncapped: an upper bound of what it reserves
-    under a cap, so the planner never counts memory sglang lacks."""
-    chunk = continuing_chunk_tokens(req, adder)
-    finishes = chunk >= len(req.full_untruncated_fill_ids) - req.prefix_len
-    max_new = min(req.sampling_params.max_new_tokens, CLIP_MAX_NEW_TOKENS) if finishes else 0
+    """The KV the half-prefilled request still claims: the rest of its prompt, every chunk still to come, and its
+    output. The policy core treats a continuing request as holding its KV (the simulator's engine allocates a
+    request's whole need at admission); sglang allocates chunk by chunk and its adder reserves only the chunk it
+    continues in a pass. Upstream admits nobody beside a continuing request before its last chunk, so that is
+    enough there; the plan admits requests beside it (fair share), and counting only this pass's chunk let them
+    take the KV its later chunks need: a later chunk then found the pool empty (sglang: "Prefill out of memory")."""
+    remaining = len(req.full_untruncated_fill_ids) - req.prefix_len
     return (
-        adder.ceil_paged_tokens(chunk)
+        adder.ceil_paged_tokens(remaining)
         + adder.per_req_token_overhead
         + adder._mamba_gap_budget_for_req(req)
-        + adder._request_slot_reserve_for_req(req, extend_input_len=chunk)
-        + max_new
+        + adder._request_slot_reserve_for_req(req, extend_input_len=remaining)
+        + min(req.sampling_params.max_new_tokens, CLIP_MAX_NEW_TOKENS)
     )
 
 

@@ -141,3 +141,27 @@ def test_pass_run_is_per_scheduler_and_keeps_the_planner(cap_256):
     plugin.run(2)
     assert plugin.policy.planner is planner
     assert isinstance(plugin.policy.last_run, PassRun)
+
+
+def test_a_request_admitted_beside_a_continuing_one_leaves_its_remaining_chunks_room(monkeypatch):
+    # Found by the idle-scan property: a pass shared between a half-prefilled document and a request whose cached
+    # prefix was evictable. Counting only the document's next chunk, and the prefix as free, the plan admitted
+    # the request; its lock took the prefix from the pool and the document's last chunk found no KV (sglang:
+    # "Prefill out of memory"). The document's whole remainder is claimed, and a match's lock is part of a need.
+    monkeypatch.setenv("FAIRSHARE_SHORT_REQUEST_TOKENS", "2048")
+    monkeypatch.setenv("FAIRSHARE_LOOKAHEAD", "0")
+    monkeypatch.setenv("FAIRSHARE_MAX_SKIPPED_PASSES", "1")
+    engine = EngineSpec(pool_tokens=2048, page_size=4, chunk_tokens=256, max_running=2)
+    reqs = [
+        ReqSpec("tiny", 1),
+        ReqSpec("cached", 402),
+        ReqSpec("doc", 1497, arrive_pass=1),
+        ReqSpec("shares-prefix", 549, arrive_pass=1, decode_passes=11, prefix_of="cached", prefix_tokens=300),
+    ]
+    plugin = Harness(engine, reqs)
+    plugin.run(30)  # raised RuntimeError (sglang's allocator) at pass 15 before
+    admitted = [rid for r in plugin.history for rid, _ in r.admitted]
+    assert set(admitted) == {"tiny", "cached", "doc", "shares-prefix"}
+    doc_passes = [i for i, r in enumerate(plugin.history) if any(rid == "doc" for rid, _ in r.admitted)]
+    joined = next(i for i, r in enumerate(plugin.history) if any(rid == "shares-prefix" for rid, _ in r.admitted))
+    assert joined > doc_passes[-1], "no room beside the document until its last chunk"

@@ -2,7 +2,7 @@
 
 from sglang_harness import EngineSpec, Harness, ReqSpec
 
-from scheduler.sglang_plugin.clock import read_clock
+from scheduler.sglang_plugin.clock import PassKind, read_clock
 
 
 def test_every_pass_boundary_is_recorded_and_planned_ones_are_marked(monkeypatch, tmp_path):
@@ -14,13 +14,15 @@ def test_every_pass_boundary_is_recorded_and_planned_ones_are_marked(monkeypatch
     plugin.policy.clock.flush()
     passes, next_line = read_clock(path)
     assert len(passes) == 6
-    assert [planned for _, planned in passes] == [True] * 6  # the queue is never empty after pass 0
-    assert all(ns > 0 for ns, _ in passes)
+    assert all(p.kind is not PassKind.NONE for p in passes)  # the queue is never empty after pass 0
+    assert passes[0].kind is PassKind.SCAN
+    assert all(0 < p.ns <= p.call_ns for p in passes)
     plugin.sched.waiting_queue.clear()  # sglang returns before building an adder: nothing is planned
     plugin.run(2)
     plugin.policy.clock.flush()
     more, _ = read_clock(path, next_line)
-    assert [planned for _, planned in more] == [False, False]
+    assert [p.kind for p in more] == [PassKind.NONE, PassKind.NONE]
+    assert all(p.call_ns > 0 for p in more)
 
 
 def test_off_by_default():
