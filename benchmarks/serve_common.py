@@ -131,20 +131,22 @@ def pct(xs: list[float], q: float) -> float:
 
 
 def serve_processes() -> dict[str, int]:
-    """Serve's actor processes by role: ``proxy``, ``controller``, ``<app>/<deployment>`` for each replica (its
-    pid), from Ray's actor table (process titles change with the task a worker runs)."""
-    from ray.util.state import list_actors
+    """Serve's actor processes by role: ``proxy``, ``controller``, ``<app>/<deployment>#<replica>`` (their pids),
+    from Ray's actor table (process titles change with the task a worker runs)."""
+    import ray
 
     roles: dict[str, int] = {}
-    for actor in list_actors(filters=[("state", "=", "ALIVE")], detail=True, limit=1000):
-        name = actor.name or ""
+    for actor in ray._private.state.actors().values():
+        name = actor.get("Name") or ""
+        if actor["State"] != "ALIVE":
+            continue
         if name.startswith("SERVE_REPLICA::"):
             app, deployment, replica = name.removeprefix("SERVE_REPLICA::").split("#")[:3]
-            roles[f"{app}/{deployment}#{replica}"] = actor.pid
+            roles[f"{app}/{deployment}#{replica}"] = actor["Pid"]
         elif name.startswith("SERVE_PROXY_ACTOR"):
-            roles["proxy"] = actor.pid
-        elif name.startswith("SERVE_CONTROLLER_ACTOR"):
-            roles["controller"] = actor.pid
+            roles["proxy"] = actor["Pid"]
+        elif name == "SERVE_CONTROLLER_ACTOR":
+            roles["controller"] = actor["Pid"]
     return roles
 
 

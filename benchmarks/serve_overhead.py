@@ -166,6 +166,36 @@ async def phase(url: str, seconds: float, concurrency: int, think_s: float = 0.0
     return out
 
 
+FRONT = {"fairshare": "Ingress", "echo": "Echo", "echo-path": "Echo", "echo-2hop": "EchoFront"}
+"""Each app's HTTP-facing deployment; its other deployments are its second hop."""
+
+
+def cpu_roles(app: str, role: str) -> str:
+    """Where a Serve process's CPU goes in `app`'s phase: proxy, the app's front or second hop, Serve's controller,
+    or the other apps (idle in this phase)."""
+    if role in ("proxy", "controller"):
+        return role
+    owner, _, deployment = role.partition("/")
+    if owner != app:
+        return "other apps"
+    return "front" if deployment.split("#")[0] == FRONT[app] else "second hop"
+
+
+def measured_phase(app: str, url: str, seconds: float, concurrency: int) -> dict:
+    """A saturated phase, with the CPU seconds each kind of process spent in it (`cpu_roles`; ``client``: this
+    load generator)."""
+    pids = sc.serve_processes()
+    before, client0 = sc.cpu_seconds(pids), time.process_time()
+    out = asyncio.run(phase(url, seconds, concurrency))
+    after, client1 = sc.cpu_seconds(pids), time.process_time()
+    cpu: dict[str, float] = {"client": client1 - client0}
+    for role in pids:
+        kind = cpu_roles(app, role)
+        cpu[kind] = cpu.get(kind, 0.0) + max(0.0, after[role] - before[role])
+    out["cpu_s"] = cpu
+    return out
+
+
 def merge(a: dict | None, b: dict) -> dict:
     if a is None:
         return copy.deepcopy(b)
@@ -173,7 +203,22 @@ def merge(a: dict | None, b: dict) -> dict:
         a[k] += b[k]
     a["errors"] += b["errors"]
     a["elapsed_s"] += b["elapsed_s"]
+    for kind, seconds in b.get("cpu_s", {}).items():
+        a["cpu_s"][kind] = a["cpu_s"].get(kind, 0.0) + seconds
     return a
+
+
+CPU_KINDS = ("proxy", "front", "second hop", "controller", "other apps", "client")
+
+
+def print_cpu(saturated: dict[str, dict | None]) -> None:
+    """CPU milliseconds per request by kind of process, per app (the machine's cores are what the apps share)."""
+    print("  CPU ms per request (throughput phase), by process: " + ", ".join(CPU_KINDS) + ", Serve total")
+    for name, run in saturated.items():
+        n = len(run["e2e"])
+        per = {k: 1e3 * run["cpu_s"].get(k, 0.0) / n for k in CPU_KINDS}
+        serve_total = sum(v for k, v in per.items() if k not in ("client", "other apps"))
+        print(f"    {name:>10}: " + "  ".join(f"{per[k]:5.2f}" for k in CPU_KINDS) + f"  | {serve_total:5.2f}")
 
 
 def fmt_load(load: tuple[float, float, float]) -> str:
@@ -226,7 +271,8 @@ def main() -> None:
                 if name in latency:
                     run = asyncio.run(phase(urls[name], args.seconds, args.concurrency, args.think_s))
                     latency[name] = merge(latency[name], run)
-                saturated[name] = merge(saturated[name], asyncio.run(phase(urls[name], args.seconds, args.concurrency)))
+                run = measured_phase(name, urls[name], args.seconds, args.concurrency)
+                saturated[name] = merge(saturated[name], run)
         load_after = os.getloadavg()
     finally:
         sc.stop()
@@ -269,6 +315,7 @@ def main() -> None:
     for name, what in (("echo-path", "the echo on the app's request path"), ("echo-2hop", "a bare two-hop Serve app")):
         print(f"  vs {what}: {rps[name]:.1f} req/s, app ratio {rps['fairshare'] / rps[name]:.2f}x")
     print(f"  Serve's second hop alone (echo-2hop / echo): {rps['echo-2hop'] / rps['echo']:.2f}x")
+    print_cpu(saturated)
     for q in (50, 99):
         a, e = sc.pct(sat_app["first_item_ms"], q), sc.pct(sat_app["ttft"], q) * 1000
         print(f"  saturated: first item p{q} {a:.1f} ms, app TTFT p{q} {e:.1f} ms (queueing at full load)")
