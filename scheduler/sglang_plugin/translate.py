@@ -4,9 +4,11 @@ Every figure is read from, or computed with, the `PrefillAdder` sglang built for
 judges a request the way sglang's own admission does (sglang 0.5.23, `schedule_policy.py`):
 
 - a waiting request's ``need_tokens`` is `add_one_req`'s ``total_tokens`` (the whole uncached prompt, the
-  clipped output reservation, the per-request page overhead, mamba and request-slot reserves), and
-  ``free_kv_tokens`` is the budget's ``remaining_total`` less one (sglang admits when
-  ``total_tokens < remaining_total``) less what the continuing chunk is about to reserve;
+  clipped output reservation, the per-request page overhead, mamba and request-slot reserves) plus the cached
+  prefix its admission locks (`locked_prefix_tokens`), and ``free_kv_tokens`` is the budget's
+  ``remaining_total`` less one (sglang admits when ``total_tokens < remaining_total``) less what the
+  half-prefilled request still claims: the rest of its prompt and its output (`continuing_kv_tokens`; sglang
+  reserves only its next chunk, the policy core treats it as holding its KV, as the simulator does);
 - ``extend_tokens`` is what a request charges the chunk budget (page-ceiled, as `_update_prefill_budget`
   charges it), so the plan's shares add up the way sglang's ``rem_chunk_tokens`` does;
 - free slots are `Scheduler.get_num_allocatable_reqs` asked the way the scan asks it, less the continuing

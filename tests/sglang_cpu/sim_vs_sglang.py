@@ -127,41 +127,30 @@ def pass_view(record: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-HALF_PREFILLED_KV = "half-prefilled request's KV"
-"""Known difference 1 (README, "Limits of the simulator"): while a request is half-prefilled, sglang counts
-only the KV it has allocated so far plus its next chunk, the simulator reserves its whole prompt and output
-at admission; so the simulator rejects for capacity a request that sglang judges as fitting (and then holds
-back for the one-half-prefilled-request rule). Who runs, with how many tokens, is the same."""
-
 OVERLAP_LAG = "overlap scheduler's finishing row"
-"""Known difference 2: under sglang's overlap scheduler a pass is built before the previous pass's results
-are processed, so a request whose last token the previous pass sampled still rides along as a decoding row
-(its extra token is discarded), taking one token of a mixed pass's budget; the simulator drops it at once.
-The cut request then gets that many tokens fewer, and its last chunk as many more."""
+"""The known difference (README, "Limits of the simulator"): under sglang's overlap scheduler a pass is built
+before the previous pass's results are processed, so a request whose last token the previous pass sampled still
+rides along as a decoding row (its extra token is discarded), taking one token of a mixed pass's budget; the
+simulator drops it at once. The cut request then gets that many tokens fewer, and its last chunk as many more."""
 
 
-def explain(real: dict[str, Any], sim: dict[str, Any], real_record: dict[str, Any], lag_rows: int) -> str | None:
+def explain(real: dict[str, Any], sim: dict[str, Any], lag_rows: int) -> str | None:
     """Why two prefill passes differ, when the difference is a known one; None otherwise. `lag_rows`: extra
     decoding rows sglang carried in this mix so far, this pass included."""
     if [r for r, _ in real["admitted"]] != [r for r, _ in sim["admitted"]] or real["cut"] != sim["cut"]:
         return None
     if real["num_waiting_after"] != sim["num_waiting_after"]:
         return None
-    reasons = []
-    extra = [rid for rid in sim["rejected"] if rid not in real["rejected"]]
-    fits_in_sglang = {j[0] for j in real_record["judged"] if j[2] <= real_record["free_kv_tokens"]}
-    if extra or set(real["rejected"]) - set(sim["rejected"]):
-        if not (
-            real_record["continuing"] and set(extra) <= fits_in_sglang and set(real["rejected"]) <= set(sim["rejected"])
-        ):
-            return None
-        reasons.append(HALF_PREFILLED_KV)
+    if set(real["rejected"]) != set(sim["rejected"]):
+        # Both count a half-prefilled request's whole remaining KV as claimed (`translate.continuing_kv_tokens`),
+        # so they reject the same requests.
+        return None
     token_gap = max(abs(a[1] - b[1]) for a, b in zip(real["admitted"], sim["admitted"], strict=True))
     if real["decode_rows"] != sim["decode_rows"] or token_gap:
         if real["decode_rows"] < sim["decode_rows"] or token_gap > lag_rows:
             return None
-        reasons.append(OVERLAP_LAG)
-    return " + ".join(reasons) or None
+        return OVERLAP_LAG
+    return None
 
 
 @dataclass
@@ -187,7 +176,7 @@ class Agreement:
             mix = mix if self.real_records[i]["num_decoding"] or self.real_records[i]["continuing"] else i
             lag_rows = 0 if mix == i else lag_rows  # a mix starts on an idle engine
             lag_rows += max(0, a["decode_rows"] - b["decode_rows"])
-            if a != b and (reason := explain(a, b, self.real_records[i], lag_rows)) is not None:
+            if a != b and (reason := explain(a, b, lag_rows)) is not None:
                 out[i] = reason
         return out
 
