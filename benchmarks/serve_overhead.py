@@ -19,7 +19,10 @@ Apps in one Serve instance on 127.0.0.1, measured in the same run, alternating p
   replica's first item: tokenizing, routing, the handle hop; the engine costs nothing), p50/p99, and
   its `route` part (ingress receipt -> the router's decision: tokenizing and routing);
 - client-side time to first token for the app and the echo and the difference of their p50/p99;
-- throughput (requests/s) of each app, and the app's as a ratio to each reference's.
+- throughput (requests/s) of each app, and the app's as a ratio to each reference's;
+- CPU milliseconds per request in the throughput phase by kind of process (Serve's proxy, the app's front
+  deployment, its second hop, the controller, the other apps, this load generator): on a machine whose cores
+  every process shares, the throughput ratios follow these sums.
 
 Usage (from the repository root): python -m benchmarks.serve_overhead [--seconds 8] [--rounds 2] [--concurrency 50]
     [--serve-defaults]
