@@ -4,16 +4,15 @@ With ``FAIRSHARE_PLUGIN_CLOCK=FILE`` it times the plugin's work at each pass bou
 (`_get_new_batch_prefill_raw`): starting the pass, translating sglang's state and planning (or reusing an idle
 scan), and cleaning up after the scan — not the upstream code those hooks wrap, nor the routing of each request an
 admitting scan reaches (a few dictionary lookups per admitted request). Beside it, the whole call (upstream's code
-the plugin let run included: the adder, the queue scan) and how the pass was planned (`PassKind`): where
-upstream returns at once while ``batch_is_full``, the difference between the two is what the plugin made sglang
-do. Sections are timed with the monotonic
-wall clock (``perf_counter_ns``, read in user space): the thread CPU-time clock is a system call, and eight of them
-per pass cost this VM more than the sections they timed. A section is microseconds long, so a preemption lands in
-few of them: the median and p90 the benchmark prints are the sections' own time even on a loaded machine. With the
-clock off nothing is read. The durations are kept
-in memory and appended to FILE as one JSON line per batch (at most every `FLUSH_PASSES` passes or `FLUSH_S`
-seconds), so timing adds no I/O per pass. Read by
-`benchmarks/sglang_plugin_cost.py` with `read_clock`.
+the plugin let run included: the adder, the queue scan) and how the pass was planned (`PassKind`): where upstream
+returns at once while ``batch_is_full``, the difference between the two is what the plugin made sglang do.
+
+Sections are timed with the monotonic wall clock (``perf_counter_ns``, read in user space): the thread CPU-time
+clock is a system call, and eight of them per pass cost this VM more than the sections they timed. A section is
+microseconds long, so a preemption lands in few of them: the median and p90 the benchmark prints are the sections'
+own time even on a loaded machine. With the clock off nothing is read. The durations are kept in memory and
+appended to FILE as one JSON line per batch (at most every `FLUSH_PASSES` passes or `FLUSH_S` seconds), so timing
+adds no I/O per pass. Read by `benchmarks/sglang_plugin_cost.py` with `read_clock`.
 """
 
 from __future__ import annotations
