@@ -258,6 +258,8 @@ class _Candidates:
         self.rec = rec
         self.loads = loads
         self.short_request_tokens = _agreed_threshold(usable)
+        self.verdicts = {v.replica_id: self._verdict(v) for v in usable}
+        """Rule 5 for each usable replica, judged once per decision (every other rule asks it)."""
         self.has_long_lane = any(v.lane is not Lane.CHAT for v in usable)
         self.has_chat_lane = any(v.lane is not Lane.LONG for v in usable)
         chat_lane = [v for v in usable if v.lane is not Lane.LONG]
@@ -271,7 +273,7 @@ class _Candidates:
         previous = self.rec.traffic_class if self.rec else None
         return classify(self.uncached_tokens(v), self.short_request_tokens, previous, self.knobs.class_hysteresis)
 
-    def verdict(self, v: ReplicaView) -> Verdict:
+    def _verdict(self, v: ReplicaView) -> Verdict:
         """Rule 5: may `v` take the request under the limits it published (unknown limits: yes)."""
         if v.limits is None:
             return Verdict(True)
@@ -282,7 +284,7 @@ class _Candidates:
         return assess(v.load, self.uncached_tokens(v), v.limits, count_ongoing=False)
 
     def admits(self, v: ReplicaView) -> bool:
-        return self.verdict(v).admits
+        return self.verdicts[v.replica_id].admits
 
     def busy(self, v: ReplicaView, cls: TrafficClass) -> bool:
         """Rule 3's bound: what the class waits for on that replica (over a limit is busy too)."""
@@ -338,7 +340,7 @@ class _Candidates:
 
     def shed(self, over: Sequence[ReplicaView]) -> Shed:
         """Every allowed replica is over a limit: the answer the most lenient of them would give."""
-        verdicts = {v.replica_id: self.verdict(v) for v in over}
+        verdicts = {v.replica_id: self.verdicts[v.replica_id] for v in over}
         return shed_of(verdicts, {v.replica_id: v.limits or BackpressureLimits() for v in over})
 
     def decision(self, v: ReplicaView, reason: RouteReason) -> RouteDecision:

@@ -291,23 +291,29 @@ def test_a_ticket_carries_the_last_decision() -> None:
 
 # -- invariants over random replica sets -----------------------------------------------------------
 
-replica_views = st.builds(
-    lambda i, lane, pending, prefill, decoding, full, threshold: ReplicaView(
-        f"R{i}",
-        lane,
-        ReplicaLoad(num_waiting=pending, prefill_tokens=prefill, num_decoding=decoding),
-        T0,
-        full=full,
-        short_request_tokens=threshold,
-    ),
-    st.integers(0, 50),
-    st.sampled_from(list(Lane)),
-    st.integers(0, 8),
-    st.integers(0, 200_000),
-    st.integers(0, 8),
-    st.booleans(),
-    st.sampled_from([512, 2048, 8192]),
-)
+
+def views_of(max_waiting: int, **published: st.SearchStrategy) -> st.SearchStrategy[ReplicaView]:
+    """Replica views with random lanes and loads; `published`: strategies for further `ReplicaView` fields."""
+    return st.builds(
+        lambda i, lane, waiting, prefill, decoding, full, **fields: ReplicaView(
+            f"R{i}",
+            lane,
+            ReplicaLoad(num_waiting=waiting, prefill_tokens=prefill, num_decoding=decoding),
+            T0,
+            full=full,
+            **fields,
+        ),
+        st.integers(0, 50),
+        st.sampled_from(list(Lane)),
+        st.integers(0, max_waiting),
+        st.integers(0, 200_000),
+        st.integers(0, 8),
+        st.booleans(),
+        **published,
+    )
+
+
+replica_views = views_of(8, short_request_tokens=st.sampled_from([512, 2048, 8192]))
 
 
 @settings(deadline=None, max_examples=200)
@@ -444,23 +450,7 @@ limits_st = st.one_of(
         max_queued_prefill_tokens=st.integers(1000, 200_000),
     ),
 )
-limited_views = st.builds(
-    lambda i, lane, pending, prefill, decoding, full, limits: ReplicaView(
-        f"R{i}",
-        lane,
-        ReplicaLoad(num_waiting=pending, prefill_tokens=prefill, num_decoding=decoding),
-        T0,
-        full=full,
-        limits=limits,
-    ),
-    st.integers(0, 50),
-    st.sampled_from(list(Lane)),
-    st.integers(0, 6),
-    st.integers(0, 200_000),
-    st.integers(0, 8),
-    st.booleans(),
-    limits_st,
-)
+limited_views = views_of(6, limits=limits_st)
 
 
 def over_limit(load: ReplicaLoad, v: ReplicaView, tokens: int) -> bool:
