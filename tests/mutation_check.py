@@ -94,8 +94,8 @@ MUTANTS = [
     _r("R13", "v.stats_time_s <= rec.settled_s", "True", "stale estimate beats fresh stats"),
     _r(
         "R14",
-        "if not c.busy(pinned, pinned_cls) or not better:",
-        "if not c.busy(pinned, pinned_cls):",
+        "if c.admits(pinned) and (not c.busy(pinned, pinned_cls) or not better):",
+        "if c.admits(pinned) and not c.busy(pinned, pinned_cls):",
         "gives way to worse",
     ),
     _r("R15", "if now_s - rec.last_used_s <= knobs.session_ttl_s:", "if True:", "sessions never expire"),
