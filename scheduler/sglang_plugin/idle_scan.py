@@ -41,7 +41,7 @@ from sglang.srt.mem_cache.prefill_budget import PrefillBudget
 from scheduler.admission import free_kv_to_fit
 from scheduler.config import PolicyConfig
 from scheduler.sglang_plugin.short_index import ShortIndex
-from scheduler.sglang_plugin.translate import EngineState, uncached_prompt_tokens
+from scheduler.sglang_plugin.translate import EngineState, num_short_decoding
 from scheduler.snapshot import Candidate, PassPlan
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ class IdleScan:
     queue: list = field(repr=False)
     """The waiting-queue list object the scan walked (sglang replaces it after every admission)."""
     queue_len: int
-    examined: tuple[Req, ...] = field(repr=False)
+    examined: list[Req] = field(repr=False)
     """The requests the planner judged, in queue order."""
     candidates: tuple[Candidate, ...]
     """Their figures as the planner read them."""
@@ -90,6 +90,8 @@ class IdleScan:
     """The plan the scan led to (it admitted nobody): what a pass reusing the scan replays."""
     cfg: PolicyConfig
     engine: tuple[int, int, int, int]
+    running: tuple[Req, ...] = field(repr=False)
+    """The running requests the scan counted: while the same, so is its count of short decoding streams."""
     cache: tuple[Any, Any]
     prefill_max_requests: int | None
     plain_budget: bool
@@ -118,7 +120,7 @@ class IdleScan:
         return cls(
             queue=sched.waiting_queue,
             queue_len=len(sched.waiting_queue),
-            examined=tuple(window.examined),
+            examined=list(window.examined),
             candidates=tuple(candidates),
             short_candidates=None if shorts is None else tuple(shorts),
             short_index=short_index,
@@ -127,6 +129,7 @@ class IdleScan:
             plan=plan,
             cfg=cfg,
             engine=engine_key(state),
+            running=tuple(adder.running_batch.reqs),
             cache=cache_fingerprint(sched.tree_cache),
             prefill_max_requests=adder.prefill_max_requests,
             plain_budget=type(adder.memory_budget) is PrefillBudget and not sched.tree_cache.supports_mamba(),
@@ -143,7 +146,7 @@ class IdleScan:
             and not state.continuing
             and engine_key(state) == self.engine
             and cache_fingerprint(sched.tree_cache) == self.cache
-            and all(a is b for a, b in zip(queue, self.examined, strict=False))
+            and queue[: len(self.examined)] == self.examined  # identity: `Req` has no __eq__
             and (self.short_index is None or self.short_index.version == self.short_index_version)
         )
 
@@ -160,6 +163,8 @@ class IdleScan:
         if free_kv_bound >= self.min_kv_to_fit:
             return None
         running = running_batch.reqs
+        running_now = tuple(running)
+        num_short = self.engine[2] if running_now == self.running else num_short_decoding(running_now, cfg)
         free_slots = sched.get_num_allocatable_reqs(len(running), running_batch=running_batch)
         if self.prefill_max_requests is not None:
             free_slots = min(free_slots, self.prefill_max_requests)
@@ -168,7 +173,7 @@ class IdleScan:
             free_running_slots=free_slots,
             continuing=(),
             num_decoding=len(running),
-            num_short_decoding=sum(cfg.is_short(uncached_prompt_tokens(r)) for r in running),
+            num_short_decoding=num_short,
             granule_tokens=self.engine[3],
             pass_index=sched.forward_ct,
         )

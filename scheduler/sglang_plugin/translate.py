@@ -171,6 +171,11 @@ def uncached_prompt_tokens(req: Req) -> int:
     return max(0, len(req.origin_input_ids) - req.cached_tokens)
 
 
+def num_short_decoding(running: Sequence[Req], cfg: PolicyConfig) -> int:
+    """Decoding streams of short requests (what they did not find cached), as the pass sizer counts them."""
+    return sum(cfg.is_short(uncached_prompt_tokens(r)) for r in running)
+
+
 def granule_tokens(sched: Any, adder: PrefillAdder) -> int:
     return math.lcm(
         adder.page_size,
@@ -229,7 +234,7 @@ def engine_state(sched: Any, adder: PrefillAdder, cfg: PolicyConfig) -> EngineSt
         free_running_slots=free_slots,
         continuing=continuing,
         num_decoding=len(running_reqs),
-        num_short_decoding=sum(cfg.is_short(uncached_prompt_tokens(r)) for r in running_reqs),
+        num_short_decoding=num_short_decoding(running_reqs, cfg),
         granule_tokens=granule_tokens(sched, adder),
         pass_index=sched.forward_ct,
     )

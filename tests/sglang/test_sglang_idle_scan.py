@@ -196,6 +196,24 @@ def test_each_change_a_scan_read_makes_it_stale():
     assert not scan.still_holds(sched, state, cfg)
 
 
+def test_the_short_stream_count_follows_the_running_requests():
+    """A pass without an adder takes the scan's count of short decoding streams only while the very same requests
+    run; a long document decoding in the holder's place (as many streams) is counted afresh, and the scan is
+    stale."""
+    h = DecodingHarness(POOL, blocked_queue(3))
+    h.run(4)
+    scan, state = idle_state(h)
+    cfg = h.policy.cfg
+    assert cfg.is_short(2000) and not cfg.is_short(3000)
+    assert (state.num_decoding, state.num_short_decoding) == (1, 1)
+    other = DecodingHarness(POOL, [ReqSpec("doc", 3000, max_new_tokens=1000, decode_passes=10_000)])
+    other.run(3)
+    h.running.reqs = [other.req("doc")]
+    swapped = scan.state_without_adder(h.sched, h.running, cfg)
+    assert (swapped.num_decoding, swapped.num_short_decoding) == (1, 0)
+    assert not scan.still_holds(h.sched, swapped, cfg)
+
+
 def test_strict_fcfs_reuses_too_and_upstream_keeps_its_batch_is_full():
     with mock.patch.dict(os.environ, {"FAIRSHARE_SKIP_AHEAD": "false"}):
         _, reusing = run_pair(POOL, blocked_queue(5), num_passes=8)
