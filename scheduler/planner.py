@@ -92,6 +92,21 @@ class PassPlanner:
         log_plan(self.cfg, plan)
         return plan
 
+    def repeat_idle(self, plan: PassPlan, pass_index: int, num_decoding: int, num_short_decoding: int) -> bool:
+        """Take `plan`, which `replay_idle` returned without restamping, for this pass too, if replaying it again
+        would give an equal plan: the caller holds every figure a replay reads fixed (the same replayed plan, free
+        slots, decoding streams, continuing requests and config, and free KV still below every judged need), so
+        only the pass budget can differ, through the pass counter (`PassSizer`). Then the state across passes moves
+        as a replay moves it and True is returned; otherwise nothing moves. Engines repeat idle passes every
+        iteration: this costs no new plan."""
+        if plan.grants or self.cfg.diagnostics:
+            return False
+        if self.sizer.budget(self.cfg, pass_index, 0, num_decoding, num_short_decoding) != plan.pass_budget_tokens:
+            return False
+        self.num_plans += 1
+        self._commit(plan, pass_index, 0)
+        return True
+
     def _plan_once(
         self, snap: QueueSnapshot, pass_index: int, deferred: set[str], longs: set[str] | None
     ) -> tuple[PassPlan, list[Candidate], set[str], int]:

@@ -69,27 +69,60 @@ def test_replay_is_the_walk_of_a_pass_that_admits_nobody(
         )
 
     replaying, walking = PassPlanner(cfg), PassPlanner(cfg)
-    for p in (replaying, walking):
+    # As an engine without diagnostics runs idle passes: replayed unstamped, then repeated while the plan holds.
+    repeating = PassPlanner(cfg.model_copy(update={"diagnostics": False}))
+    for p in (replaying, walking, repeating):
         p.sizer.last_short_pass = last_short_pass
     first = replaying.plan(at(20, ceiling))
     assert walking.plan(at(20, ceiling)) == first and first.grants == []
-    pass_index = 20
+    assert repeating.plan(at(20, ceiling)) == first
+    pass_index, last = 20, None
     for gap, below, forget in steps:
         pass_index += gap
         s = at(pass_index, max(0, ceiling - below))
         if forget and first.rejections:  # the engine dropped a request's ledger entry: the replay records it again
-            for p in (replaying, walking):
+            for p in (replaying, walking, repeating):
                 p.forget(first.rejections[0].rid)
         want = walking.plan(s)
         got = replaying.replay_idle(s, first)
         assert got == want
         assert state(replaying) == state(walking)
+        if last is None or not repeating.repeat_idle(last, pass_index, decoding, short_decoding):
+            last = repeating.replay_idle(s, first, restamp=False)
+        assert (last.pass_budget_tokens, last.cap_tokens, last.grants) == (
+            want.pass_budget_tokens,
+            want.cap_tokens,
+            want.grants,
+        )
+        assert last.rejections is first.rejections
+        assert state(repeating) == state(walking)
         cheap = PassPlanner(cfg.model_copy(update={"diagnostics": False}))
         unstamped = cheap.replay_idle(s, first, restamp=False)
         assert unstamped.rejections is first.rejections  # nothing rebuilt per request
         assert [(r.rid, r.need_tokens, r.skipped) for r in unstamped.rejections] == [
             (r.rid, r.need_tokens, r.skipped) for r in want.rejections
         ]
+
+
+def test_an_idle_plan_repeats_until_its_pass_budget_would_change():
+    """Repeated while the pass sizer sizes the pass alike; the pass after the activity window of a short admission
+    is sized afresh (the interactive pass ends), and nothing moves for the refused repeat."""
+    cfg = PolicyConfig(diagnostics=False, adaptive_pass=True, quiet_pass_tokens=4096, chunk_budget_tokens=8192)
+    waiting = [cand("doc", 70_689, 70_945)]
+    planner = PassPlanner(cfg)
+    planner.sizer.last_short_pass = 10
+    first = planner.plan(snap(waiting, free_kv=8_000, pass_index=11))
+    plan = planner.replay_idle(snap(waiting, free_kv=7_990, pass_index=12), first, restamp=False)
+    assert plan.pass_budget_tokens == cfg.interactive_pass_tokens
+    quiet = 10 + cfg.activity_window_passes + 1
+    assert all(planner.repeat_idle(plan, i, 0, 0) for i in range(13, quiet))
+    before = state(planner)
+    assert not planner.repeat_idle(plan, quiet, 0, 0)
+    assert state(planner) == before
+    assert planner.replay_idle(snap(waiting, free_kv=7_980, pass_index=quiet), first).pass_budget_tokens == 4096
+    logging = PassPlanner(cfg.model_copy(update={"diagnostics": True}))  # diagnostics log every pass's rejections
+    logging.sizer.last_short_pass = 10
+    assert not logging.repeat_idle(plan, 13, 0, 0)
 
 
 def test_replay_restamps_the_free_kv_each_rejection_saw():

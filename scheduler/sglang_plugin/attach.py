@@ -44,6 +44,7 @@ from scheduler.sglang_plugin.env import (
 from scheduler.sglang_plugin.idle_scan import IdleScan
 from scheduler.sglang_plugin.server_args import POLICY_FIELD_TO_SERVER_ARG
 from scheduler.sglang_plugin.short_index import ShortIndex
+from scheduler.sglang_plugin.translate import EngineState
 
 logger = logging.getLogger("fairshare.sglang_plugin")
 T = TypeVar("T")
@@ -106,7 +107,7 @@ class SchedulerPolicy:
     planner: PassPlanner
     inactive_reason: str | None = None
     last_run: PassRun | None = None
-    """The last pass planned (its snapshot and plan), for inspection."""
+    """The last pass planned (its snapshot and plan), for inspection; idle passes that repeat it keep it."""
     trace: PassTraceWriter | None = None
     clock: PluginClock | None = None
     num_planned_passes: int = 0
@@ -169,9 +170,25 @@ class SchedulerPolicy:
         state = scan.state_without_adder(sched, running_batch, self.cfg)
         if state is None or state.free_running_slots <= 0 or not scan.still_holds(sched, state, self.cfg):
             return False
+        if self._repeats_last_run(scan, state):
+            self._run = self.last_run
+            return True
         self._run = PassRun(sched, self.planner, scan, self.clock, self.short_index, self.trace is not None)
         self._run.plan_without_adder(state)
         return True
+
+    def _repeats_last_run(self, scan: IdleScan, state: EngineState) -> bool:
+        """The last pass planned was planned on `scan` too, without an adder, and its plan holds for this pass
+        (`PassPlanner.repeat_idle`): it stands as this pass's (`last_run` keeps its first pass's snapshot). Not
+        when the pass trace is on: its records carry each pass's own figures."""
+        last = self.last_run
+        return (
+            last is not None
+            and last.window is scan
+            and last.adder is None
+            and self.trace is None
+            and self.planner.repeat_idle(last.plan, state.pass_index, state.num_decoding, state.num_short_decoding)
+        )
 
     def start_pass(self, sched: Any) -> PassRun | None:
         """A new pass to plan, or None when upstream's rules apply to it."""

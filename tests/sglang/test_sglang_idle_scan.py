@@ -32,7 +32,8 @@ class DecodingHarness(Harness):
     matches: list[int] = field(default_factory=list)
     kinds: list[str] = field(default_factory=list)
     """Per pass: "fresh" (matched and planned), "reused" (planned on the idle scan in sglang's adder),
-    "no-adder" (planned on it before sglang built an adder) or "-" (sglang did not call the plugin)."""
+    "no-adder" (planned on it before sglang built an adder), "repeat" (the pass before's plan, repeated without
+    an adder) or "-" (sglang did not call the plugin)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -48,12 +49,14 @@ class DecodingHarness(Harness):
 
     def step(self) -> PassRecord:
         self._num_matches = 0
-        before = self.policy.last_run
+        planned, before = self.policy.num_planned_passes, self.policy.last_run
         record = super().step()
         self.matches.append(self._num_matches)
         run = self.policy.last_run
-        if run is None or run is before:
+        if self.policy.num_planned_passes == planned:
             self.kinds.append("-")
+        elif run is before:
+            self.kinds.append("repeat")
         else:
             self.kinds.append("fresh" if not run.reused_scan else ("reused" if run.adder is not None else "no-adder"))
         ratio = self.sched.new_token_ratio_tracker
@@ -63,7 +66,7 @@ class DecodingHarness(Harness):
 
 def planner_state(h: Harness) -> tuple:
     planner = h.policy.planner
-    return dict(planner.ledger.first_skipped), planner.sizer.last_short_pass, planner.num_skip_ahead
+    return dict(planner.ledger.first_skipped), planner.sizer.last_short_pass, planner.num_skip_ahead, planner.num_plans
 
 
 def run_pair(engine: EngineSpec, reqs: list[ReqSpec], num_passes: int) -> tuple[DecodingHarness, DecodingHarness]:
@@ -100,8 +103,9 @@ def test_passes_that_cannot_admit_match_nobody():
     assert reusing.matches[1] == 17
     assert reusing.matches[2:] == [0] * 28
     assert fresh.matches[2:] == [17] * 28
-    # The pool's free tokens alone are below every need: sglang does not even build an adder.
-    assert reusing.kinds[2:] == ["no-adder"] * 28
+    # The pool's free tokens alone are below every need: sglang does not even build an adder, and from the second
+    # such pass on, the plan before stands again (nothing it read has changed but the counter and the free KV).
+    assert reusing.kinds[2:] == ["no-adder"] + ["repeat"] * 27
     assert reusing.policy.num_reused_scans == 28
     # The ledger still knows "big" was skipped (its reservation ages with the forward passes, reused or not).
     assert "big" in reusing.policy.planner.ledger.first_skipped
@@ -284,3 +288,4 @@ def test_random_queues_do_reuse_scans():
     reqs = build_reqs([(3000 + 7 * i, 300, i % 5, 20, None) for i in range(12)])
     _, reusing = run_pair(EngineSpec(pool_tokens=8192, chunk_tokens=1024, new_token_ratio=0.7), reqs, 40)
     assert reusing.policy.num_reused_scans >= 10
+    assert reusing.kinds.count("repeat") >= 5
