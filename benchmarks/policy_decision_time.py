@@ -12,8 +12,9 @@
    reservation does (the adder is built to tell), or the queue of `benchmarks/sglang_plugin_cost.py`'s server: a
    2,500-token request, then short prompts that reserve long outputs (the index of short waiting requests
    judges a second lookahead of them). Per iteration: the whole `_get_new_batch_prefill_raw` call with the
-   plugin (reusing the last idle scan and replaying its plan, as shipped; reusing it but walking the plan again,
-   as before `PassPlanner.replay_idle`; matching afresh every pass), upstream's own call (it returns at once:
+   plugin (reusing the last idle scan and repeating the pass before's plan, as shipped; reusing it but replaying
+   the plan every pass, as before `PassPlanner.repeat_idle`; reusing it but walking the plan again, as before
+   `PassPlanner.replay_idle`; matching afresh every pass), upstream's own call (it returns at once:
    ``batch_is_full``), and the plugin's own time inside the call (`FAIRSHARE_PLUGIN_CLOCK`). Targets: plugin
    time <= 100 us, 10k/1k <= 1.2. A timed loop runs the plugin hot in the CPU caches; in a server, the forward
    pass and the rest of sglang's loop run between two calls and evict its code and data, so the plugin's own
@@ -158,12 +159,14 @@ def plugin_path_us(n: int, loops: int, repeats: int, blocked_by: str) -> dict[st
         return call()
 
     with tempfile.TemporaryDirectory() as tmp:
-        for mode, reuse in (("fresh", False), ("walk", True), ("reuse", True), ("cold", True)):
+        for mode, reuse in (("fresh", False), ("walk", True), ("replay", True), ("reuse", True), ("cold", True)):
             h.policy.reuse_idle_scans = reuse
+            vars(planner).pop("replay_idle", None)
+            vars(planner).pop("repeat_idle", None)
+            if mode in ("walk", "replay"):  # every idle pass planned anew, as before `repeat_idle`
+                planner.repeat_idle = lambda *args: False
             if mode == "walk":  # the reused scan's requests walked again, as before `replay_idle`
                 planner.replay_idle = lambda snap, previous, restamp=True: planner.plan(snap)
-            else:
-                vars(planner).pop("replay_idle", None)
             call()  # the first pass after a switch matches (it has no idle scan to reuse)
             clock_file = Path(tmp) / f"{mode}.jsonl"
             h.policy.clock = PluginClock(clock_file)
@@ -203,16 +206,16 @@ def main() -> None:
         rows = {n: plugin_path_us(n, loops, repeats, blocked_by) for n in SIZES}
         print(
             f"{'waiting':>8} | {'upstream call':>22} | {'plugin call, reuse':>22} | {'plugin own, reuse':>22} "
-            f"| {'own, reuse, cold':>22} | {'own, reuse + walk':>22} | {'plugin call, fresh':>22} "
-            f"| {'plugin own, fresh':>22}"
+            f"| {'own, reuse, cold':>22} | {'own, reuse, no repeat':>22} | {'own, reuse + walk':>22} "
+            f"| {'plugin call, fresh':>22} | {'plugin own, fresh':>22}"
         )
         for n, r in rows.items():
             print(
                 f"{n:>8} | {fmt(r['upstream']):>22} | {fmt(r['reuse']):>22} | {fmt(r['reuse-plugin']):>22} "
-                f"| {fmt(r['cold-plugin']):>22} | {fmt(r['walk-plugin']):>22} | {fmt(r['fresh']):>22} "
-                f"| {fmt(r['fresh-plugin']):>22}"
+                f"| {fmt(r['cold-plugin']):>22} | {fmt(r['replay-plugin']):>22} | {fmt(r['walk-plugin']):>22} "
+                f"| {fmt(r['fresh']):>22} | {fmt(r['fresh-plugin']):>22}"
             )
-        for key in ("reuse-plugin", "cold-plugin", "walk-plugin", "fresh-plugin"):
+        for key in ("reuse-plugin", "cold-plugin", "replay-plugin", "walk-plugin", "fresh-plugin"):
             ratio = statistics.median(rows[10_000][key]) / statistics.median(rows[1_000][key])
             worst = max(statistics.median(r[key]) for r in rows.values())
             print(f"{key}: 10k/1k = {ratio:.2f} (target <= 1.2); largest median {worst:.1f} us (target <= 100 us)")

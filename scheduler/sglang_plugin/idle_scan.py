@@ -26,7 +26,10 @@ A reused pass still runs the planner, on the figures the scan read, so the state
 starvation ledger, the pass sizer) moves exactly as if the requests had been matched again, and every decision is
 the one a fresh scan would take. Not repeated is the prefix match itself, hence the radix cache's LRU refresh of
 the judged requests' prefixes (upstream skips it too while ``batch_is_full``). Off under hierarchical caching,
-where host-tier hits can change without the device tree changing.
+where host-tier hits can change without the device tree changing. From the second pass without an adder on the
+same scan, the plan is not even rebuilt: it would equal the pass before's but for the pass budget, which the
+forward-pass counter can change, so the planner repeats it while that budget is the same
+(`PassPlanner.repeat_idle`) and the state across passes moves as a replay's.
 """
 
 from __future__ import annotations
