@@ -179,6 +179,22 @@ MUTANTS = [
         "return TrafficClass.SHORT if uncached_prompt_tokens < threshold else TrafficClass.LONG",
         "short threshold off by one",
     ),
+    Mutant(
+        "C13",
+        "scheduler/planner.py",
+        "!= plan.pass_budget_tokens:",
+        "!= plan.pass_budget_tokens and False:",
+        "an idle plan repeated past a change of its pass budget",
+        ("tests/test_replay_idle.py", "tests/sglang/test_sglang_idle_scan.py"),
+    ),
+    Mutant(
+        "C14",
+        "scheduler/sglang_plugin/idle_scan.py",
+        "self.engine[2] if running_now == self.running else",
+        "self.engine[2] if True else",
+        "the scan's short-stream count kept for other running requests",
+        ("tests/sglang/test_sglang_idle_scan.py",),
+    ),
 ]
 
 
