@@ -120,9 +120,9 @@ def test_an_idle_plan_repeats_until_its_pass_budget_would_change():
     assert not planner.repeat_idle(plan, quiet, 0, 0)
     assert state(planner) == before
     assert planner.replay_idle(snap(waiting, free_kv=7_980, pass_index=quiet), first).pass_budget_tokens == 4096
-    logging = PassPlanner(cfg.model_copy(update={"diagnostics": True}))  # diagnostics log every pass's rejections
-    logging.sizer.last_short_pass = 10
-    assert not logging.repeat_idle(plan, 13, 0, 0)
+    diagnosing = PassPlanner(cfg.model_copy(update={"diagnostics": True}))  # diagnostics log every pass's rejections
+    diagnosing.sizer.last_short_pass = 10
+    assert not diagnosing.repeat_idle(plan, 13, 0, 0)
 
 
 def test_replay_restamps_the_free_kv_each_rejection_saw():
