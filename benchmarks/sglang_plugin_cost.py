@@ -3,11 +3,16 @@
 Real sglang servers (``python -m sglang.launch_server``) serve the same model side by side: ``on``, the plugin as
 deployed; ``clocked``, the plugin with its own time per pass recorded (``FAIRSHARE_PLUGIN_CLOCK``: an instrument,
 which costs a few microseconds per pass itself, so it runs in a server of its own); ``off``, with
-``FAIRSHARE_PLUGIN_ENABLED=0`` (upstream sglang). Everything but the policy is equal: the plugin turns sglang's
+``FAIRSHARE_PLUGIN_ENABLED=0`` (upstream sglang); ``off-clocked``, upstream with its prefill scheduling call
+(`_get_new_batch_prefill_raw`, the one call per iteration the plugin hooks) timed by the same clock, and otherwise
+unchanged: the clocked calls' difference is what the plugin adds to an iteration, measured where the noise of a
+shared machine hardly reaches it (runs of identical servers differ by a few percent in rate here; the clocked
+calls by a microsecond), and ``off-clocked``'s rate against ``off`` shows the rate's noise in the same run.
+Everything but the policy is equal: the plugin turns sglang's
 mixed chunk on by default (``FAIRSHARE_MIXED_DECODE``), so the upstream server gets ``--enable-mixed-chunk`` too.
 With ``--before-ref REF`` another server runs the plugin as committed at git REF (``git archive`` of
 ``scheduler/``, clocked), so a change's before and after are measured in one run. Runs alternate between them (on,
-clocked, off, on, ...; the order rotates). In each run
+clocked, off-clocked, off, on, ...; the order rotates). In each run
 one stream decodes while the case's waiting requests sit in the queue, none of which fits in the KV the stream
 leaves free:
 
@@ -27,7 +32,9 @@ thread), per mode and off, and, from the clocked server, the plugin's own time p
 process (median and p90 over every pass of the case's runs; target <= 100 us with nothing admissible), the whole
 `_get_new_batch_prefill_raw` call it wraps (upstream's adder and scan included: upstream itself returns at once
 while ``batch_is_full``), and how the passes were planned (`PassKind`: without an adder, replayed in one, on a
-queue walk, not planned).
+queue walk, not planned), and upstream's own call, from ``off-clocked``. Last, what the plugin adds per iteration: its
+call's median minus upstream's, as a share of upstream's scheduler CPU per iteration, and the on/off ratio that
+share alone allows (the plugin hooks nothing else the loop runs per iteration).
 
 On a machine without a GPU it runs sglang on CPU with a tiny random-weight model built locally (the test
 infrastructure's `sgl_kernel` stand-in and CPU switches); with ``--device cuda`` the same script runs on a GPU.
@@ -345,21 +352,34 @@ def ratio_columns(rates: list[float], rates_off: list[float]) -> str:
     )
 
 
-def report(modes: list[Mode], off: Mode, cases: list[str]) -> None:
-    """Per case and plugin mode: its decode rate against upstream's (the same case's interleaved runs), over the
-    window and steady; then the cost per iteration: scheduler CPU and the plugin's own clock."""
+def added_per_iteration(mode: Mode, upstream: Mode, off: Mode, case: str) -> tuple[float, float] | None:
+    """What the plugin adds to one scheduler iteration: its `_get_new_batch_prefill_raw` call's median minus
+    upstream's (us; one call per iteration), and that as a share of upstream's iteration (its scheduler CPU per
+    decoded token). None without both clocks' calls."""
+    calls = [p.call_ns for p in mode.passes.get(case, []) if p.call_ns is not None]
+    upstream_calls = [p.call_ns for p in upstream.passes.get(case, [])]
+    if not calls or not upstream_calls:
+        return None
+    added_us = (statistics.median(calls) - statistics.median(upstream_calls)) / 1e3
+    return added_us, added_us / statistics.median(off.cpu_us[case])
+
+
+def report(modes: list[Mode], off: Mode, upstream: Mode, cases: list[str]) -> None:
+    """Per case and mode: its decode rate against upstream's (the same case's interleaved runs), over the window
+    and steady; then the cost per iteration: scheduler CPU and the clocks; then what the plugin adds to an
+    iteration, from the clocked calls (`upstream`: the upstream server whose call is clocked)."""
     print(f"\nmachine load now (1-min average): {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs", flush=True)
     interval, target = f"{CONFIDENCE:.0%} CI", f">={TARGET_RATIO:.0%}"
     rate_head = f"{'tok/s':>20} | {'off: tok/s':>20} | {'/off':>6} | {interval:>13} | {target:>10}"
-    print(f"{'case':>10} | {'mode':>7} | {rate_head} | steady: {rate_head}")
+    print(f"{'case':>10} | {'mode':>11} | {rate_head} | steady: {rate_head}")
     for case in cases:
         for mode in modes:
             print(
-                f"{case:>10} | {mode.name:>7} | {ratio_columns(mode.rates[case], off.rates[case])} | "
+                f"{case:>10} | {mode.name:>11} | {ratio_columns(mode.rates[case], off.rates[case])} | "
                 f"        {ratio_columns(mode.steady[case], off.steady[case])}"
             )
     print(
-        f"\n{'case':>10} | {'mode':>7} | {'CPU us/iter':>20} | {'off: CPU us/iter':>20} | {'CPU +us':>7} | "
+        f"\n{'case':>10} | {'mode':>11} | {'CPU us/iter':>20} | {'off: CPU us/iter':>20} | {'CPU +us':>7} | "
         f"{'plugin us/pass med, p90':>24} | {'call us/pass med, p90, mean':>28} | passes idle/replay/scan/none"
     )
     for case in cases:
@@ -368,9 +388,18 @@ def report(modes: list[Mode], off: Mode, cases: list[str]) -> None:
             cpu, cpu_off = mode.cpu_us[case], off.cpu_us[case]
             extra = statistics.median(cpu) - statistics.median(cpu_off)
             print(
-                f"{case:>10} | {mode.name:>7} | {spread(cpu, digits=0):>20} | {spread(cpu_off, digits=0):>20} | "
+                f"{case:>10} | {mode.name:>11} | {spread(cpu, digits=0):>20} | {spread(cpu_off, digits=0):>20} | "
                 f"{extra:7.0f} | {own:>24} | {call:>28} | {mix}"
             )
+    print(
+        f"\n{'case':>10} | {'mode':>11} | {'call +us/iter':>13} | {'of upstream iter':>16} | "
+        f"{'on/off that allows':>18}   (the plugin's clocked call minus upstream's clocked call, medians)"
+    )
+    for case in cases:
+        for mode in modes:
+            if mode is not upstream and (added := added_per_iteration(mode, upstream, off, case)) is not None:
+                added_us, share = added
+                print(f"{case:>10} | {mode.name:>11} | {added_us:13.1f} | {share:16.2%} | {1 / (1 + share):18.1%}")
     print(
         f"target: on/off >= {TARGET_RATIO:.0%} in every case (judged on the {CONFIDENCE:.0%} bootstrap interval: "
         "'unresolved' where it spans the target; more runs narrow it); plugin time per pass <= 100 us with nothing "
@@ -415,13 +444,15 @@ def main() -> None:
             return Mode(name, servers.enter_context(server), clock)
 
         plugin_modes = [start("on", clocked=False), start("clocked", clocked=True)]
-        off = start("off", clocked=False, plugin_enabled=0)
         if before is not None:
             plugin_modes.append(start("before", clocked=True, code=before))
-        modes = [*plugin_modes, off]
+        upstream_clocked = start("off-clocked", clocked=True, plugin_enabled=0)
+        off = start("off", clocked=False, plugin_enabled=0)
+        compared = [*plugin_modes, upstream_clocked]
+        modes = [*compared, off]
         done = []
         for case in cases:
-            for mode in plugin_modes:
+            for mode in compared:
                 collect_clock(mode, case)  # passes before the case (warm-up, idle) are not the case's
                 mode.passes.pop(case, None)
             try:
@@ -437,8 +468,8 @@ def main() -> None:
                 print(f"{case}: failed ({e}); the other cases go on", flush=True)
                 continue
             done.append(case)
-            report(plugin_modes, off, [case])
-        report(plugin_modes, off, done)
+            report(compared, off, upstream_clocked, [case])
+        report(compared, off, upstream_clocked, done)
 
 
 if __name__ == "__main__":

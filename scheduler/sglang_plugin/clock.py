@@ -6,6 +6,9 @@ scan), and cleaning up after the scan — not the upstream code those hooks wrap
 admitting scan reaches (a few dictionary lookups per admitted request). Beside it, the whole call (upstream's code
 the plugin let run included: the adder, the queue scan) and how the pass was planned (`PassKind`): where upstream
 returns at once while ``batch_is_full``, the difference between the two is what the plugin made sglang do.
+With the plugin off (``FAIRSHARE_PLUGIN_ENABLED=0``) the clock times upstream's whole call alone (every pass
+`PassKind.NONE`, no sections): set in an upstream server beside a plugin server, the two calls' difference is
+all the plugin adds to a scheduler iteration (it hooks nothing else the loop runs per iteration).
 
 Sections are timed with the monotonic wall clock (``perf_counter_ns``, read in user space): the thread CPU-time
 clock is a system call, and eight of them per pass cost this VM more than the sections they timed. A section is

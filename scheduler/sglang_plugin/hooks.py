@@ -14,6 +14,10 @@
   refuse a launch in which a scheduler reported no policy state (it never loaded the plugin).
 - ``ServerArgs.resolve_once`` (BEFORE): map the mixed-decode and decode-interval switches onto sglang's
   own arguments. (`ServerArgs` is a msgspec Struct: a hook on ``__post_init__`` would never run.)
+
+With the plugin off (``FAIRSHARE_PLUGIN_ENABLED=0``) but its clock on (``FAIRSHARE_PLUGIN_CLOCK``), only
+`UPSTREAM_CLOCK_TARGETS` is patched: upstream's ``_get_new_batch_prefill_raw`` runs as is, timed, so a benchmark
+compares the whole call with and without the plugin (`clock`).
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
 from scheduler.sglang_plugin.adder import adder_factory
 from scheduler.sglang_plugin.attach import INIT_INFO_KEY, attach_policy, policy_of
+from scheduler.sglang_plugin.clock import PassKind, PluginClock
+from scheduler.sglang_plugin.env import plugin_clock_path
 from scheduler.sglang_plugin.loading import check_scheduler_infos
 from scheduler.sglang_plugin.server_args import apply_policy_env
 
@@ -56,6 +62,17 @@ def around_get_new_batch_prefill_raw(original: Any, sched: Any, *args: Any, **kw
         policy.end_pass()
 
 
+def around_upstream_prefill_raw_clocked(original: Any, sched: Any, *args: Any, **kwargs: Any) -> Any:
+    clock = sched.__dict__.get(UPSTREAM_CLOCK_ATTR)
+    if clock is None:
+        clock = sched.__dict__[UPSTREAM_CLOCK_ATTR] = PluginClock(plugin_clock_path())
+    clock.begin_call()
+    try:
+        return original(sched, *args, **kwargs)
+    finally:
+        clock.end_pass(PassKind.NONE)
+
+
 def after_get_init_info(result: dict, sched: Any) -> None:
     policy = policy_of(sched)
     result[INIT_INFO_KEY] = policy.status if policy is not None else "inactive: not attached"
@@ -86,4 +103,9 @@ TARGETS: tuple[HookSpec, ...] = (
     HookSpec(f"{_SCHEDULER}.get_init_info", HookType.AFTER, after_get_init_info),
     HookSpec("sglang.srt.entrypoints.engine.Engine._launch_subprocesses", HookType.AFTER, after_launch_subprocesses),
     HookSpec("sglang.srt.server_args.ServerArgs.resolve_once", HookType.BEFORE, before_resolve_once),
+)
+
+UPSTREAM_CLOCK_ATTR = "_fairshare_upstream_clock"
+UPSTREAM_CLOCK_TARGETS: tuple[HookSpec, ...] = (
+    HookSpec(f"{_SCHEDULER}._get_new_batch_prefill_raw", HookType.AROUND, around_upstream_prefill_raw_clocked),
 )

@@ -5,7 +5,8 @@ sglang calls `load()` (entry point ``fairshare = "scheduler.sglang_plugin:load"`
 the registered hooks. Fail safe: on an sglang other than the tested version, or when any hook target
 does not resolve, `load()` logs one error and registers nothing, so sglang runs unpatched.
 ``FAIRSHARE_PLUGIN_FORCE=1`` overrides the version check (never a missing target: half a plugin is worse
-than none); ``FAIRSHARE_PLUGIN_ENABLED=0`` turns the plugin off.
+than none); ``FAIRSHARE_PLUGIN_ENABLED=0`` turns the plugin off (with ``FAIRSHARE_PLUGIN_CLOCK`` set as well,
+one timing hook stays: `hooks.UPSTREAM_CLOCK_TARGETS`, upstream's prefill scheduling call timed, unchanged).
 
 The launcher checks the schedulers' start-up handshake (`check_scheduler_infos`): a scheduler process
 that never loaded the plugin (sglang's Ray launcher does not call `load_plugins()` in its actors) stops
@@ -17,7 +18,14 @@ from __future__ import annotations
 import logging
 import pkgutil
 
-from scheduler.sglang_plugin.env import PLUGIN_ENABLED_VAR, PLUGIN_FORCE_VAR, plugin_enabled, plugin_forced
+from scheduler.sglang_plugin.env import (
+    PLUGIN_CLOCK_VAR,
+    PLUGIN_ENABLED_VAR,
+    PLUGIN_FORCE_VAR,
+    plugin_clock_path,
+    plugin_enabled,
+    plugin_forced,
+)
 
 logger = logging.getLogger("fairshare.sglang_plugin")
 
@@ -49,7 +57,8 @@ def load() -> None:
     global _registered
     if _registered:
         return
-    if not plugin_enabled():
+    enabled = plugin_enabled()
+    if not enabled and plugin_clock_path() is None:
         logger.info("fairshare: plugin disabled by %s=0; sglang runs unpatched", PLUGIN_ENABLED_VAR)
         return
     version = installed_sglang_version()
@@ -69,9 +78,10 @@ def load() -> None:
 
     from sglang.srt.plugins.hook_registry import HookRegistry
 
-    from scheduler.sglang_plugin.hooks import TARGETS
+    from scheduler.sglang_plugin.hooks import TARGETS, UPSTREAM_CLOCK_TARGETS
 
-    missing = unresolved_targets([spec.target for spec in TARGETS])
+    targets = TARGETS if enabled else UPSTREAM_CLOCK_TARGETS
+    missing = unresolved_targets([spec.target for spec in targets])
     if missing:
         logger.error(
             "fairshare: hook targets not found in sglang %s: %s; the plugin patches nothing and sglang runs unpatched",
@@ -79,9 +89,16 @@ def load() -> None:
             ", ".join(missing),
         )
         return
-    for spec in TARGETS:
+    for spec in targets:
         HookRegistry.register(spec.target, spec.hook, spec.hook_type)
     _registered = True
+    if not enabled:
+        logger.info(
+            "fairshare: plugin disabled by %s=0; upstream's prefill scheduling call timed -> %s (%s)",
+            PLUGIN_ENABLED_VAR,
+            plugin_clock_path(),
+            PLUGIN_CLOCK_VAR,
+        )
 
 
 class PluginNotLoadedError(RuntimeError):

@@ -282,6 +282,15 @@ def test_plugin_can_be_switched_off(monkeypatch, fresh_registry):
     assert dict(fresh_registry) == {}
 
 
+def test_switched_off_with_the_clock_on_only_upstreams_call_is_timed(monkeypatch, fresh_registry, tmp_path):
+    monkeypatch.setenv("FAIRSHARE_PLUGIN_ENABLED", "0")
+    monkeypatch.setenv("FAIRSHARE_PLUGIN_CLOCK", str(tmp_path / "clock.jsonl"))
+    loading.load()
+    (target,) = fresh_registry
+    assert [spec.target for spec in hooks.UPSTREAM_CLOCK_TARGETS] == [target]
+    assert target.endswith("Scheduler._get_new_batch_prefill_raw")
+
+
 def test_an_unresolved_target_patches_nothing(monkeypatch, fresh_registry, caplog):
     bogus = hooks.HookSpec("sglang.srt.managers.scheduler.Scheduler.no_such_method", *hooks.TARGETS[0][1:])
     monkeypatch.setattr(hooks, "TARGETS", (*hooks.TARGETS, bogus))

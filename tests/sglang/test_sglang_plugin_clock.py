@@ -1,8 +1,16 @@
 """``FAIRSHARE_PLUGIN_CLOCK``: the plugin's own time per pass, recorded in the scheduler process."""
 
-from sglang_harness import EngineSpec, Harness, ReqSpec
+from sglang_harness import UPSTREAM_PREFILL_RAW, EngineSpec, Harness, ReqSpec, StandInScheduler
 
+from scheduler.sglang_plugin import hooks
 from scheduler.sglang_plugin.clock import PassKind, read_clock
+
+
+class UpstreamClockedStandInScheduler(StandInScheduler):
+    """The stand-in as a server with the plugin off and its clock on patches it (`hooks.UPSTREAM_CLOCK_TARGETS`)."""
+
+    def _get_new_batch_prefill_raw(self, *args, **kwargs):
+        return hooks.around_upstream_prefill_raw_clocked(UPSTREAM_PREFILL_RAW, self, *args, **kwargs)
 
 
 def test_every_pass_boundary_is_recorded_and_planned_ones_are_marked(monkeypatch, tmp_path):
@@ -29,3 +37,22 @@ def test_off_by_default():
     plugin = Harness(EngineSpec(), [ReqSpec("a", 10)])
     plugin.run(1)
     assert plugin.policy.clock is None
+
+
+def test_with_the_plugin_off_the_clock_times_upstreams_call_and_changes_nothing(monkeypatch, tmp_path):
+    path = tmp_path / "clock.jsonl"
+    monkeypatch.setenv("FAIRSHARE_PLUGIN_CLOCK", str(path))
+    reqs = [
+        ReqSpec("holder", 2000, decode_passes=50),
+        ReqSpec("big", 2500, arrive_pass=1),
+        ReqSpec("q", 30, arrive_pass=2),
+    ]
+    engine = EngineSpec(pool_tokens=4096, chunk_tokens=2048)
+    clocked = Harness(engine, reqs, patched=False, scheduler_cls=UpstreamClockedStandInScheduler)
+    upstream = Harness(engine, reqs, patched=False)
+    assert clocked.run(8) == upstream.run(8)
+    assert upstream.history[3].waiting == ["big", "q"]  # the case the clock is for: upstream's early return
+    clocked.sched.__dict__[hooks.UPSTREAM_CLOCK_ATTR].flush()
+    passes, _ = read_clock(path)
+    assert len(passes) == 8
+    assert all(p.kind is PassKind.NONE and p.ns == 0 and p.call_ns > 0 for p in passes)
