@@ -6,15 +6,16 @@ which costs a few microseconds per pass itself, so it runs in a server of its ow
 ``FAIRSHARE_PLUGIN_ENABLED=0`` (upstream sglang); ``off-clocked``, upstream with its prefill scheduling call
 (`_get_new_batch_prefill_raw`, the one call per iteration the plugin hooks) timed by the same clock, and otherwise
 unchanged: the clocked calls' difference is what the plugin adds to an iteration, measured where the noise of a
-shared machine hardly reaches it (runs of identical servers differ by a few percent in rate here; the clocked
-calls by a microsecond), and ``off-clocked``'s rate against ``off`` shows the rate's noise in the same run.
-Everything but the policy is equal: the plugin turns sglang's
-mixed chunk on by default (``FAIRSHARE_MIXED_DECODE``), so the upstream server gets ``--enable-mixed-chunk`` too.
-With ``--before-ref REF`` another server runs the plugin as committed at git REF (``git archive`` of
-``scheduler/``, clocked), so a change's before and after are measured in one run. Runs alternate between them (on,
-clocked, off-clocked, off, on, ...; the order rotates). In each run
-one stream decodes while the case's waiting requests sit in the queue, none of which fits in the KV the stream
-leaves free:
+shared machine hardly reaches it (runs of identical servers differ by a few percent in rate here; the median of
+thousands of clocked calls hardly moves), and ``off-clocked``'s rate against ``off`` shows the rate's noise in the
+same run. Everything but the policy is equal: the plugin turns sglang's mixed chunk on by default
+(``FAIRSHARE_MIXED_DECODE``), so the upstream server gets ``--enable-mixed-chunk`` too. With ``--before-ref REF``
+another server runs the plugin as committed at git REF (``git archive`` of ``scheduler/``, clocked), so a change's
+before and after are measured in one run. Runs alternate between them (on, clocked, off-clocked, off, on, ...; the
+order rotates).
+
+In each run one stream decodes while the case's waiting requests sit in the queue, none of which fits in the KV
+the stream leaves free:
 
 - ``lone``: nothing waits;
 - ``rejected``: one request waits, rejected for KV capacity (the issue's case);

@@ -1,12 +1,14 @@
-"""The plugin-cost benchmark's verdict on the throughput target (`benchmarks/sglang_plugin_cost.py`): met or missed
-only where the bootstrap interval of the on/off ratio lies wholly on one side of 98%."""
+"""The plugin-cost benchmark's figures (`benchmarks/sglang_plugin_cost.py`): the verdict on the throughput target,
+met or missed only where the bootstrap interval of the on/off ratio lies wholly on one side of 98%; what the
+plugin adds per iteration, from the clocked calls."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from benchmarks.sglang_plugin_cost import TARGET_RATIO, ratio_interval, verdict
+from benchmarks.sglang_plugin_cost import TARGET_RATIO, Mode, added_per_iteration, ratio_interval, verdict
+from scheduler.sglang_plugin.clock import ClockPass, PassKind
 
 RATES = st.lists(st.floats(100.0, 1000.0), min_size=5, max_size=15)
 
@@ -31,3 +33,22 @@ def test_the_interval_brackets_the_resampled_ratios_and_scales_with_the_rates(on
     assert min(on) / max(off) <= low <= high <= max(on) / min(off)
     scaled_low, scaled_high = ratio_interval([r * 2 for r in on], off)
     assert abs(scaled_low - 2 * low) <= 1e-9 * low and abs(scaled_high - 2 * high) <= 1e-9 * high
+
+
+def clocked(name: str, call_us: list[float], kind: PassKind, cpu_us: list[float] | None = None) -> Mode:
+    mode = Mode(name, server=None, clock=None, cpu_us={"rejected": cpu_us or []})
+    mode.passes["rejected"] = [ClockPass(0, int(us * 1e3), kind) for us in call_us]
+    return mode
+
+
+def test_the_plugin_adds_its_calls_median_over_upstreams_as_a_share_of_upstreams_iteration():
+    plugin = clocked("clocked", [20.0, 24.0, 500.0], PassKind.IDLE)  # a preempted call (500 us): not the median
+    upstream = clocked("off-clocked", [2.0, 3.0, 4.0, 90.0], PassKind.NONE)
+    off = clocked("off", [], PassKind.NONE, cpu_us=[2400.0, 2500.0, 2600.0])
+    added_us, share = added_per_iteration(plugin, upstream, off, "rejected")
+    assert added_us == 24.0 - 3.5
+    assert share == added_us / 2500.0
+    assert added_per_iteration(plugin, clocked("off-clocked", [], PassKind.NONE), off, "rejected") is None
+    older_clock = clocked("before", [], PassKind.NONE)
+    older_clock.passes["rejected"] = [ClockPass(18_000, None, None)]
+    assert added_per_iteration(older_clock, upstream, off, "rejected") is None
