@@ -1,8 +1,9 @@
 """The plugin inside a real sglang server (``python -m sglang.launch_server``, tiny model, CPU).
 
-One server with the plugin and its pass trace on serves every test here; a second one with the plugin
-switched off serves the comparison. Decisions are read from the plugin's pass trace and sglang's own
-counters, never from timing: a request is sent once the trace shows the state the test needs.
+One server with the plugin and its pass trace on serves every test here; others with the plugin switched
+off (one of them with its clock timing upstream's prefill call) serve the comparisons. Decisions are read from the
+plugin's pass trace and sglang's own counters, never from timing: a request is sent once the trace shows the state
+the test needs.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pytest
 
 from benchmarks.sglang_local import PLUGIN_START_LINE, LocalServer
 from scheduler.pass_trace import read_pass_trace
+from scheduler.sglang_plugin.clock import PassKind, read_clock
 from sglang_cpu.cpu_env import CPU_SERVER_ARGS, cpu_sglang_env
 from sglang_cpu.traffic import Generation, load, prompt_ids, trace_since, wait_for, wait_idle
 
@@ -158,3 +160,23 @@ def test_greedy_outputs_are_identical_with_the_plugin_on_and_off(server, tiny_mo
         assert "fairshare" not in off.request("GET", "/get_server_info")
     assert with_plugin == without_plugin
     assert all(len(ids) == 6 for ids in with_plugin.values())
+
+
+def clock_passes(server: LocalServer, clock: Path) -> list:
+    """The passes the clock has appended; none yet, another batch: it appends at the first pass at least 0.5 s
+    after its last append."""
+    passes, _ = read_clock(clock)
+    if not passes:
+        run_mixed_batch(server)
+    return passes
+
+
+def test_switched_off_with_its_clock_on_upstreams_call_is_timed_and_no_output_changes(server, tiny_model_dir, tmp_path):
+    clock = tmp_path / "upstream-clock.jsonl"
+    env = cpu_sglang_env(plugin_enabled=0, plugin_clock=clock)
+    with LocalServer(tiny_model_dir, SERVER_ARGS, env, tmp_path / "sglang-off-clocked.log") as off:
+        outputs = run_mixed_batch(off)
+        assert PLUGIN_START_LINE not in off.log_text()
+        passes = wait_for("the clock's first append", lambda: clock_passes(off, clock))
+    assert all(p.kind is PassKind.NONE and p.ns == 0 and p.call_ns > 0 for p in passes)
+    assert outputs == run_mixed_batch(server)
