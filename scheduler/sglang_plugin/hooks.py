@@ -63,6 +63,8 @@ def around_get_new_batch_prefill_raw(original: Any, sched: Any, *args: Any, **kw
 
 
 def around_upstream_prefill_raw_clocked(original: Any, sched: Any, *args: Any, **kwargs: Any) -> Any:
+    """The plugin off, its clock on: upstream's call as is, timed (the clock opens its file at the first call, so
+    only the scheduler process that makes them has one)."""
     clock = sched.__dict__.get(UPSTREAM_CLOCK_ATTR)
     if clock is None:
         clock = sched.__dict__[UPSTREAM_CLOCK_ATTR] = PluginClock(plugin_clock_path())
