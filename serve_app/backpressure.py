@@ -36,7 +36,7 @@ from typing import Self, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from serve_app.engine_backend import ReplicaLoad
-from serve_app.errors import OpenAIError
+from serve_app.errors import OpenAIError, retry_code
 
 _T = TypeVar("_T")
 
@@ -152,19 +152,11 @@ class Shed:
 
     @property
     def code(self) -> str:
-        return "rate_limit_exceeded" if self.status == 429 else "service_unavailable"
-
-    @property
-    def error_type(self) -> str:
-        return "rate_limit_exceeded" if self.status == 429 else "server_error"
-
-    @property
-    def headers(self) -> dict[str, str]:
-        return {"Retry-After": str(self.retry_after_s)}
+        return retry_code(self.status)
 
     def error(self) -> OpenAIError:
         """The answer: status, `Retry-After` and OpenAI's error body."""
-        return OpenAIError(self.status, self.message, type=self.error_type, code=self.code, headers=self.headers)
+        return OpenAIError.retry_later(self.status, self.message, self.retry_after_s)
 
 
 class LanesFull(Exception):

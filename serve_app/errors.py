@@ -33,8 +33,26 @@ class OpenAIError(Exception):
         kind = "server_error" if status >= 500 else "invalid_request_error"
         return cls(status, message, type=kind)
 
+    @classmethod
+    def retry_later(cls, status: int, message: str, retry_after_s: int, code: str | None = None) -> OpenAIError:
+        """A refusal the client should retry (429: over a limit; 503: nothing to serve it now), with `Retry-After`
+        and OpenAI's type and code for the status (`code` overrides it)."""
+        limited = status == 429
+        return cls(
+            status,
+            message,
+            type="rate_limit_exceeded" if limited else "server_error",
+            code=code or retry_code(status),
+            headers={"Retry-After": str(retry_after_s)},
+        )
+
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
     def response(self) -> JSONResponse:
         return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+
+
+def retry_code(status: int) -> str:
+    """OpenAI's error code for a refusal to retry: over a limit (429), or nothing to serve the request now."""
+    return "rate_limit_exceeded" if status == 429 else "service_unavailable"

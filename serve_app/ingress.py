@@ -118,12 +118,11 @@ def _cancel(stream: DeploymentResponseGenerator) -> None:
 # Module functions the Ingress class uses are defined above it: Serve pickles the class when it is
 # decorated, and a name defined below it would be missing in the replica.
 def _replica_lost_error() -> OpenAIError:
-    return OpenAIError(
+    return OpenAIError.retry_later(
         503,
         "The engine replica serving this request stopped; Serve is replacing it. Retry the request.",
-        type="server_error",
+        RETRY_AFTER_S,
         code="engine_replica_lost",
-        headers={"Retry-After": str(RETRY_AFTER_S)},
     )
 
 
@@ -482,22 +481,13 @@ class Ingress:
             return e.shed.error()
         if isinstance(e, BackPressureError):
             self.metrics.shed.inc(tags={"reason": "backpressure"})
-            return OpenAIError(
-                429,
-                f"The {what} are full; retry shortly.",
-                type="rate_limit_exceeded",
-                code="rate_limit_exceeded",
-                headers={"Retry-After": str(RETRY_AFTER_S)},
-            )
+            return OpenAIError.retry_later(429, f"The {what} are full; retry shortly.", RETRY_AFTER_S)
         if isinstance(e, DeploymentUnavailableError):
             self.metrics.shed.inc(tags={"reason": "unavailable"})
-            return OpenAIError(
-                503,
-                "No engine replica is available." if what == "engine lanes" else f"No replica is available ({what}).",
-                type="server_error",
-                code="service_unavailable",
-                headers={"Retry-After": str(RETRY_AFTER_S)},
+            message = (
+                "No engine replica is available." if what == "engine lanes" else f"No replica is available ({what})."
             )
+            return OpenAIError.retry_later(503, message, RETRY_AFTER_S)
         if isinstance(e, REPLICA_LOST):
             self.metrics.shed.inc(tags={"reason": "replica-lost"})
             return _replica_lost_error()

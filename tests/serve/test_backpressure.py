@@ -73,8 +73,9 @@ def test_per_replica_tokens_follow_the_session_cache() -> None:
 def test_no_replica_is_503_with_retry_after() -> None:
     shed = decide({}, 30, LIMITS)
     assert isinstance(shed, Shed)
-    assert (shed.status, shed.reason, shed.headers) == (503, ShedReason.NO_REPLICA, {"Retry-After": "1"})
-    assert shed.error().body()["error"]["code"] == "service_unavailable"
+    assert (shed.status, shed.reason, shed.error().headers) == (503, ShedReason.NO_REPLICA, {"Retry-After": "1"})
+    body = shed.error().body()["error"]
+    assert (body["type"], body["code"]) == ("server_error", "service_unavailable")
 
 
 def test_all_full_is_429_with_an_openai_error_body() -> None:
@@ -85,7 +86,7 @@ def test_all_full_is_429_with_an_openai_error_body() -> None:
     assert (error.status, error.headers) == (429, {"Retry-After": "1"})
     body = error.body()["error"]
     assert set(body) == {"message", "type", "param", "code"}
-    assert body["code"] == "rate_limit_exceeded" and "4 requests waiting" in body["message"]
+    assert body["type"] == body["code"] == "rate_limit_exceeded" and "4 requests waiting" in body["message"]
 
 
 def test_token_shed_retry_after_is_the_least_excess_at_the_prefill_rate() -> None:

@@ -395,7 +395,7 @@ def test_a_document_is_shed_when_the_long_lane_is_over_even_with_chat_replicas_f
     views = limited(two_lanes(L={"pending": 1, "prefill": 50_000}))
     shed = LanePolicy().decide("r1", hint(None, 40_000), views, T0)
     assert isinstance(shed, Shed)
-    assert (shed.status, shed.reason, shed.headers) == (429, ShedReason.PREFILL_TOKENS, {"Retry-After": "1"})
+    assert (shed.status, shed.reason, shed.error().headers) == (429, ShedReason.PREFILL_TOKENS, {"Retry-After": "1"})
     assert shed.error().body()["error"]["code"] == "rate_limit_exceeded"
 
 
