@@ -60,8 +60,3 @@ class CostModel(BaseModel):
 
     def decode_step_s(self, rows: int, mean_ctx_tokens: int) -> float:
         return self.pass_s(0, 0.0, rows, rows * mean_ctx_tokens)
-
-
-def chunk_ctx_pairs(start: int, tokens: int) -> float:
-    """Attention pairs for prefilling tokens [start, start + tokens): each attends to its prefix."""
-    return tokens * start + tokens * (tokens + 1) / 2

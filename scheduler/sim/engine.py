@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from scheduler.interleave import PassKind
-from scheduler.sim.cost_model import CostModel, chunk_ctx_pairs
+from scheduler.pass_cost import chunk_ctx_pairs
+from scheduler.sim.cost_model import CostModel
 from scheduler.sim.request import Phase, SimRequest
 from scheduler.sim.step_plan import StepPlan
 

@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from tqdm import tqdm
 
 from scheduler.config import default_interactive_pass_tokens
-from scheduler.sim.cost_model import chunk_ctx_pairs
+from scheduler.pass_cost import chunk_ctx_pairs
 from scheduler.sim.experiments import QUESTION_TIMES_S, UNCHUNKED, long_tok_per_s, run_spec, single_session
 from scheduler.sim.presets import Preset
 from scheduler.sim.workload import QUESTION_TOKENS, doc_lone

@@ -1,0 +1,134 @@
+"""Benchmark result files: every benchmark run writes one, and the docs link them.
+
+A result file holds what is needed to rerun and to judge a figure: the command, the commit (``-dirty`` when the
+tree had uncommitted changes), the date, the machine, the load average when the run started and ended, and the
+benchmark's own tables. Files go to ``docs/results/<benchmark>/<date>-<commit>.md``; ``docs/results/README.md``
+indexes the newest file of each benchmark. Figures are never retyped into prose: docs link these files.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS_DIR = REPO / "docs" / "results"
+INDEX_NAME = "README.md"
+
+
+def git_commit(repo: Path = REPO) -> str:
+    """The short commit hash, with ``-dirty`` when tracked files differ from it; ``unknown`` outside git."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=repo, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo, capture_output=True, text=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return f"{head}-dirty" if dirty else head
+
+
+def machine() -> str:
+    """Processor model, cores, memory and Python: what makes an absolute figure comparable."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30 if hasattr(os, "sysconf") else 0.0
+    system = f"{platform.system()} {platform.machine()}, Python {platform.python_version()}"
+    return f"{cpu}, {os.cpu_count()} cores, {mem_gib:.0f} GiB, {system}"
+
+
+def load_average() -> str:
+    return " / ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+@dataclass
+class BenchmarkRun:
+    """One run of a benchmark: made when it starts (the start load), written when it has its tables."""
+
+    name: str
+    """The benchmark's name: its folder under docs/results/."""
+    argv: list[str] = field(default_factory=lambda: list(sys.argv))
+    started: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
+    start_load: str = field(default_factory=load_average)
+    start_monotonic_s: float = field(default_factory=time.monotonic)
+
+    def write(self, title: str, body_markdown: str, results_dir: Path = RESULTS_DIR) -> Path:
+        commit = git_commit()
+        stamp = self.started.strftime("%Y-%m-%dT%H%M%SZ")
+        path = results_dir / self.name / f"{stamp}-{commit}.md"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        header = [
+            f"# {title}",
+            "",
+            f"- command: `{command_line(self.argv)}`",
+            f"- commit: `{commit}`",
+            f"- date: {self.started:%Y-%m-%d %H:%M:%S} UTC, {time.monotonic() - self.start_monotonic_s:.0f} s",
+            f"- machine: {machine()}",
+            f"- load average (1/5/15 min): {self.start_load} at start, {load_average()} at end",
+            "",
+        ]
+        path.write_text("\n".join(header) + body_markdown.rstrip() + "\n")
+        write_index(results_dir)
+        return path
+
+
+def command_line(argv: list[str]) -> str:
+    """The command as one would type it from the repository root."""
+    args = list(argv)
+    if not args or not args[0].endswith(".py"):
+        return shlex.join(args)
+    script = Path(args[0]).resolve()
+    where = script.relative_to(REPO) if script.is_relative_to(REPO) else Path(script.name)
+    if where.name == "__main__.py":
+        return shlex.join(["python", "-m", ".".join(where.parent.parts), *args[1:]])
+    return shlex.join(["python", str(where), *args[1:]])
+
+
+def write_result(name: str, title: str, body_markdown: str, *, argv: list[str] | None = None) -> Path:
+    """Write one result file now (for a benchmark that did not keep a `BenchmarkRun` from its start)."""
+    run = BenchmarkRun(name) if argv is None else BenchmarkRun(name, argv=argv)
+    return run.write(title, body_markdown)
+
+
+def latest(name: str, results_dir: Path = RESULTS_DIR) -> Path | None:
+    files = sorted((results_dir / name).glob("*.md"))
+    return files[-1] if files else None
+
+
+def write_index(results_dir: Path = RESULTS_DIR) -> Path:
+    """``README.md`` of the results folder: the newest result of each benchmark."""
+    rows = []
+    for folder in sorted(p for p in results_dir.iterdir() if p.is_dir()):
+        newest = latest(folder.name, results_dir)
+        if newest is not None:
+            title = newest.read_text().splitlines()[0].removeprefix("# ")
+            rows.append(f"| `{folder.name}` | [{newest.name}]({folder.name}/{newest.name}) | {title} |")
+    text = [
+        "# Benchmark results",
+        "",
+        "Written by the benchmarks themselves (`harness/results.py`): one file per run, with its command, commit,",
+        "date, machine and load average. The newest of each:",
+        "",
+        "| benchmark | newest result | what it measures |",
+        "| --- | --- | --- |",
+        *rows,
+        "",
+    ]
+    index = results_dir / INDEX_NAME
+    index.write_text("\n".join(text))
+    return index
