@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from http import HTTPStatus
@@ -44,6 +45,7 @@ from serve_app.engine_backend import (
     joined_bodies,
 )
 from serve_app.engine_loop import EngineLoop
+from serve_app.sglang_load import PRIOR_PREFILL_TOK_PER_S, PrefillRate, replica_load
 from serve_app.sglang_openai import OpenAIKind, SglangOpenAI
 
 logger = logging.getLogger(__name__)
@@ -86,7 +88,9 @@ class SglangBackend:
         self._engine: Any = None
         self._loop: EngineLoop | None = None
         self._openai: SglangOpenAI | None = None
-        self._load = ReplicaLoad()
+        self._load = ReplicaLoad(ready=False)
+        """Not ready until the first snapshot of a started engine: routers send a loading replica nothing."""
+        self._rate = PrefillRate(PRIOR_PREFILL_TOK_PER_S)
         self._load_task: asyncio.Task | None = None
         self._active: set[str] = set()
         self._sessions: OrderedDict[str, int] = OrderedDict()
@@ -125,6 +129,7 @@ class SglangBackend:
         self.engine_starts += 1
 
     async def shutdown(self) -> None:
+        self._load = ReplicaLoad(ready=False)
         if self._load_task is not None:
             self._load_task.cancel()
             self._load_task = None
@@ -248,14 +253,8 @@ class SglangBackend:
             with contextlib.suppress(Exception):
                 tm = self._engine.tokenizer_manager
                 snaps = await self._loop.call(tm.get_loads)
-                self._load = ReplicaLoad(
-                    num_waiting=sum(s.num_waiting_reqs for s in snaps),
-                    num_decoding=sum(s.num_running_reqs for s in snaps),
-                    prefill_tokens=sum(s.num_waiting_uncached_tokens for s in snaps),
-                    max_running_requests=sum(s.max_running_requests for s in snaps),
-                    kv_used_tokens=sum(s.num_used_tokens for s in snaps),
-                    kv_total_tokens=sum(s.max_total_num_tokens for s in snaps),
-                )
+                chunk = self.cfg.sglang.chunked_prefill_size or self._policy.chunk_budget_tokens
+                self._load = replica_load(snaps, self._rate, time.monotonic(), self._policy, chunk)
             await asyncio.sleep(LOAD_REFRESH_S)
 
     def _remember(self, session: str | None, tokens: int) -> None:
