@@ -136,6 +136,8 @@ class ReplicaLoad:
     """What a forward pass costs beyond its tokens (0 when the rate already includes it)."""
     pass_tokens: int = 0
     """Most prefill tokens in the pass a request arriving now may have to wait for (the pass in flight)."""
+    interactive_pass_tokens: int = 0
+    """The smaller pass the engine runs while short requests are pending or decoding (0: it has none)."""
     short_first: bool = False
     """A short request rides the engine's next pass, ahead of queued prefill (the policy's fair share); without
     it (upstream sglang) every prefill token queued before it goes first."""

@@ -45,12 +45,13 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from scheduler.traffic import classify
+from scheduler.traffic import TrafficClass, classify
 from serve_app.backpressure import Shed
 from serve_app.config import RoutingKnobs
 from serve_app.engine_backend import ReplicaLoad
 from serve_app.placement import Candidates, SessionRecord
 from serve_app.route_records import ReplicaView, RouteDecision, RouteHint, RouteReason, serving_lane
+from serve_app.ttft_prediction import pass_s
 
 ARRIVAL_MARGIN_S = 0.05
 """A request sent this long before a load was published may not have reached the replica by then."""
@@ -65,6 +66,7 @@ class _InFlight:
     prompt_tokens: int
     uncached_tokens: int
     decided_s: float
+    short: bool
 
 
 class LanePolicy:
@@ -100,12 +102,27 @@ class LanePolicy:
             rec = self._sessions.get(session_id)
             return rec.replica_id if rec else None
 
-    def effective_load(self, view: ReplicaView) -> ReplicaLoad:
+    def effective_load(self, view: ReplicaView, now_s: float | None = None) -> ReplicaLoad:
         """The published load, corrected by what this router knows happened since it was published.
 
         Pending requests that finished since are taken out; requests sent after it (or just before,
-        possibly not yet arrived) and not in it are added as waiting.
+        possibly not yet arrived) and not in it are added as waiting. With `now_s`, the pass a new arrival
+        waits for is the interactive one where this router has a short request running (`_pass_in_flight`).
         """
+        return self._pass_in_flight(view.replica_id, self._counted(view), now_s)
+
+    def _pass_in_flight(self, replica_id: str, load: ReplicaLoad, now_s: float | None) -> ReplicaLoad:
+        """An engine with adaptive passes runs interactive passes while a short request is pending or decoding
+        there. Once one of this router's short requests has been there longer than a quiet pass, the pass in
+        flight is an interactive one (before that it may still be the quiet pass it arrived during)."""
+        if now_s is None or load.prefill_tok_per_s <= 0 or not 0 < load.interactive_pass_tokens < load.pass_tokens:
+            return load
+        settled_s = now_s - pass_s(load, load.pass_tokens)
+        if any(e.short and e.replica_id == replica_id and e.decided_s <= settled_s for e in self._in_flight.values()):
+            return replace(load, pass_tokens=load.interactive_pass_tokens)
+        return load
+
+    def _counted(self, view: ReplicaView) -> ReplicaLoad:
         gone = [rid for rid in view.pending if rid in self._completed]
         sent = [
             e
@@ -143,12 +160,12 @@ class LanePolicy:
         knobs = hint.knobs
         with self._lock:
             self._expire(now_s, knobs)
-            decision = self._decide(hint, views)
+            decision = self._decide(hint, views, now_s)
             if isinstance(decision, RouteDecision):  # a shed request is never sent: nothing to account for
                 self._record(request_id, hint, decision, now_s, knobs)
         return decision
 
-    def _decide(self, hint: RouteHint, views: Sequence[ReplicaView]) -> RouteDecision | Shed | None:
+    def _decide(self, hint: RouteHint, views: Sequence[ReplicaView], now_s: float) -> RouteDecision | Shed | None:
         by_id = {v.replica_id: v for v in views}
         if hint.target_replica is not None and hint.target_replica in by_id:
             v = by_id[hint.target_replica]
@@ -162,7 +179,8 @@ class LanePolicy:
         sid = hint.session_id
         rec = self._sessions.get(sid) if sid else None
         pinned = self._pinned(sid, rec, usable)
-        c = Candidates(hint, rec, usable, {v.replica_id: self.effective_load(v) for v in usable})
+        loads = {v.replica_id: self.effective_load(v, now_s) for v in usable}
+        c = Candidates(hint, rec, usable, loads)
         takers = [v for v in usable if c.takes(v)]
         if pinned is not None:
             pinned_cls = c.traffic_class(pinned)
@@ -191,7 +209,13 @@ class LanePolicy:
 
     def _record(self, request_id: str, hint: RouteHint, d: RouteDecision, now_s: float, knobs: RoutingKnobs) -> None:
         self._in_flight[request_id] = _InFlight(
-            d.replica_id, hint.request_id, d.session_id, hint.prompt_tokens, d.uncached_tokens, now_s
+            d.replica_id,
+            hint.request_id,
+            d.session_id,
+            hint.prompt_tokens,
+            d.uncached_tokens,
+            now_s,
+            d.traffic_class is TrafficClass.SHORT,
         )
         sid = d.session_id
         if not sid or d.reason is RouteReason.TARGETED:

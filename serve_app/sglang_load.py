@@ -16,7 +16,7 @@ from typing import Any
 
 from scheduler.config import PolicyConfig
 from serve_app.engine_backend import ReplicaLoad
-from serve_app.ttft_prediction import overtakes_queued_prefill, wait_pass_tokens
+from serve_app.ttft_prediction import interactive_pass_tokens, overtakes_queued_prefill, wait_pass_tokens
 
 WINDOW_S = 60.0
 PRIOR_PREFILL_TOK_PER_S = 1000.0
@@ -75,5 +75,6 @@ def replica_load(
         kv_total_tokens=sum(s.max_total_num_tokens for s in snaps),
         prefill_tok_per_s=rate.tok_per_s,
         pass_tokens=wait_pass_tokens(policy, chunk_budget_tokens),
+        interactive_pass_tokens=interactive_pass_tokens(policy, chunk_budget_tokens),
         short_first=overtakes_queued_prefill(policy),
     )

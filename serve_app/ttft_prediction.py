@@ -15,8 +15,8 @@ queued prefill (`short_first`). The model is the one a pass cannot be interrupte
 (None): the rules then fall back to counts. Times are the engine's seconds (the simulator's clock on the `sim`
 backend, wall seconds on sglang), as the SLO targets are.
 
-What each backend publishes: `wait_pass_tokens` and `overtakes_queued_prefill` read them from the policy in
-force, so the sim and sglang backends say the same thing for the same policy.
+What each backend publishes: `wait_pass_tokens`, `interactive_pass_tokens` and `overtakes_queued_prefill` read
+them from the policy in force, so the sim and sglang backends say the same thing for the same policy.
 """
 
 from __future__ import annotations
@@ -85,3 +85,8 @@ def wait_pass_tokens(policy: PolicyConfig, chunk_budget_tokens: int) -> int:
     if policy.adaptive_pass and policy.quiet_pass_tokens is not None:
         return min(chunk_budget_tokens, policy.quiet_pass_tokens)
     return chunk_budget_tokens
+
+
+def interactive_pass_tokens(policy: PolicyConfig, chunk_budget_tokens: int) -> int:
+    """The pass size while short requests are active (adaptive passes); 0 when the policy has no such sizing."""
+    return min(chunk_budget_tokens, policy.interactive_pass_tokens) if policy.adaptive_pass else 0

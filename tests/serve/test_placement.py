@@ -254,3 +254,28 @@ def test_a_replica_its_published_load_puts_over_a_limit_or_loading_never_gets_a_
         limits = chosen.limits
         assert limits is None or assess(chosen.load, d.uncached_tokens, limits, count_ongoing=False).admits
         assert not chosen.full or all(v.full for v in views if v.load.ready)
+
+
+def test_a_replica_running_this_routers_chat_is_predicted_on_interactive_passes() -> None:
+    p = LanePolicy()
+    ld = load(12_000, interactive_pass_tokens=512)
+    views = [view("R1", ld)]
+    p.decide("c", hint(None, 40), views, T0)
+    quiet_pass_s = 0.01 + 2048 / RATE
+    # Sent less than a quiet pass ago: the pass in flight may still be the quiet one it arrived during.
+    assert p.effective_load(views[0], T0 + quiet_pass_s / 2).pass_tokens == 2048
+    assert p.effective_load(views[0], T0 + quiet_pass_s + 0.01).pass_tokens == 512
+    p.on_completed("c", T0 + 1)
+    assert p.effective_load(views[0], T0 + 2).pass_tokens == 2048
+
+
+def test_documents_spread_once_chats_keep_a_replicas_passes_interactive() -> None:
+    # At 3,000 tokens/s a quiet 2048-token pass (0.69 s) is over the target: a second document stays off R2 ...
+    slow = dict(prefill_tok_per_s=3000.0, interactive_pass_tokens=512)
+    views = [view("R1", load(12_000, **slow)), view("R2", load(**slow))]
+    p = LanePolicy()
+    assert p.decide("d2", hint("doc2", 12_000), views, T0).replica_id == "R1"
+    # ... until a chat has run on R2 past a quiet pass: R2's passes are then 512 tokens, so beside a document
+    # chats still meet the target there.
+    assert p.decide("c", hint(None, 40), views, T0).replica_id == "R2"
+    assert p.decide("d3", hint("doc3", 12_000), views, T0 + 1).replica_id == "R2"
