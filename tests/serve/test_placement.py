@@ -4,6 +4,7 @@ views, an injected clock, no Ray. The static-lane rules are in test_routing."""
 from __future__ import annotations
 
 from dataclasses import replace
+from types import SimpleNamespace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -16,7 +17,7 @@ from serve_app.engine import lane_for
 from serve_app.engine_backend import ReplicaLoad
 from serve_app.route_records import Lane, ReplicaView, RouteDecision, RouteHint, RouteReason, RoutingStats
 from serve_app.routing import LanePolicy
-from serve_app.sglang_load import PrefillRate
+from serve_app.sglang_load import PrefillRate, replica_load
 from serve_app.ttft_prediction import (
     overtakes_queued_prefill,
     predict_ttft_s,
@@ -103,6 +104,33 @@ def test_the_prefill_rate_is_the_prior_until_measured_then_the_windows_rate() ->
     assert rate.tok_per_s == 10_000.0
     rate.observe(32.0, 10, 10)  # a restarted engine's counters start again
     assert rate.tok_per_s == 10_000.0
+
+
+def test_sglang_load_snapshots_make_the_published_load() -> None:
+    def snap(total_tokens: int, busy_us: int) -> SimpleNamespace:
+        return SimpleNamespace(
+            num_waiting_reqs=1,
+            num_running_reqs=2,
+            num_waiting_uncached_tokens=9000,
+            max_running_requests=8,
+            num_used_tokens=100,
+            max_total_num_tokens=65_536,
+            total_prefill_uncached_tokens=total_tokens,
+            total_prefill_busy_us=busy_us,
+        )
+
+    rate = PrefillRate(prior_tok_per_s=1000.0)
+    policy = PolicyConfig()
+    first = replica_load([snap(0, 0)], rate, 0.0, policy, 2048)
+    assert (first.prefill_tok_per_s, first.prefill_tokens, first.num_decoding) == (1000.0, 9000, 2)
+    ld = replica_load([snap(8000, 2_000_000)], rate, 1.0, policy, 2048)
+    assert (ld.prefill_tok_per_s, ld.pass_tokens, ld.interactive_pass_tokens, ld.short_first) == (
+        4000.0,
+        2048,
+        512,
+        True,
+    )
+    assert ld.ready and ld.pass_fixed_s == 0.0
 
 
 def test_published_figures_survive_serve_transport() -> None:
