@@ -19,7 +19,7 @@ on it in the same session, then the next document) and 4 chat users (20-60-token
 output tokens), each thinking 0.5-1.5 s between requests, for `--duration-s`; prompts are sized in the model's
 own tokens (characters per token measured on its tokenizer). The table (chat TTFT, ITL, document TTFT and
 prompt tokens/s, follow-up TTFT, SLO attainment, failures, the ratio of this app to the best peer) goes to
-docs/results/peers/ with a PNG beside it (`harness.results`).
+docs/results/peers/ with a PNG beside it (`harness.results`; `FAIRSHARE_RESULTS_DIR` moves the folder).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ import requests
 from harness import local_serve as sc
 from harness.cpu_env import CPU_SERVER_ARGS, cpu_sglang_env
 from harness.net import free_port
-from harness.results import LATEST_NAME, BenchmarkRun, add_results_dir_argument
+from harness.results import LATEST_NAME, BenchmarkRun
 from harness.sglang_server import LocalServer
 from loadtests import prompts
 from loadtests.app import LocalApp
@@ -93,7 +93,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=23, help="Seed of the workload (the same for every front).")
     ap.add_argument("--model", type=Path, default=None, help="A tiny model built with the context (default: build).")
     ap.add_argument("--out", type=Path, default=Path("loadtest-out/peers"), help="Samples and logs.")
-    add_results_dir_argument(ap)
     args = ap.parse_args(argv)
     fronts = [f for f in args.fronts.split(",") if f]
     bad = [f for f in fronts if f not in FRONTS]
@@ -278,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     if broken:
         body += "\nFronts that did not run:\n" + "".join(f"- {n}: `{why}`\n" for n, why in broken.items())
     print(body)
-    path = run.write("This app beside sglang-router: chats and documents on two CPU engines", body, args.results_dir)
+    path = run.write("This app beside sglang-router: chats and documents on two CPU engines", body)
     png = path.with_suffix(".png")
     plot(results, png)
     for written in (path, path.parent / LATEST_NAME):  # the picture beside the table, linked from both
