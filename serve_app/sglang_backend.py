@@ -42,10 +42,11 @@ from serve_app.engine_backend import (
     GenerateRequest,
     ReplicaLoad,
     RequestError,
+    ResponseBody,
     joined_bodies,
 )
 from serve_app.engine_loop import EngineLoop
-from serve_app.sglang_load import PRIOR_PREFILL_TOK_PER_S, PrefillRate, replica_load
+from serve_app.sglang_load import PRIOR_PREFILL_TOK_PER_S, PendingPrefill, PrefillRate, replica_load
 from serve_app.sglang_openai import OpenAIKind, SglangOpenAI
 
 logger = logging.getLogger(__name__)
@@ -91,6 +92,7 @@ class SglangBackend:
         self._load = ReplicaLoad(ready=False)
         """Not ready until the first snapshot of a started engine: routers send a loading replica nothing."""
         self._rate = PrefillRate(PRIOR_PREFILL_TOK_PER_S)
+        self._pending = PendingPrefill()
         self._load_task: asyncio.Task | None = None
         self._active: set[str] = set()
         self._sessions: OrderedDict[str, int] = OrderedDict()
@@ -224,6 +226,7 @@ class SglangBackend:
         assert self._loop is not None and self._openai is not None, "openai before start"
         openai = self._openai
         self._active.add(rid)
+        self._pending.sent(rid, prompt_tokens - self._sessions.get(session_id or "", 0))
         finished = False
         try:
             # sglang writes one SSE event per output; what is ready together goes to the ingress as one stream item.
@@ -231,10 +234,13 @@ class SglangBackend:
             async with contextlib.aclosing(batches):
                 async for batch in batches:
                     for item in joined_bodies(batch):
+                        if isinstance(item, ResponseBody):
+                            self._pending.answered(rid)  # its first output: prefilled
                         yield item
             finished = True
         finally:
             self._active.discard(rid)
+            self._pending.answered(rid)
             if finished:
                 self._counters.num_finished += 1
                 self._remember(session_id, prompt_tokens)
@@ -254,7 +260,7 @@ class SglangBackend:
                 tm = self._engine.tokenizer_manager
                 snaps = await self._loop.call(tm.get_loads)
                 chunk = self.cfg.sglang.chunked_prefill_size or self._policy.chunk_budget_tokens
-                self._load = replica_load(snaps, self._rate, time.monotonic(), self._policy, chunk)
+                self._load = replica_load(snaps, self._rate, time.monotonic(), self._policy, chunk, self._pending)
             await asyncio.sleep(LOAD_REFRESH_S)
 
     def _remember(self, session: str | None, tokens: int) -> None:
@@ -273,8 +279,7 @@ class SglangBackend:
         return dict(list(self._sessions.items())[-limit:]) if limit else {}
 
     def pending_requests(self, limit: int) -> dict[str, int]:
-        # sglang's load snapshot has counts, not ids: routers then rely on counts and their own sends.
-        return {}
+        return self._pending.ids(limit)
 
     def counters(self) -> EngineCounters:
         return self._counters

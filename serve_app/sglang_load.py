@@ -56,20 +56,48 @@ class PrefillRate:
         return self._measured is not None
 
 
+@dataclass
+class PendingPrefill:
+    """Requests this replica sent its engine that have no first token yet: id -> uncached tokens (estimated).
+
+    sglang's snapshots count only its waiting queue: the request it is prefilling in chunks (a document, for
+    seconds) is in no count. The replica's own record covers it."""
+
+    tokens_by_rid: dict[str, int] = field(default_factory=dict)
+
+    def sent(self, rid: str, uncached_tokens: int) -> None:
+        self.tokens_by_rid[rid] = max(1, uncached_tokens)
+
+    def answered(self, rid: str) -> None:
+        self.tokens_by_rid.pop(rid, None)
+
+    def ids(self, limit: int) -> dict[str, int]:
+        return dict(list(self.tokens_by_rid.items())[:limit])
+
+
 def replica_load(
-    snaps: Sequence[Any], rate: PrefillRate, now_s: float, policy: PolicyConfig, chunk_budget_tokens: int
+    snaps: Sequence[Any],
+    rate: PrefillRate,
+    now_s: float,
+    policy: PolicyConfig,
+    chunk_budget_tokens: int,
+    pending: PendingPrefill | None = None,
 ) -> ReplicaLoad:
-    """The load of an engine from its schedulers' `LoadSnapshot`s (one per data-parallel rank); `rate` observes
-    their prefill counters. sglang's busy time includes each pass's overhead, so no separate fixed cost."""
+    """The load of an engine from its schedulers' `LoadSnapshot`s (one per data-parallel rank) and the replica's
+    `pending` requests; `rate` observes their prefill counters. sglang's busy time includes each pass's
+    overhead, so no separate fixed cost."""
     rate.observe(
         now_s,
         sum(getattr(s, "total_prefill_uncached_tokens", 0) for s in snaps),
         sum(getattr(s, "total_prefill_busy_us", 0) for s in snaps),
     )
+    waiting = sum(s.num_waiting_reqs for s in snaps)
+    in_flight = pending.tokens_by_rid if pending is not None else {}
     return ReplicaLoad(
-        num_waiting=sum(s.num_waiting_reqs for s in snaps),
-        num_decoding=sum(s.num_running_reqs for s in snaps),
-        prefill_tokens=sum(s.num_waiting_uncached_tokens for s in snaps),
+        num_waiting=waiting,
+        num_prefilling=max(0, len(in_flight) - waiting),
+        num_decoding=max(0, sum(s.num_running_reqs for s in snaps) - max(0, len(in_flight) - waiting)),
+        prefill_tokens=max(sum(s.num_waiting_uncached_tokens for s in snaps), sum(in_flight.values())),
         max_running_requests=sum(s.max_running_requests for s in snaps),
         kv_used_tokens=sum(s.num_used_tokens for s in snaps),
         kv_total_tokens=sum(s.max_total_num_tokens for s in snaps),

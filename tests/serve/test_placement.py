@@ -17,7 +17,7 @@ from serve_app.engine import lane_for
 from serve_app.engine_backend import ReplicaLoad
 from serve_app.route_records import Lane, ReplicaView, RouteDecision, RouteHint, RouteReason, RoutingStats
 from serve_app.routing import LanePolicy
-from serve_app.sglang_load import PrefillRate, replica_load
+from serve_app.sglang_load import PendingPrefill, PrefillRate, replica_load
 from serve_app.ttft_prediction import (
     overtakes_queued_prefill,
     predict_ttft_s,
@@ -131,6 +131,14 @@ def test_sglang_load_snapshots_make_the_published_load() -> None:
         True,
     )
     assert ld.ready and ld.pass_fixed_s == 0.0
+    # A document sglang is prefilling in chunks is in no snapshot count: the replica's own record adds it.
+    pending = PendingPrefill()
+    pending.sent("doc", 12_000)
+    pending.sent("chat", 40)
+    ld = replica_load([snap(8000, 2_000_000)], rate, 2.0, policy, 2048, pending)
+    assert (ld.num_waiting, ld.num_prefilling, ld.num_decoding, ld.prefill_tokens) == (1, 1, 1, 12_040)
+    pending.answered("doc")
+    assert pending.ids(8) == {"chat": 40}
 
 
 def test_published_figures_survive_serve_transport() -> None:
