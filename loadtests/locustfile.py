@@ -141,6 +141,7 @@ class StreamingUser(HttpUser):
                 status=resp.status_code,
                 sent_at_s=sent_at_s,
                 lane=resp.headers.get("X-Lane", ""),
+                replica=resp.headers.get("X-Replica", ""),
                 session=self.session,
             )
             if resp.status_code in SHED_STATUSES:

@@ -83,6 +83,7 @@ class EngineSettings:
             str(self.max_total_tokens),
             "--log-level",
             "warning",
+            "--enable-cache-report",
         ]
 
 
@@ -159,7 +160,7 @@ def app_front(model: Path, engine: EngineSettings, upstream: bool) -> Callable[[
             chunked_prefill_size=engine.chunk_tokens,
             max_running_requests=engine.max_running_requests,
         )
-        s["engine_args"]["max_total_tokens"] = engine.max_total_tokens
+        s["engine_args"].update(max_total_tokens=engine.max_total_tokens, enable_cache_report=True)
         app["args"]["max_context_tokens"] = engine.context_tokens
         if upstream:
             sc.deployment(cfg, "Engine").pop("request_router_config", None)  # Ray Serve's default router
@@ -233,11 +234,19 @@ def launch_router(policy: str, workers: list[str], out: Path, timeout_s: float =
             os.killpg(proc.pid, signal.SIGKILL)
 
 
-def warm_up(url: str, model: str) -> None:
-    """Requests through the front: every lazy path (tokenizer, first pass) is taken before the clock starts."""
+def warm_up(url: str, model: str, timeout_s: float = 300) -> None:
+    """Requests through the front: every lazy path (tokenizer, first pass) is taken before the clock starts. A front
+    may answer 503 until it has seen its engines healthy (sglang-router checks its workers): asked again."""
     body = {"model": model, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 2}
-    for _ in range(2):
-        requests.post(f"{url}/v1/chat/completions", json=body, timeout=300).raise_for_status()
+    deadline, answered = time.monotonic() + timeout_s, 0
+    while answered < 2:
+        r = requests.post(f"{url}/v1/chat/completions", json=body, timeout=300)
+        if r.status_code == 200:
+            answered += 1
+        elif r.status_code != 503 or time.monotonic() > deadline:
+            r.raise_for_status()
+        else:
+            time.sleep(1)
 
 
 def model_id(url: str) -> str:
