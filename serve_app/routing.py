@@ -28,7 +28,9 @@ lane). The rules, in order (each is a method of `placement.Candidates`):
    (upstream's first come, first served) keeps its documents off a replica chats need.
 5. **Affinity.** A session stays on the replica that holds its cache unless that replica is busy for this
    request *and* another allowed replica is not, and is predicted faster (the class is recomputed there:
-   a document's follow-up elsewhere is a whole document again, so it stays unless that is sooner).
+   a document's follow-up elsewhere is a whole document again, so it stays unless that is sooner). A chat
+   with predictions moves to any replica not busy for it that is predicted faster, busy or not where it is:
+   its cache is already in the prediction.
 6. **Backpressure limits.** A replica over one of the limits it publishes (`backpressure.assess` on the load
    it published, with this request's uncached tokens; the in-flight limit is Serve's own, `full`) is never
    chosen: it counts as busy, and when no replica the rules above allow admits the request, the decision is a
@@ -187,7 +189,10 @@ class LanePolicy:
             if c.allowed(pinned, pinned_cls, is_pinned=True):
                 others = [v for v in takers if v is not pinned and c.admits(v)]
                 better = [v for v in others if not c.busy(v, c.traffic_class(v)) and c.faster(v, pinned)]
-                if c.admits(pinned) and (not c.busy(pinned, pinned_cls) or not better):
+                # A chat's cache is in its predicted TTFT already: it stays only where its first token comes soonest.
+                chases_ttft = pinned_cls is TrafficClass.SHORT and c.predicted_ttft_s(pinned) is not None
+                stays = not better if chases_ttft else (not c.busy(pinned, pinned_cls) or not better)
+                if c.admits(pinned) and stays:
                     return c.decision(pinned, RouteReason.AFFINITY)
                 # Busy and another allowed replica is not, or over a limit: the session moves (its cache is lost).
                 if better or others:

@@ -113,8 +113,8 @@ MUTANTS = [
     _r("R13", "v.stats_time_s <= rec.settled_s", "True", "stale estimate beats fresh stats", PLACEMENT),
     _r(
         "R14",
-        "if c.admits(pinned) and (not c.busy(pinned, pinned_cls) or not better):",
-        "if c.admits(pinned) and not c.busy(pinned, pinned_cls):",
+        "else (not c.busy(pinned, pinned_cls) or not better)",
+        "else (not c.busy(pinned, pinned_cls))",
         "gives way to worse",
     ),
     _r("R15", "if now_s - rec.last_used_s <= knobs.session_ttl_s:", "if True:", "sessions never expire"),
@@ -143,6 +143,12 @@ MUTANTS = [
     _r("R19", "not self.keeps_chat_slo(v),", "False,", "documents ignore the chat SLO", PLACEMENT),
     _r("R20", "ready = [v for v in views if v.load.ready]", "ready = list(views)", "loading replicas get requests"),
     _r("R21", "and c.faster(v, pinned)]", "]", "a follow-up leaves its cache for a slower first token"),
+    _r(
+        "R24",
+        "chases_ttft = pinned_cls is TrafficClass.SHORT and",
+        "chases_ttft = False and",
+        "a chat stays beside a document while another replica would answer sooner",
+    ),
     _r("R22", "if load.short_first:", "if True:", "every engine taken to overtake", "serve_app/ttft_prediction.py"),
     _r(
         "R23",

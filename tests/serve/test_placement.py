@@ -209,6 +209,22 @@ def test_a_document_followup_keeps_its_cache_unless_elsewhere_is_sooner() -> Non
     assert (d.replica_id, d.reason, d.traffic_class) == ("R2", RouteReason.GAVE_WAY, TrafficClass.LONG)
 
 
+def test_a_chat_session_leaves_a_document_replica_for_a_sooner_first_token() -> None:
+    p = LanePolicy()
+    assert p.decide("c1", hint("chat", 40), [view("R1", load()), view("R2", load(pending=1))], T0).replica_id == "R1"
+    p.on_completed("c1", T0 + 1)
+    # A document arrived on R1: a chat there waits one pass (within the target), on R2 none. It moves.
+    views = [view("R1", load(12_000), sessions={"chat": 60}), view("R2", load())]
+    assert predict_ttft_s(views[0].load, 40) <= views[0].ttft_target_s
+    d = p.decide("c2", hint("chat", 100), views, T0 + 2)
+    assert (d.replica_id, d.reason) == ("R2", RouteReason.GAVE_WAY)
+    # Where its cache makes it sooner, it stays.
+    p.on_completed("c2", T0 + 3)
+    views = [view("R1", load(), sessions={"chat": 60}), view("R2", load(), sessions={"chat": 5000})]
+    d = p.decide("c3", hint("chat", 5040), views, T0 + 4)
+    assert (d.replica_id, d.reason) == ("R2", RouteReason.AFFINITY)
+
+
 def test_a_loading_replica_gets_nothing_and_placement_recovers_when_it_is_up() -> None:
     p = LanePolicy()
     loading = load(ready=False)
