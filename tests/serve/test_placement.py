@@ -162,6 +162,17 @@ def test_a_chat_goes_where_its_predicted_ttft_is_lowest() -> None:
     views = [view("R1", load(3_000, short_first=False)), view("R2", load(1_000)), view("R3", load(20_000))]
     d = LanePolicy().decide("q", hint(None, 40), views, T0)
     assert (d.replica_id, d.traffic_class, d.lane) == ("R2", TrafficClass.SHORT, Lane.CHAT)
+    # Without R2, the replica with the most queued is the soonest: one pass there, all 3,000 tokens on R1.
+    d = LanePolicy().decide("q", hint(None, 40), [views[0], views[2]], T0)
+    assert d.replica_id == "R3"
+
+
+def test_static_chat_replicas_past_the_target_let_chats_spill_to_an_idle_long_lane() -> None:
+    # Few requests wait on either chat replica (under the count bound), but each serves 8,000 queued tokens first.
+    behind = load(8_000, short_first=False)
+    views = [view("L", load(), lane=Lane.LONG), view("C1", behind, lane=Lane.CHAT), view("C2", behind, lane=Lane.CHAT)]
+    d = LanePolicy().decide("q", hint(None, 40), views, T0)
+    assert (d.replica_id, d.reason) == ("L", RouteReason.SPILL)
 
 
 def test_documents_use_every_replica_while_chats_keep_their_slo() -> None:
