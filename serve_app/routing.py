@@ -29,8 +29,8 @@ lane). The rules, in order (each is a method of `placement.Candidates`):
 5. **Affinity.** A session stays on the replica that holds its cache unless that replica is busy for this
    request *and* another allowed replica is not, and is predicted faster (the class is recomputed there:
    a document's follow-up elsewhere is a whole document again, so it stays unless that is sooner). A chat
-   with predictions moves to any replica not busy for it that is predicted faster, busy or not where it is:
-   its cache is already in the prediction.
+   behind queued prefill moves to any replica not busy for it that is predicted faster, busy or not where it
+   is: its cache is already in the prediction.
 6. **Backpressure limits.** A replica over one of the limits it publishes (`backpressure.assess` on the load
    it published, with this request's uncached tokens; the in-flight limit is Serve's own, `full`) is never
    chosen: it counts as busy, and when no replica the rules above allow admits the request, the decision is a
@@ -189,8 +189,14 @@ class LanePolicy:
             if c.allowed(pinned, pinned_cls, is_pinned=True):
                 others = [v for v in takers if v is not pinned and c.admits(v)]
                 better = [v for v in others if not c.busy(v, c.traffic_class(v)) and c.faster(v, pinned)]
-                # A chat's cache is in its predicted TTFT already: it stays only where its first token comes soonest.
-                chases_ttft = pinned_cls is TrafficClass.SHORT and c.predicted_ttft_s(pinned) is not None
+                # A chat's cache is in its predicted TTFT already: behind queued prefill it stays only where its first
+                # token comes soonest. With nothing queued there it stays (a published load up to a stats period old
+                # still shows its last turn decoding: chasing that would move a session between idle replicas).
+                chases_ttft = (
+                    pinned_cls is TrafficClass.SHORT
+                    and c.loads[pinned.replica_id].prefill_tokens > 0
+                    and c.predicted_ttft_s(pinned) is not None
+                )
                 stays = not better if chases_ttft else (not c.busy(pinned, pinned_cls) or not better)
                 if c.admits(pinned) and stays:
                     return c.decision(pinned, RouteReason.AFFINITY)

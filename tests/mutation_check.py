@@ -145,8 +145,8 @@ MUTANTS = [
     _r("R21", "and c.faster(v, pinned)]", "]", "a follow-up leaves its cache for a slower first token"),
     _r(
         "R24",
-        "chases_ttft = pinned_cls is TrafficClass.SHORT and",
-        "chases_ttft = False and",
+        "pinned_cls is TrafficClass.SHORT\n                    and c.loads[pinned.replica_id]",
+        "False\n                    and c.loads[pinned.replica_id]",
         "a chat stays beside a document while another replica would answer sooner",
     ),
     _r("R22", "if load.short_first:", "if True:", "every engine taken to overtake", "serve_app/ttft_prediction.py"),

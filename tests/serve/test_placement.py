@@ -229,6 +229,11 @@ def test_a_chat_session_leaves_a_document_replica_for_a_sooner_first_token() -> 
     assert predict_ttft_s(views[0].load, 40) <= views[0].ttft_target_s
     d = p.decide("c2", hint("chat", 100), views, T0 + 2)
     assert (d.replica_id, d.reason) == ("R2", RouteReason.GAVE_WAY)
+    # With nothing queued where it is, it stays, even where a stale load still shows its last turn decoding.
+    p.on_completed("c2", T0 + 3)
+    views = [view("R1", load()), view("R2", load(pending=0, num_decoding=1), sessions={"chat": 100})]
+    d = p.decide("c2b", hint("chat", 140), views, T0 + 3.5)
+    assert (d.replica_id, d.reason) == ("R2", RouteReason.AFFINITY)
     # Where its cache makes it sooner, it stays.
     p.on_completed("c2", T0 + 3)
     views = [view("R1", load(), sessions={"chat": 60}), view("R2", load(), sessions={"chat": 5000})]
