@@ -6,7 +6,7 @@ One CPU sglang 0.5.23 engine per variant (the peer benchmark's settings and tiny
 12,000-token document sent while a chat (a 40-token question, 16 output tokens) is sent every 0.5 s: the
 document's time to first token, its prefill rate (and its ratio to the plugin switched off), and the chats'
 TTFTs while it prefilled. Variants: the plugin off, its default rules, and the default with one rule off.
-Writes docs/results/doc_prefill_by_rule/ (`harness.results`).
+Writes docs/results/doc-prefill-by-rule/ (`harness.results`).
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def run_variant(model: Path, env: dict[str, object], cpt: float, log: Path) -> t
     return doc_s, sorted(chats)
 
 
-@records("doc_prefill_by_rule", "A document's prefill on one CPU sglang engine, chats beside it, by plugin rule")
+@records("doc-prefill-by-rule", "A document's prefill on one CPU sglang engine, chats beside it, by plugin rule")
 def main() -> int:
     with tempfile.TemporaryDirectory(prefix="doc-prefill-") as tmp:
         spec = TinyModelSpec(byte_level=True, max_position_embeddings=EngineSettings().context_tokens)
