@@ -110,17 +110,26 @@ class Candidates:
         return pa is None or pb is None or pa < pb
 
     def busy(self, v: ReplicaView, cls: TrafficClass) -> bool:
-        """What the class waits for on that replica is past its bound (over a limit is busy too). A chat: its
-        predicted TTFT is over the target, or `busy_pending_requests` wait for a first token; a document:
-        `busy_prefill_tokens` uncached tokens wait."""
+        """What the class waits for on that replica is past its bound (over a limit is busy too). A chat: behind a
+        document its predicted TTFT is over the target, or `busy_pending_requests` wait for a first token; a
+        document: `busy_prefill_tokens` uncached tokens wait."""
         if not self.admits(v):
             return True
         load = self.loads[v.replica_id]
         if cls is TrafficClass.LONG:
             return load.prefill_tokens >= self.knobs.busy_prefill_tokens
+        return self.over_target(v) or load.num_pending >= self.knobs.busy_pending_requests
+
+    def behind_document(self, v: ReplicaView) -> bool:
+        """More than a chat's worth of prefill is queued on `v`: a document (or several) is ahead of a chat there.
+        A queue of chats alone is no reason to move: every replica gets chats, and a published load up to a stats
+        period old still counts this router's last sends there."""
+        return self.loads[v.replica_id].prefill_tokens > self.short_request_tokens
+
+    def over_target(self, v: ReplicaView) -> bool:
+        """Behind a document, this request's first token is predicted past the engines' TTFT target."""
         predicted = self.predicted_ttft_s(v)
-        over_target = predicted is not None and predicted > self.ttft_target_s
-        return over_target or load.num_pending >= self.knobs.busy_pending_requests
+        return predicted is not None and predicted > self.ttft_target_s and self.behind_document(v)
 
     def keeps_chat_slo(self, v: ReplicaView) -> bool:
         """With this request on `v`, a chat (of the class's largest size) still meets the TTFT target on some

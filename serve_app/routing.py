@@ -19,8 +19,9 @@ lane). The rules, in order (each is a method of `placement.Candidates`):
    in the long lane where its session's cache is, or when every chat replica is busy (`chat_spill`).
 3. **Chats where their first token comes soonest.** Each replica's TTFT for this request is predicted from
    what it published (`ttft_prediction.predict_ttft_s`: outstanding prefill, pass cost, whether a short
-   request overtakes queued prefill there). A chat replica is busy when that prediction is over the engines'
-   TTFT target (or `busy_pending_requests` wait there); a chat goes to the lowest prediction.
+   request overtakes queued prefill there). A chat replica is busy when, behind a document, that prediction
+   is over the engines' TTFT target (or `busy_pending_requests` wait there); a chat goes to the lowest
+   prediction.
 4. **Documents anywhere the chat SLO survives.** A document may use any replica as long as, with it there,
    some replica chats may use still predicts a chat (of the class's largest size) within the TTFT target;
    among those, the one that drains soonest (`busy_prefill_tokens` bounds how much waits on one). A long
@@ -29,8 +30,8 @@ lane). The rules, in order (each is a method of `placement.Candidates`):
 5. **Affinity.** A session stays on the replica that holds its cache unless that replica is busy for this
    request *and* another allowed replica is not, and is predicted faster (the class is recomputed there:
    a document's follow-up elsewhere is a whole document again, so it stays unless that is sooner). A chat
-   behind queued prefill moves to any replica not busy for it that is predicted faster, busy or not where it
-   is: its cache is already in the prediction.
+   behind a document (more than a chat's worth of prefill queued) moves to any replica not busy for it that
+   is predicted faster, busy or not where it is: its cache is already in the prediction.
 6. **Backpressure limits.** A replica over one of the limits it publishes (`backpressure.assess` on the load
    it published, with this request's uncached tokens; the in-flight limit is Serve's own, `full`) is never
    chosen: it counts as busy, and when no replica the rules above allow admits the request, the decision is a
@@ -189,12 +190,12 @@ class LanePolicy:
             if c.allowed(pinned, pinned_cls, is_pinned=True):
                 others = [v for v in takers if v is not pinned and c.admits(v)]
                 better = [v for v in others if not c.busy(v, c.traffic_class(v)) and c.faster(v, pinned)]
-                # A chat's cache is in its predicted TTFT already: behind queued prefill it stays only where its first
-                # token comes soonest. With nothing queued there it stays (a published load up to a stats period old
-                # still shows its last turn decoding: chasing that would move a session between idle replicas).
+                # A chat's cache is in its predicted TTFT already: behind a document it stays only where its first
+                # token comes soonest. Otherwise it stays (a published load up to a stats period old still shows its
+                # last turn: chasing that would move a session between idle replicas).
                 chases_ttft = (
                     pinned_cls is TrafficClass.SHORT
-                    and c.loads[pinned.replica_id].prefill_tokens > 0
+                    and c.behind_document(pinned)
                     and c.predicted_ttft_s(pinned) is not None
                 )
                 stays = not better if chases_ttft else (not c.busy(pinned, pinned_cls) or not better)

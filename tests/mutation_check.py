@@ -135,8 +135,8 @@ MUTANTS = [
     # -- lanes that follow the load ----------------------------------------------------------------------
     _r(
         "R18",
-        "over_target = predicted is not None and predicted > self.ttft_target_s",
-        "over_target = False",
+        "return self.over_target(v) or load.num_pending",
+        "return load.num_pending",
         "a chat's predicted TTFT never makes a replica busy",
         PLACEMENT,
     ),
@@ -145,8 +145,8 @@ MUTANTS = [
     _r("R21", "and c.faster(v, pinned)]", "]", "a follow-up leaves its cache for a slower first token"),
     _r(
         "R24",
-        "pinned_cls is TrafficClass.SHORT\n                    and c.loads[pinned.replica_id]",
-        "False\n                    and c.loads[pinned.replica_id]",
+        "pinned_cls is TrafficClass.SHORT\n                    and c.behind_document(pinned)",
+        "False\n                    and c.behind_document(pinned)",
         "a chat stays beside a document while another replica would answer sooner",
     ),
     _r("R22", "if load.short_first:", "if True:", "every engine taken to overtake", "serve_app/ttft_prediction.py"),
