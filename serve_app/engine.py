@@ -1,8 +1,10 @@
 """The engine replica deployment: one engine (sim or sglang) per replica, one lane per replica.
 
-A replica's lane follows its Serve rank: ranks below `long_lane_replicas` serve long documents,
-the others chats; a lone replica serves both. It publishes lane, load and recently cached
-sessions through `record_routing_stats`, which Serve forwards to every `LaneRouter`.
+By default every replica serves both lanes and the router gives each request the role the load needs
+(`serve_app.routing`); with static lanes (`long_lane_replicas` set) a replica's lane follows its Serve rank:
+ranks below it serve long documents, the others chats; a lone replica serves both. It publishes lane, load
+(with its pass cost and whether its engine is ready), recently cached sessions and its TTFT target through
+`record_routing_stats`, which Serve forwards to every `LaneRouter`.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from serve_app.engine_backend import (
 from serve_app.metrics import EngineMetrics
 from serve_app.request_log import configure_logging
 from serve_app.route_records import Lane, RouteTicket, RoutingStats
+from serve_app.ttft_prediction import ttft_target_s
 
 logger = logging.getLogger(__name__)
 
@@ -38,8 +41,8 @@ PUBLISHED_PENDING = 256
 """Most pending request ids a replica publishes (routers correct stale loads with them)."""
 
 
-def lane_for(rank: int, world_size: int, long_lane_replicas: int) -> Lane:
-    if world_size <= 1:
+def lane_for(rank: int, world_size: int, long_lane_replicas: int | None) -> Lane:
+    if world_size <= 1 or long_lane_replicas is None:
         return Lane.BOTH
     return Lane.LONG if rank < long_lane_replicas else Lane.CHAT
 
@@ -129,6 +132,7 @@ class Engine:
             sessions=self.backend.recent_sessions(self.knobs.published_sessions),
             pending=self.backend.pending_requests(PUBLISHED_PENDING),
             limits=self.limits,
+            ttft_target_s=ttft_target_s(self.backend.policy),
         )
         self._metrics.publish(stats.lane.value, stats.load, self.backend.counters())
         return stats.to_dict()

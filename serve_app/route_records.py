@@ -18,6 +18,7 @@ from scheduler.traffic import TrafficClass
 from serve_app.backpressure import BackpressureLimits
 from serve_app.config import RoutingKnobs
 from serve_app.engine_backend import ReplicaLoad
+from serve_app.ttft_prediction import DEFAULT_TTFT_TARGET_S
 
 
 class Lane(StrEnum):
@@ -100,6 +101,8 @@ class RoutingStats:
     """Pending requests (no first token yet): request id -> uncached tokens still to prefill."""
     limits: BackpressureLimits | None = None
     """The replica's backpressure limits (None: not published yet; the replica's own check still applies)."""
+    ttft_target_s: float = DEFAULT_TTFT_TARGET_S
+    """The engine policy's interactive TTFT target: routers keep chats within it."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -110,6 +113,7 @@ class RoutingStats:
             "sessions": dict(self.sessions),
             "pending": dict(self.pending),
             "limits": self.limits.model_dump() if self.limits is not None else None,
+            "ttft_target_s": self.ttft_target_s,
         }
 
     @classmethod
@@ -124,6 +128,7 @@ class RoutingStats:
             sessions=dict(d.get("sessions") or {}),
             pending=dict(d.get("pending") or {}),
             limits=_limits_from(tuple(sorted(d["limits"].items()))) if d.get("limits") else None,
+            ttft_target_s=float(d.get("ttft_target_s", DEFAULT_TTFT_TARGET_S)),
         )
 
 
@@ -149,6 +154,7 @@ class ReplicaView:
     short_request_tokens: int = DEFAULT_SHORT_REQUEST_TOKENS
     limits: BackpressureLimits | None = None
     """Published backpressure limits (None: unknown, the replica is taken to admit)."""
+    ttft_target_s: float = DEFAULT_TTFT_TARGET_S
 
     @classmethod
     def from_stats(cls, replica_id: str, stats: RoutingStats, full: bool = False) -> ReplicaView:
@@ -162,6 +168,7 @@ class ReplicaView:
             full,
             stats.short_request_tokens,
             stats.limits,
+            stats.ttft_target_s,
         )
 
 

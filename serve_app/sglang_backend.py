@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from http import HTTPStatus
@@ -41,9 +42,11 @@ from serve_app.engine_backend import (
     GenerateRequest,
     ReplicaLoad,
     RequestError,
+    ResponseBody,
     joined_bodies,
 )
 from serve_app.engine_loop import EngineLoop
+from serve_app.sglang_load import PRIOR_PREFILL_TOK_PER_S, PendingPrefill, PrefillRate, replica_load
 from serve_app.sglang_openai import OpenAIKind, SglangOpenAI
 
 logger = logging.getLogger(__name__)
@@ -86,7 +89,10 @@ class SglangBackend:
         self._engine: Any = None
         self._loop: EngineLoop | None = None
         self._openai: SglangOpenAI | None = None
-        self._load = ReplicaLoad()
+        self._load = ReplicaLoad(ready=False)
+        """Not ready until the first snapshot of a started engine: routers send a loading replica nothing."""
+        self._rate = PrefillRate(PRIOR_PREFILL_TOK_PER_S)
+        self._pending = PendingPrefill()
         self._load_task: asyncio.Task | None = None
         self._active: set[str] = set()
         self._sessions: OrderedDict[str, int] = OrderedDict()
@@ -125,6 +131,7 @@ class SglangBackend:
         self.engine_starts += 1
 
     async def shutdown(self) -> None:
+        self._load = ReplicaLoad(ready=False)
         if self._load_task is not None:
             self._load_task.cancel()
             self._load_task = None
@@ -219,6 +226,7 @@ class SglangBackend:
         assert self._loop is not None and self._openai is not None, "openai before start"
         openai = self._openai
         self._active.add(rid)
+        self._pending.sent(rid, prompt_tokens - self._sessions.get(session_id or "", 0))
         finished = False
         try:
             # sglang writes one SSE event per output; what is ready together goes to the ingress as one stream item.
@@ -226,10 +234,13 @@ class SglangBackend:
             async with contextlib.aclosing(batches):
                 async for batch in batches:
                     for item in joined_bodies(batch):
+                        if isinstance(item, ResponseBody):
+                            self._pending.answered(rid)  # its first output: prefilled
                         yield item
             finished = True
         finally:
             self._active.discard(rid)
+            self._pending.answered(rid)
             if finished:
                 self._counters.num_finished += 1
                 self._remember(session_id, prompt_tokens)
@@ -248,14 +259,8 @@ class SglangBackend:
             with contextlib.suppress(Exception):
                 tm = self._engine.tokenizer_manager
                 snaps = await self._loop.call(tm.get_loads)
-                self._load = ReplicaLoad(
-                    num_waiting=sum(s.num_waiting_reqs for s in snaps),
-                    num_decoding=sum(s.num_running_reqs for s in snaps),
-                    prefill_tokens=sum(s.num_waiting_uncached_tokens for s in snaps),
-                    max_running_requests=sum(s.max_running_requests for s in snaps),
-                    kv_used_tokens=sum(s.num_used_tokens for s in snaps),
-                    kv_total_tokens=sum(s.max_total_num_tokens for s in snaps),
-                )
+                chunk = self.cfg.sglang.chunked_prefill_size or self._policy.chunk_budget_tokens
+                self._load = replica_load(snaps, self._rate, time.monotonic(), self._policy, chunk, self._pending)
             await asyncio.sleep(LOAD_REFRESH_S)
 
     def _remember(self, session: str | None, tokens: int) -> None:
@@ -274,8 +279,7 @@ class SglangBackend:
         return dict(list(self._sessions.items())[-limit:]) if limit else {}
 
     def pending_requests(self, limit: int) -> dict[str, int]:
-        # sglang's load snapshot has counts, not ids: routers then rely on counts and their own sends.
-        return {}
+        return self._pending.ids(limit)
 
     def counters(self) -> EngineCounters:
         return self._counters

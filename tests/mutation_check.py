@@ -46,7 +46,7 @@ CORE_TESTS = (
     "tests/test_interleave.py",
     "tests/test_traffic.py",
 )
-ROUTING_TESTS = ("tests/serve/test_routing.py",)
+ROUTING_TESTS = ("tests/serve/test_routing.py", "tests/serve/test_placement.py")
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,9 @@ class Mutant:
     new: str
     what: str
     tests: tuple[str, ...]
+
+
+PLACEMENT = "serve_app/placement.py"
 
 
 def _r(id: str, old: str, new: str, what: str, path: str = "serve_app/routing.py") -> Mutant:
@@ -98,22 +101,61 @@ MUTANTS = [
         "load.prefill_tokens >= self.knobs.busy_prefill_tokens",
         "load.prefill_tokens > self.knobs.busy_prefill_tokens",
         "busy bound",
+        PLACEMENT,
     ),
-    _r("R12", "(self.knobs.chat_spill and self.chat_saturated)", "self.chat_saturated", "chat_spill=false ignored"),
-    _r("R13", "v.stats_time_s <= rec.settled_s", "True", "stale estimate beats fresh stats"),
+    _r(
+        "R12",
+        "(self.knobs.chat_spill and self.chat_saturated)",
+        "self.chat_saturated",
+        "chat_spill=false ignored",
+        PLACEMENT,
+    ),
+    _r("R13", "v.stats_time_s <= rec.settled_s", "True", "stale estimate beats fresh stats", PLACEMENT),
     _r(
         "R14",
-        "if c.admits(pinned) and (not c.busy(pinned, pinned_cls) or not better):",
-        "if c.admits(pinned) and not c.busy(pinned, pinned_cls):",
+        "else (not c.busy(pinned, pinned_cls) or not better)",
+        "else (not c.busy(pinned, pinned_cls))",
         "gives way to worse",
     ),
     _r("R15", "if now_s - rec.last_used_s <= knobs.session_ttl_s:", "if True:", "sessions never expire"),
-    _r("R16", "return v.lane is Lane.LONG or not self.has_long_lane", "return v.lane is Lane.LONG", "no lane fallback"),
+    _r(
+        "R16",
+        "return v.lane is Lane.LONG or not self.has_long_lane",
+        "return v.lane is Lane.LONG",
+        "no lane fallback",
+        PLACEMENT,
+    ),
     _r(
         "R17",
         "self.short_request_tokens = _agreed_threshold(usable)",
         "self.short_request_tokens = 2048",
         "the replica's published threshold ignored",
+        PLACEMENT,
+    ),
+    # -- lanes that follow the load ----------------------------------------------------------------------
+    _r(
+        "R18",
+        "return self.over_target(v) or load.num_pending",
+        "return load.num_pending",
+        "a chat's predicted TTFT never makes a replica busy",
+        PLACEMENT,
+    ),
+    _r("R19", "not self.keeps_chat_slo(v),", "False,", "documents ignore the chat SLO", PLACEMENT),
+    _r("R20", "ready = [v for v in views if v.load.ready]", "ready = list(views)", "loading replicas get requests"),
+    _r("R21", "and c.faster(v, pinned)]", "]", "a follow-up leaves its cache for a slower first token"),
+    _r(
+        "R24",
+        "pinned_cls is TrafficClass.SHORT\n                    and c.behind_document(pinned)",
+        "False\n                    and c.behind_document(pinned)",
+        "a chat stays beside a document while another replica would answer sooner",
+    ),
+    _r("R22", "if load.short_first:", "if True:", "every engine taken to overtake", "serve_app/ttft_prediction.py"),
+    _r(
+        "R23",
+        "by_load = (_or_inf(self.predicted_ttft_s(v)),",
+        "by_load = (0.0,",
+        "chats not placed by predicted TTFT",
+        PLACEMENT,
     ),
     # -- the policy core -------------------------------------------------------------------------------
     _c(

@@ -25,6 +25,7 @@ from serve_app.sim.prefix_cache import SessionPrefixCache
 from serve_app.sim.stop import StopMatcher
 from serve_app.sim.streams import Streams, next_progress
 from serve_app.sim.synthetic_text import synthetic_text
+from serve_app.ttft_prediction import interactive_pass_tokens, overtakes_queued_prefill, wait_pass_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -144,7 +145,7 @@ class SimBackend:
 
     # -- views -----------------------------------------------------------------------------
     def load(self) -> ReplicaLoad:
-        e = self.engine
+        e, policy = self.engine, self.scheduler.cfg
         prefilling = [r for r in e.running if r.phase is Phase.PREFILLING]
         return ReplicaLoad(
             num_waiting=len(e.waiting),
@@ -154,6 +155,12 @@ class SimBackend:
             max_running_requests=self.scheduler.max_running_requests,
             kv_used_tokens=e.kv_used_tokens,
             kv_total_tokens=self.preset.cost.kv_pool_tokens,
+            # The preset's cost in simulated seconds, as the policy's targets are.
+            prefill_tok_per_s=self.preset.cost.prefill_tok_per_s,
+            pass_fixed_s=self.preset.cost.fixed_s,
+            pass_tokens=wait_pass_tokens(policy, policy.chunk_budget_tokens),
+            interactive_pass_tokens=interactive_pass_tokens(policy, policy.chunk_budget_tokens),
+            short_first=overtakes_queued_prefill(policy),
         )
 
     def recent_sessions(self, limit: int) -> dict[str, int]:
