@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 
 # The sglang plugin's CPU test environment: torch from this machine's local disk, sglang without its
 # CUDA dependencies, and exactly the pure-Python packages its scheduler modules import.
-# Then what it needs to serve on CPU (tests start real sglang with a tiny model: tests/sglang_cpu/).
+# Then what it needs to serve on CPU (tests start real sglang with a tiny model: harness/, tests/sglang_cpu/).
 $(SGLANG_STAMP): $(STAMP) requirements/sglang-cpu.txt requirements/sglang-serve-cpu.txt
 	$(BIN)/python -m pip install -q torch==2.14.1
 	$(BIN)/python -m pip install -q --no-deps sglang==0.5.23
@@ -46,10 +46,10 @@ sim-frontier: $(STAMP)
 	$(BIN)/python -m scheduler.sim frontier --plot frontier.png
 
 sim-overload: $(STAMP)
-	$(BIN)/python benchmarks/overload.py --plot overload.png
+	$(BIN)/python -m benchmarks.overload --plot overload.png
 
 bench: $(STAMP)
-	$(BIN)/python benchmarks/policy_decision_time.py
+	$(BIN)/python -m benchmarks.policy_decision_time
 
 clean:
 	rm -rf $(VENV)

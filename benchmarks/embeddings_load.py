@@ -23,7 +23,8 @@ from collections import Counter
 
 import aiohttp
 
-from benchmarks import serve_common as sc
+from harness import local_serve as sc
+from harness.net import free_port
 
 MODEL = "sim-embedding"
 CONCURRENCY = (1, 8, 64)
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=6.0, help="length of each closed-loop phase")
     parser.add_argument("--burst", type=int, default=10_000, help="requests sent at once in the burst")
     args = parser.parse_args(argv)
-    port = sc.free_port()
+    port = free_port()
     cfg = sc.app_config(port, num_replicas=1, time_scale=0.0)
     sc.start(port)
     try:

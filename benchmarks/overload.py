@@ -7,7 +7,7 @@ in interactive passes of the preset (a pass in flight cannot be interrupted: the
 TTFT p50/p99/max, short-stream ITL p99 in decode-only steps, long prefill throughput relative to
 `baseline` and long TTFT p99 (the price paid). Writes a PNG of added wait and throughput.
 
-    python benchmarks/overload.py [--preset h100-8b --preset card12gb-27b] [--plot docs/overload.png]
+    python -m benchmarks.overload [--preset h100-8b --preset card12gb-27b] [--plot docs/overload.png]
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@
    pass and the rest of sglang's loop run between two calls and evict its code and data, so the plugin's own
    time is also measured with `EVICT_MB` of memory written between calls ("cold"), nearer what a server sees.
 
-    python benchmarks/policy_decision_time.py [--quick]
+    python -m benchmarks.policy_decision_time [--quick]
 
 Call figures are CPU time (the timing thread's, not wall time: a loaded machine does not inflate it as much); the
 plugin's own time is the plugin clock's (monotonic wall time of its sections, which are too short for a preemption
@@ -35,7 +35,6 @@ import logging
 import os
 import random
 import statistics
-import sys
 import tempfile
 import time
 import warnings
@@ -98,7 +97,6 @@ def planner_us(n: int, loops: int, repeats: int) -> list[float]:
 def sglang_setup() -> None:
     """sglang on CPU as the plugin tests run it: its config published for a dummy model."""
     warnings.filterwarnings("ignore")
-    sys.path.insert(0, str(REPO / "tests" / "sglang"))
     from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
 
     set_global_server_args_for_scheduler(ServerArgs(model_path="dummy", device="cpu"))
@@ -113,7 +111,7 @@ short queue is `sglang_plugin_cost.py`'s server case (its pool, chunk and stream
 
 def blocked_harness(n: int, patched: bool, blocked_by: str):
     """One stream decoding; `n` waiting requests, none of which fits in the KV it leaves free."""
-    from sglang_harness import EngineSpec, Harness, ReqSpec
+    from harness.sglang_classes import EngineSpec, Harness, ReqSpec
 
     prompt, output = BLOCKED_BY[blocked_by]
     reqs = [ReqSpec("stream", prompt, max_new_tokens=output, decode_passes=10**9)]

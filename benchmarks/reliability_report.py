@@ -33,7 +33,8 @@ from typing import Any
 
 import httpx
 
-from benchmarks import serve_common
+from harness import local_serve
+from harness.net import free_port
 
 ANSWERED, SHED, FAILED, CANCELLED, LOST = "answered", "shed", "failed", "cancelled", "lost"
 CHARS_PER_TOKEN = 4
@@ -195,7 +196,7 @@ async def send_and_leave(
 # -- scenarios ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Plan:
-    model: str = serve_common.CARD12GB_MODEL
+    model: str = local_serve.CARD12GB_MODEL
     burst_requests: int = 48
     burst_doc_every: int = 8
     """One request in this many of the burst is a document of `doc_tokens`."""
@@ -290,19 +291,19 @@ async def probe(client: httpx.AsyncClient, base: str, plan: Plan, tally: Tally, 
 # -- running it --------------------------------------------------------------------------------
 def report_config(port: int) -> dict[str, Any]:
     """config.yaml, small: two engine replicas (long lane, chat lane) with tight limits and a fast clock."""
-    cfg = serve_common.app_config(port, num_replicas=2, time_scale=0.05)
+    cfg = local_serve.app_config(port, num_replicas=2, time_scale=0.05)
     cfg["applications"][0]["args"]["sim"]["natural_output_tokens"] = 4096
-    engine = serve_common.deployment(cfg, "Engine")
+    engine = local_serve.deployment(cfg, "Engine")
     engine["max_ongoing_requests"] = 8
     engine["max_queued_requests"] = 8
     engine["ray_actor_options"] = {"num_cpus": 0.1}
     engine["graceful_shutdown_timeout_s"] = 5
     engine["health_check_period_s"] = 1
-    serve_common.deployment(cfg, "Ingress")["ray_actor_options"] = {"num_cpus": 0.1}
+    local_serve.deployment(cfg, "Ingress")["ray_actor_options"] = {"num_cpus": 0.1}
     return cfg
 
 
-REPLICA_ACTOR_PREFIX = f"SERVE_REPLICA::{serve_common.APP}#Engine#"
+REPLICA_ACTOR_PREFIX = f"SERVE_REPLICA::{local_serve.APP}#Engine#"
 
 
 def engine_replicas() -> dict[str, tuple[str, str]]:
@@ -385,15 +386,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.url:
         base, owned = args.url.rstrip("/"), False
     else:
-        port = serve_common.free_port()
+        port = free_port()
         base, owned = f"http://127.0.0.1:{port}", True
-        serve_common.start(port)
-        serve_common.deploy(report_config(port))
+        local_serve.start(port)
+        local_serve.deploy(report_config(port))
     try:
         tally, facts = asyncio.run(asyncio.wait_for(run(base, plan, can_kill=owned), args.deadline_s))
     finally:
         if owned:
-            serve_common.stop()
+            local_serve.stop()
     print_report(tally, facts, time.monotonic() - started)
     return 0 if tally.lost == 0 else 1
 

@@ -21,7 +21,8 @@ import time
 
 import httpx
 
-from benchmarks import serve_common as sc
+from harness import local_serve as sc
+from harness.net import free_port
 
 MODEL = sc.CARD12GB_MODEL
 CONTENT = re.compile(r'"content":"[^"]')
@@ -100,7 +101,7 @@ def main() -> None:
     ap.add_argument("--chat-interval-s", type=float, default=0.5)
     args = ap.parse_args()
 
-    port = sc.free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}/v1/chat/completions"
     sc.start(port)
     os.nice(15)  # Ray's workers run at niceness 15: the client must not outrank them

@@ -43,7 +43,8 @@ from fastapi import FastAPI
 from fastapi.responses import StreamingResponse
 from ray import serve
 
-from benchmarks import serve_common as sc
+from harness import local_serve as sc
+from harness.net import free_port
 from serve_app.serve_path import SERVE_PATH_ENV
 
 MAX_TOKENS = 16
@@ -52,7 +53,7 @@ MODEL = sc.CARD12GB_MODEL
 echo_api = FastAPI()
 front_api = FastAPI()
 REFERENCE_CPUS = {"num_cpus": 0.25}
-"""Ray's logical CPUs for the added references' replicas: all of them and the app fit the 4 `serve_common.start`
+"""Ray's logical CPUs for the added references' replicas: all of them and the app fit the 4 `local_serve.start`
 declares (a replica that does not fit never starts). Logical only: every process shares the machine's cores."""
 
 
@@ -246,7 +247,7 @@ def main() -> None:
     args = ap.parse_args()
 
     load_before = os.getloadavg()
-    port = sc.free_port()
+    port = free_port()
     sc.start(port)
     # Ray runs its workers at niceness 15; the load generator must not outrank the servers it measures.
     os.nice(15)

@@ -26,9 +26,9 @@ random-weight 4-layer Llama (fast to start; on a GPU its prefill is too quick fo
 what CI runs on CPU); prompts are token ids and the server runs with ``--skip-tokenizer-init``. Absolute
 times mean something only on the machine they were measured on; compare the on/off ratios.
 
-    python benchmarks/sglang_gpu_check.py --dummy-model                 # the GPU check
-    python benchmarks/sglang_gpu_check.py --model-path /models/Llama-3.1-8B-Instruct
-    python benchmarks/sglang_gpu_check.py --dry-run                     # the plan and the server commands
+    python -m benchmarks.sglang_gpu_check --dummy-model                 # the GPU check
+    python -m benchmarks.sglang_gpu_check --model-path /models/Llama-3.1-8B-Instruct
+    python -m benchmarks.sglang_gpu_check --dry-run                     # the plan and the server commands
 """
 
 from __future__ import annotations
@@ -48,15 +48,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
-
-from benchmarks.sglang_local import (
-    PLUGIN_START_LINE,
-    LocalServer,
-    TinyModelSpec,
-    build_tiny_model,
-    launch_server_command,
-)
+from harness.sglang_server import PLUGIN_START_LINE, LocalServer, launch_server_command
+from harness.tiny_model import TinyModelSpec, build_tiny_model
 
 ARTICLE_DOC_TOKENS = 130_000
 QUESTION_TOKENS = 30

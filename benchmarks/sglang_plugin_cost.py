@@ -40,9 +40,9 @@ share alone allows (the plugin hooks nothing else the loop runs per iteration).
 On a machine without a GPU it runs sglang on CPU with a tiny random-weight model built locally (the test
 infrastructure's `sgl_kernel` stand-in and CPU switches); with ``--device cuda`` the same script runs on a GPU.
 
-    python benchmarks/sglang_plugin_cost.py --quick          # CI scale: 5 runs per mode and case
-    python benchmarks/sglang_plugin_cost.py --runs 7 --window 600
-    python benchmarks/sglang_plugin_cost.py --quick --before-ref main   # the plugin before this branch, too
+    python -m benchmarks.sglang_plugin_cost --quick          # CI scale: 5 runs per mode and case
+    python -m benchmarks.sglang_plugin_cost --runs 7 --window 600
+    python -m benchmarks.sglang_plugin_cost --quick --before-ref main   # the plugin before this branch, too
 """
 
 from __future__ import annotations
@@ -56,18 +56,18 @@ import os
 import random
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "tests")]
+from harness.net import http_json
+from harness.sglang_server import LocalServer
+from harness.tiny_model import TinyModelSpec, build_tiny_model
+from scheduler.sglang_plugin.clock import ClockPass, PassKind, read_clock
 
-from benchmarks.sglang_local import LocalServer, TinyModelSpec, build_tiny_model, http_json  # noqa: E402
-from scheduler.sglang_plugin.clock import ClockPass, PassKind, read_clock  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 POOL_TOKENS = 5000
 STREAM_PROMPT = 2600
@@ -104,7 +104,7 @@ def server_args(device: str) -> list[str]:
         "--enable-mixed-chunk",  # what the plugin turns on by default: the upstream server runs it too
     ]
     if device == "cpu":
-        from sglang_cpu.cpu_env import CPU_SERVER_ARGS
+        from harness.cpu_env import CPU_SERVER_ARGS
 
         return [*CPU_SERVER_ARGS, *common]
     return common
@@ -113,7 +113,7 @@ def server_args(device: str) -> list[str]:
 def server_env(device: str, code: Path | None = None, **fairshare: object) -> dict[str, str]:
     """The server's environment; `code`: a directory whose ``scheduler`` package the server imports first."""
     if device == "cpu":
-        from sglang_cpu.cpu_env import cpu_sglang_env
+        from harness.cpu_env import cpu_sglang_env
 
         env = cpu_sglang_env(**fairshare)
     else:

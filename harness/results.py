@@ -2,12 +2,16 @@
 
 A result file holds what is needed to rerun and to judge a figure: the command, the commit (``-dirty`` when the
 tree had uncommitted changes), the date, the machine, the load average when the run started and ended, and the
-benchmark's own tables. Files go to ``docs/results/<benchmark>/<date>-<commit>.md``; ``docs/results/README.md``
-indexes the newest file of each benchmark. Figures are never retyped into prose: docs link these files.
+benchmark's own tables. Files go to ``docs/results/<benchmark>/<date>-<commit>.md``, and the newest is also
+``docs/results/<benchmark>/latest.md``, which the docs link; ``docs/results/README.md`` indexes them. Figures are
+never retyped into prose.
+
+Benchmarks take ``--results-dir`` (default ``docs/results``): tests that run a benchmark point it elsewhere.
 """
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import os
 import platform
@@ -21,6 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 RESULTS_DIR = REPO / "docs" / "results"
 INDEX_NAME = "README.md"
+LATEST_NAME = "latest.md"
 
 
 def git_commit(repo: Path = REPO) -> str:
@@ -82,7 +87,9 @@ class BenchmarkRun:
             f"- load average (1/5/15 min): {self.start_load} at start, {load_average()} at end",
             "",
         ]
-        path.write_text("\n".join(header) + body_markdown.rstrip() + "\n")
+        text = "\n".join(header) + body_markdown.rstrip() + "\n"
+        path.write_text(text)
+        (path.parent / LATEST_NAME).write_text(text)
         write_index(results_dir)
         return path
 
@@ -99,15 +106,22 @@ def command_line(argv: list[str]) -> str:
     return shlex.join(["python", str(where), *args[1:]])
 
 
-def write_result(name: str, title: str, body_markdown: str, *, argv: list[str] | None = None) -> Path:
+def write_result(
+    name: str, title: str, body_markdown: str, *, argv: list[str] | None = None, results_dir: Path = RESULTS_DIR
+) -> Path:
     """Write one result file now (for a benchmark that did not keep a `BenchmarkRun` from its start)."""
     run = BenchmarkRun(name) if argv is None else BenchmarkRun(name, argv=argv)
-    return run.write(title, body_markdown)
+    return run.write(title, body_markdown, results_dir)
+
+
+def runs(name: str, results_dir: Path = RESULTS_DIR) -> list[Path]:
+    """A benchmark's result files, oldest first (their names start with the UTC start time)."""
+    return sorted(p for p in (results_dir / name).glob("*.md") if p.name != LATEST_NAME)
 
 
 def latest(name: str, results_dir: Path = RESULTS_DIR) -> Path | None:
-    files = sorted((results_dir / name).glob("*.md"))
-    return files[-1] if files else None
+    found = runs(name, results_dir)
+    return found[-1] if found else None
 
 
 def write_index(results_dir: Path = RESULTS_DIR) -> Path:
@@ -117,12 +131,12 @@ def write_index(results_dir: Path = RESULTS_DIR) -> Path:
         newest = latest(folder.name, results_dir)
         if newest is not None:
             title = newest.read_text().splitlines()[0].removeprefix("# ")
-            rows.append(f"| `{folder.name}` | [{newest.name}]({folder.name}/{newest.name}) | {title} |")
+            rows.append(f"| `{folder.name}` | [{newest.name}]({folder.name}/{LATEST_NAME}) | {title} |")
     text = [
         "# Benchmark results",
         "",
         "Written by the benchmarks themselves (`harness/results.py`): one file per run, with its command, commit,",
-        "date, machine and load average. The newest of each:",
+        "date, machine and load average. The newest of each (also its folder's `latest.md`, which the docs link):",
         "",
         "| benchmark | newest result | what it measures |",
         "| --- | --- | --- |",
@@ -132,3 +146,13 @@ def write_index(results_dir: Path = RESULTS_DIR) -> Path:
     index = results_dir / INDEX_NAME
     index.write_text("\n".join(text))
     return index
+
+
+def add_results_dir_argument(parser: argparse.ArgumentParser) -> None:
+    """The ``--results-dir`` option every benchmark takes."""
+    parser.add_argument(
+        "--results-dir",
+        type=Path,
+        default=RESULTS_DIR,
+        help="where the run's result file goes (default: docs/results; tests point it at a temporary folder)",
+    )

@@ -17,7 +17,8 @@ from typing import Any
 import requests
 import yaml
 
-from benchmarks import serve_common as sc
+from harness import local_serve as sc
+from harness.net import free_port
 from scheduler.sim.presets import PRESETS
 from scheduler.sim.rules import RuleSet, policy_for
 
@@ -61,7 +62,7 @@ class LocalApp:
     """Ray + Serve in this process, on a free loopback port; `with LocalApp(...) as app:` stops it on exit."""
 
     def __init__(self, config_path: Path, overrides: dict[str, Any], num_cpus: int = 4) -> None:
-        self.port = sc.free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.config = load_config(config_path, self.port, overrides)
         self.num_cpus = num_cpus
@@ -78,7 +79,7 @@ class LocalApp:
                     sc.stop()
                 if attempt == START_ATTEMPTS - 1:
                     raise
-                self._use_port(sc.free_port())
+                self._use_port(free_port())
         try:
             sc.deploy(self.config)
             wait_ready(self.url)

@@ -24,7 +24,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-COPIED = ("scheduler", "serve_app", "tests", "benchmarks", "pyproject.toml", "config.yaml", "config.card12gb.yaml")
+COPIED = (
+    "scheduler",
+    "serve_app",
+    "tests",
+    "benchmarks",
+    "harness",
+    "pyproject.toml",
+    "config.yaml",
+    "config.card12gb.yaml",
+)
 
 CORE_TESTS = (
     "tests/test_admission.py",

@@ -1,9 +1,8 @@
 """Skip-ahead admission: the scan past capacity rejections, its bound, and anti-starvation."""
 
-from factories import FCFS, cand, cfg, snap
-
 from scheduler.planner import PassPlanner
 from scheduler.snapshot import QueueSnapshot
+from tests.factories import FCFS, cand, cfg, snap
 
 
 def test_empty_queue_admits_nothing():

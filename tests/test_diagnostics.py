@@ -1,8 +1,7 @@
 import logging
 
-from factories import cand, cfg, snap
-
 from scheduler.planner import PassPlanner
+from tests.factories import cand, cfg, snap
 
 SEED_CASE = [cand("doc-c", 70_689, 70_945), cand("q", 30, 286)]
 

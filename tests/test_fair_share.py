@@ -1,9 +1,8 @@
 """Chunk budgeting: fair shares, the F cap, uncontended full budget, the one-cut-request invariant."""
 
-from factories import cand, cfg, snap
-
 from scheduler.fair_share import sequential_fill, top_up, water_fill
 from scheduler.planner import PassPlanner
+from tests.factories import cand, cfg, snap
 
 NO_ADAPT = dict(adaptive_pass=False)
 

@@ -3,11 +3,10 @@ decisions exactly. The reference below is upstream's loop written out plainly (t
 
 import random
 
-from factories import FCFS, cand, snap
-
 from scheduler.config import PolicyConfig
 from scheduler.planner import PassPlanner
 from scheduler.snapshot import QueueSnapshot
+from tests.factories import FCFS, cand, snap
 
 
 def upstream_reference(s: QueueSnapshot, chunk_budget: int) -> list[tuple[str, int]]:

@@ -1,10 +1,10 @@
 """Decode interleave: which pass kind runs next, and decode-only passes only when someone decodes."""
 
-from factories import cfg
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler.interleave import DecodeInterleave, PassKind, short_decode_passes
+from tests.factories import cfg
 
 
 def test_prefill_pass_is_mixed_only_with_decoders() -> None:

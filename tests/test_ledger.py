@@ -1,11 +1,11 @@
 """The starvation ledger across passes: first skip, reservations, and pruning requests that left the queue."""
 
-from factories import cfg
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from scheduler.admission import StarvationLedger
 from scheduler.snapshot import Rejection
+from tests.factories import cfg
 
 
 def test_a_skip_is_recorded_once_at_its_first_pass() -> None:

@@ -1,13 +1,12 @@
 """The policy under overload: what a pass cannot run holds nothing, the interactive reserve, the short-request
 index past the lookahead, pass counters in forward passes, decode of short streams with mixed chunk off."""
 
-from factories import cand, cfg, snap
-
 from scheduler.planner import PassPlanner
 from scheduler.sim.experiments import added_waits, run_spec
 from scheduler.sim.presets import CARD12GB, H100_8B
 from scheduler.sim.workload import Group, Workload, scenario
 from scheduler.traffic import TrafficClass
+from tests.factories import cand, cfg, snap
 
 
 def test_a_request_the_pass_cannot_run_holds_no_kv_and_the_scan_goes_on():

@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import random
 
-from factories import FCFS
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_fcfs_reference import upstream_reference
 
 from scheduler.config import PolicyConfig
 from scheduler.planner import PassPlanner
@@ -26,6 +24,8 @@ from scheduler.sim.rules import make_scheduler
 from scheduler.sim.runner import run
 from scheduler.snapshot import Candidate, QueueSnapshot
 from scheduler.traffic import TrafficClass
+from tests.factories import FCFS
+from tests.test_fcfs_reference import upstream_reference
 
 SHORT_TOKENS = 2048
 FIT_BOUND_PASSES = 3

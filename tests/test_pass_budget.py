@@ -1,8 +1,7 @@
 """Pass sizing by interactive activity."""
 
-from factories import cand, cfg, snap
-
 from scheduler.planner import PassPlanner
+from tests.factories import cand, cfg, snap
 
 
 def test_quiet_passes_use_the_quiet_budget():

@@ -6,7 +6,6 @@ activity window and the reservation age."""
 from __future__ import annotations
 
 import pytest
-from factories import cand, snap
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -14,6 +13,7 @@ from scheduler.admission import free_kv_to_fit
 from scheduler.config import PolicyConfig
 from scheduler.planner import PassPlanner
 from scheduler.snapshot import Grant, PassPlan
+from tests.factories import cand, snap
 
 
 def state(p: PassPlanner) -> tuple:

@@ -1,10 +1,10 @@
 """The one traffic classifier: its boundary, hysteresis, and the planner's `is_short` agreeing with it."""
 
-from factories import cfg
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler.traffic import TrafficClass, classify
+from tests.factories import cfg
 
 
 def test_the_threshold_itself_is_short() -> None:

@@ -21,7 +21,8 @@ import openai
 import pytest
 import yaml
 
-from benchmarks.serve_common import CARD12GB_MODEL, CONFIG_FILE, deploy, deployment, free_port, start_ray
+from harness.local_serve import CARD12GB_MODEL, CONFIG_FILE, deploy, deployment, start_ray
+from harness.net import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY_TIMEOUT_S = 300

@@ -12,7 +12,7 @@ from sglang.srt.server_args import ServerArgs, set_global_server_args_for_schedu
 
 set_global_server_args_for_scheduler(ServerArgs(model_path="dummy", device="cpu"))
 
-import sglang_harness  # noqa: E402
+from harness import sglang_classes  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -21,7 +21,7 @@ def _policy_env_and_unpatched_sglang(monkeypatch):
     for name in list(os.environ):
         if name.upper().startswith("FAIRSHARE_"):
             monkeypatch.delenv(name)
-    assert sglang_harness.sglang_is_unpatched(), "a test patched sglang's classes in the pytest process"
+    assert sglang_classes.sglang_is_unpatched(), "a test patched sglang's classes in the pytest process"
     logging.getLogger("fairshare").setLevel(logging.NOTSET)
     yield
-    assert sglang_harness.sglang_is_unpatched(), "a test patched sglang's classes in the pytest process"
+    assert sglang_classes.sglang_is_unpatched(), "a test patched sglang's classes in the pytest process"

@@ -14,7 +14,7 @@ import warnings
 
 warnings.filterwarnings("ignore")
 logging.basicConfig(level=logging.INFO, format="%(name)s %(levelname)s %(message)s", stream=sys.stderr)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the repo root
 
 from importlib.metadata import entry_points  # noqa: E402
 
@@ -41,23 +41,23 @@ args.resolve_once()
 result["enable_mixed_chunk"] = resolving_view(args).enable_mixed_chunk
 
 set_global_server_args_for_scheduler(ServerArgs(model_path="dummy", device="cpu"))
-import sglang_harness  # noqa: E402
+from harness import sglang_classes  # noqa: E402
 
 LiveScheduler = type(
     "LiveScheduler",
-    (sglang_harness.StandInScheduler,),
+    (sglang_classes.StandInScheduler,),
     {
         "_get_new_batch_prefill_raw": Scheduler._get_new_batch_prefill_raw,
         "get_prefill_adder_class": Scheduler.get_prefill_adder_class,
     },
 )
 reqs = [
-    sglang_harness.ReqSpec("holder", 2000, decode_passes=50),
-    sglang_harness.ReqSpec("big", 2500, arrive_pass=1),
-    sglang_harness.ReqSpec("small", 30, arrive_pass=1),
+    sglang_classes.ReqSpec("holder", 2000, decode_passes=50),
+    sglang_classes.ReqSpec("big", 2500, arrive_pass=1),
+    sglang_classes.ReqSpec("small", 30, arrive_pass=1),
 ]
-harness = sglang_harness.Harness(
-    sglang_harness.EngineSpec(pool_tokens=4096, chunk_tokens=2048), reqs, patched=False, scheduler_cls=LiveScheduler
+harness = sglang_classes.Harness(
+    sglang_classes.EngineSpec(pool_tokens=4096, chunk_tokens=2048), reqs, patched=False, scheduler_cls=LiveScheduler
 )
 hooks.after_scheduler_init(None, harness.sched)  # what the patched Scheduler.__init__ runs at its end
 result["admitted"] = [[rid for rid, _ in record.admitted] for record in harness.run(3)]

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sglang_harness import EngineSpec, ReqSpec
-
+from harness.sglang_classes import EngineSpec, ReqSpec
 from scheduler.sim.presets import CARD12GB_PREFILL_TOK_PER_S
 from scheduler.sim.workload import SCENARIOS
 from scheduler.traffic import TrafficClass

@@ -10,8 +10,8 @@ from sglang.srt.arg_groups.overrides import resolving_view
 from sglang.srt.managers.schedule_policy import PrefillAdder
 from sglang.srt.plugins.hook_registry import HookRegistry
 from sglang.srt.server_args import ServerArgs
-from sglang_harness import UPSTREAM_ADDER_CLASS, EngineSpec, Harness, ReqSpec, build_scheduler
 
+from harness.sglang_classes import UPSTREAM_ADDER_CLASS, EngineSpec, Harness, ReqSpec, build_scheduler
 from scheduler.config import PolicyConfig, env_var_name
 from scheduler.pass_trace import read_pass_trace
 from scheduler.sglang_plugin import attach as attach_mod

@@ -4,8 +4,8 @@ cut, the full budget when uncontended, alignment, and never a second half-prefil
 import random
 
 import pytest
-from sglang_harness import EngineSpec, Harness, ReqSpec, make_req
 
+from harness.sglang_classes import EngineSpec, Harness, ReqSpec, make_req
 from scheduler.sglang_plugin.adder import PassRun, Route, fair_share_adder_class
 from scheduler.snapshot import Grant
 
@@ -112,7 +112,8 @@ class _ForcedRun:
 def test_adder_refuses_a_second_cut_request():
     from sglang.srt.managers.schedule_batch import ScheduleBatch
     from sglang.srt.managers.schedule_policy import AddReqResult, PrefillAdder
-    from sglang_harness import build_scheduler
+
+    from harness.sglang_classes import build_scheduler
 
     sched = build_scheduler(ENGINE, patched=False)
     adder = fair_share_adder_class(PrefillAdder)(

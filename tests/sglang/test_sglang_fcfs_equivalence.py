@@ -6,8 +6,9 @@ import random
 from dataclasses import replace
 
 import pytest
-from sglang_harness import EngineSpec, Harness, ReqSpec
-from sglang_scenarios import SHARED_SCENARIOS
+
+from harness.sglang_classes import EngineSpec, Harness, ReqSpec
+from tests.sglang.sglang_scenarios import SHARED_SCENARIOS
 
 FCFS_ENV = {
     "FAIRSHARE_SKIP_AHEAD": "false",

@@ -7,19 +7,19 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).parents[2] / "benchmarks" / "sglang_gpu_check.py"
-spec = importlib.util.spec_from_file_location("sglang_gpu_check", SCRIPT)
-gpu_check = importlib.util.module_from_spec(spec)
-sys.modules[spec.name] = gpu_check  # dataclasses look their module up
-spec.loader.exec_module(gpu_check)
+from benchmarks import sglang_gpu_check as gpu_check
+
+REPO = Path(__file__).parents[2]
+SCRIPT = [sys.executable, "-m", "benchmarks.sglang_gpu_check"]
 
 
 def test_dry_run_prints_the_plan_and_both_server_commands():
     out = subprocess.run(
-        [sys.executable, str(SCRIPT), "--dry-run", "--doc-tokens", "4096", "--env", "FAIRSHARE_DIAGNOSTICS=true"],
+        [*SCRIPT, "--dry-run", "--doc-tokens", "4096", "--env", "FAIRSHARE_DIAGNOSTICS=true"],
         capture_output=True,
         text=True,
         check=True,
+        cwd=REPO,
     ).stdout
     off, on = (line for line in out.splitlines() if line.startswith("[o"))
     assert off.startswith("[off] FAIRSHARE_PLUGIN_ENABLED=0 ") and "FAIRSHARE_DIAGNOSTICS" not in off
@@ -62,11 +62,11 @@ def _gpu_ready() -> bool:
     not _gpu_ready(),
     reason="GPU-only figures: needs a CUDA GPU and sglang 0.5.23 with its CUDA dependencies (the CPU test env "
     "installs sglang --no-deps; tests/sglang_cpu runs this script on CPU); run "
-    "`python benchmarks/sglang_gpu_check.py --dummy-model` on a GPU machine",
+    "`python -m benchmarks.sglang_gpu_check --dummy-model` on a GPU machine",
 )
 def test_gpu_check_runs_with_an_8b_shaped_dummy_model(tmp_path):
     out = subprocess.run(
-        [sys.executable, str(SCRIPT), "--dummy-model", "--out", str(tmp_path / "r.json")],
+        [*SCRIPT, "--dummy-model", "--out", str(tmp_path / "r.json")],
         capture_output=True,
         text=True,
         timeout=1800,

@@ -18,7 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sglang.srt.mem_cache.base_prefix_cache import InsertParams
 from sglang.srt.mem_cache.radix_cache import RadixKey
-from sglang_harness import EngineSpec, Harness, PassRecord, ReqSpec
+
+from harness.sglang_classes import EngineSpec, Harness, PassRecord, ReqSpec
 
 RATIO_DECAY = 0.01
 MIN_RATIO = 0.1

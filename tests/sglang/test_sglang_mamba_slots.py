@@ -5,7 +5,8 @@ of a few slots would run dry: sglang asserts "Can not alloc mamba cache")."""
 
 import torch
 from sglang.srt.managers.schedule_batch import Req
-from sglang_harness import EngineSpec, Harness, ReqSpec
+
+from harness.sglang_classes import EngineSpec, Harness, ReqSpec
 
 
 class SlotPool:

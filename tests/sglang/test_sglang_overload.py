@@ -1,8 +1,7 @@
 """The overload fixes inside sglang: short streams keep decoding during a document's prefill with sglang's
 default (mixed chunk off), and documents cannot take the running slots kept for short requests."""
 
-from sglang_harness import EngineSpec, Harness, ReqSpec
-
+from harness.sglang_classes import EngineSpec, Harness, ReqSpec
 from scheduler.pass_trace import read_pass_trace
 
 

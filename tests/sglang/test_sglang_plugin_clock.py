@@ -1,7 +1,6 @@
 """``FAIRSHARE_PLUGIN_CLOCK``: the plugin's own time per pass, recorded in the scheduler process."""
 
-from sglang_harness import UPSTREAM_PREFILL_RAW, EngineSpec, Harness, ReqSpec, StandInScheduler
-
+from harness.sglang_classes import UPSTREAM_PREFILL_RAW, EngineSpec, Harness, ReqSpec, StandInScheduler
 from scheduler.sglang_plugin import hooks
 from scheduler.sglang_plugin.clock import PassKind, read_clock
 

@@ -2,8 +2,8 @@
 waiting requests (`scheduler.sglang_plugin.short_index`) and admitted the pass it arrives, with sglang's own scan:
 the plugin moves it behind the requests the planner walked, so sglang prefix-matches no document in between."""
 
-from sglang_harness import ReqSpec
-from test_sglang_idle_scan import POOL, blocked_queue, run_pair
+from harness.sglang_classes import ReqSpec
+from tests.sglang.test_sglang_idle_scan import POOL, blocked_queue, run_pair
 
 
 def deep_question(num_docs: int) -> list[ReqSpec]:

@@ -1,8 +1,8 @@
 """Skip-ahead admission on sglang's real scan: a request rejected for KV capacity no longer ends it."""
 
 import pytest
-from sglang_harness import EngineSpec, Harness, ReqSpec
 
+from harness.sglang_classes import EngineSpec, Harness, ReqSpec
 from scheduler.sglang_plugin.attach import policy_config_for
 
 # 4,096 KV tokens; "holder" keeps 2,000 of them for 50 passes, so "big" (2,500 + output) cannot fit.
@@ -127,8 +127,8 @@ def test_cleanup_frees_a_fresh_mamba_slot_but_not_a_session_one(in_session):
     from types import SimpleNamespace
 
     import torch
-    from sglang_harness import make_req
 
+    from harness.sglang_classes import make_req
     from scheduler.sglang_plugin.adder import release_unadmitted
 
     spec = ReqSpec("r", 10)

@@ -1,6 +1,6 @@
 import signal
 
-from sglang_cpu.fixtures import tiny_bytes_model_dir, tiny_model_dir  # noqa: F401  (session fixtures, shared)
+from tests.sglang_cpu.fixtures import tiny_bytes_model_dir, tiny_model_dir  # noqa: F401  (session fixtures, shared)
 
 
 def _interrupt(signum, frame):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.sglang_local import TinyModelSpec, build_tiny_model
+from harness.tiny_model import TinyModelSpec, build_tiny_model
 from scheduler.sglang_plugin.loading import TESTED_SGLANG_VERSION
 
 TINY_MODEL = TinyModelSpec()

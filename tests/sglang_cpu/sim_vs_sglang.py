@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from harness.sglang_traffic import greedy, prompt_ids
 from scheduler.config import PolicyConfig
 from scheduler.interleave import PassKind
 from scheduler.pass_trace import pass_record
@@ -23,7 +24,6 @@ from scheduler.sim.cost_model import CostModel
 from scheduler.sim.engine import SimEngine
 from scheduler.sim.request import SimRequest
 from scheduler.sim.schedulers import PolicyScheduler
-from sglang_cpu.traffic import greedy, prompt_ids
 
 
 @dataclass(frozen=True)

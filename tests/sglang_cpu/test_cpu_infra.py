@@ -6,11 +6,11 @@ import pytest
 import torch
 from setuptools import find_packages
 
-from benchmarks.sglang_local import PLUGIN_START_LINE
+from harness.cpu_env import REPO_ROOT, cpu_sglang_env
+from harness.sgl_kernel_standin import sgl_kernel
+from harness.sglang_engine import run_engine
+from harness.sglang_server import PLUGIN_START_LINE
 from scheduler.pass_trace import read_pass_trace
-from sglang_cpu.cpu_env import REPO_ROOT, cpu_sglang_env
-from sglang_cpu.engine import run_engine
-from sglang_cpu.standin import sgl_kernel
 
 
 def test_stand_in_assigns_kv_locations_in_order():
@@ -29,12 +29,12 @@ def test_stand_in_fails_loudly_naming_the_symbol():
     with pytest.raises(AttributeError, match=r"sgl_kernel\.fused_add_rmsnorm_cpu is not provided"):
         sgl_kernel.fused_add_rmsnorm_cpu  # noqa: B018
     with pytest.raises(ImportError, match="silu_and_mul"):
-        from sglang_cpu.standin.sgl_kernel import silu_and_mul  # noqa: F401
+        from harness.sgl_kernel_standin.sgl_kernel import silu_and_mul  # noqa: F401
 
 
-def test_stand_in_is_never_shipped():
+def test_stand_in_and_harness_are_never_shipped():
     shipped = find_packages(where=REPO_ROOT, include=["scheduler*", "serve_app*"])  # pyproject's include
-    assert shipped and not [p for p in shipped if "sgl_kernel" in p or "sglang_cpu" in p]
+    assert shipped and not [p for p in shipped if "sgl_kernel" in p or "harness" in p or "tests" in p]
 
 
 @pytest.mark.sglang_cpu

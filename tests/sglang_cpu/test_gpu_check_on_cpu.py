@@ -9,11 +9,11 @@ import sys
 
 import pytest
 
-from sglang_cpu.cpu_env import CPU_SERVER_ARGS, REPO_ROOT, cpu_sglang_env
+from harness.cpu_env import CPU_SERVER_ARGS, REPO_ROOT, cpu_sglang_env
 
 pytestmark = [pytest.mark.sglang_cpu, pytest.mark.timeout(1800)]  # two server starts on a loaded CPU
 
-SCRIPT = REPO_ROOT / "benchmarks" / "sglang_gpu_check.py"
+SCRIPT = [sys.executable, "-m", "benchmarks.sglang_gpu_check"]
 
 
 def test_gpu_check_script_runs_on_cpu_with_the_tiny_model(tmp_path):
@@ -34,7 +34,7 @@ def test_gpu_check_script_runs_on_cpu_with_the_tiny_model(tmp_path):
     log = tmp_path / "check.log"
     with log.open("w") as sink:
         proc = subprocess.Popen(
-            [sys.executable, str(SCRIPT), *small], stdout=sink, stderr=subprocess.STDOUT, env=cpu_sglang_env()
+            [*SCRIPT, *small], stdout=sink, stderr=subprocess.STDOUT, env=cpu_sglang_env(), cwd=REPO_ROOT
         )
     try:
         rc = proc.wait(timeout=1500)

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.sglang_local import PLUGIN_START_LINE, LocalServer
+from harness.cpu_env import CPU_SERVER_ARGS, cpu_sglang_env
+from harness.sglang_server import PLUGIN_START_LINE, LocalServer
+from harness.sglang_traffic import Generation, load, prompt_ids, trace_since, wait_for, wait_idle
 from scheduler.pass_trace import read_pass_trace
 from scheduler.sglang_plugin.clock import PassKind, read_clock
-from sglang_cpu.cpu_env import CPU_SERVER_ARGS, cpu_sglang_env
-from sglang_cpu.traffic import Generation, load, prompt_ids, trace_since, wait_for, wait_idle
 
 pytestmark = [pytest.mark.sglang_cpu, pytest.mark.timeout(1200)]  # server starts on a loaded 2-core CPU
 

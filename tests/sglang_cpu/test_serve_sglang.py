@@ -24,9 +24,10 @@ import openai
 import pytest
 import yaml
 
-from benchmarks.serve_common import deploy, deployment, free_port, start_ray
-from sglang_cpu.cpu_env import REPO_ROOT, STANDIN_DIR
-from sglang_cpu.fixtures import TINY_MODEL
+from harness.cpu_env import REPO_ROOT, STANDIN_DIR
+from harness.local_serve import deploy, deployment, start_ray
+from harness.net import free_port
+from tests.sglang_cpu.fixtures import TINY_MODEL
 
 pytestmark = [pytest.mark.sglang_cpu, pytest.mark.serve, pytest.mark.timeout(1500)]  # the first test starts 3 engines
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from harness.cpu_env import cpu_sglang_env
+from harness.sglang_engine import run_engine
 from scheduler.config import PolicyConfig
 from scheduler.pass_trace import read_pass_trace
-from sglang_cpu.cpu_env import cpu_sglang_env
-from sglang_cpu.engine import run_engine
-from sglang_cpu.sim_vs_sglang import ENGINE, MIXES, agreement, sglang_batches, simulate
+from tests.sglang_cpu.sim_vs_sglang import ENGINE, MIXES, agreement, sglang_batches, simulate
 
 pytestmark = [pytest.mark.sglang_cpu, pytest.mark.timeout(1200)]  # server starts on a loaded 2-core CPU
 

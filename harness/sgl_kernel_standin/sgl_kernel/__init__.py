@@ -38,7 +38,7 @@ def assign_req_to_token_pool_cpu(
 def _not_implemented(name: str):
     def missing(*args, **kwargs):
         raise NotImplementedError(
-            f"sgl_kernel.{name} is not implemented by the test stand-in (tests/sglang_cpu/standin): "
+            f"sgl_kernel.{name} is not implemented by the test stand-in (harness/sgl_kernel_standin): "
             "speculative decoding and KV moves need the real sgl-kernel"
         )
 
@@ -63,6 +63,6 @@ def __getattr__(name: str):
     if name.startswith("__"):
         raise AttributeError(name)
     raise AttributeError(
-        f"sgl_kernel.{name} is not provided by the test stand-in (tests/sglang_cpu/standin); "
+        f"sgl_kernel.{name} is not provided by the test stand-in (harness/sgl_kernel_standin); "
         "it covers sglang 0.5.23's CPU imports only"
     )

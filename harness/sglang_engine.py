@@ -15,9 +15,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sglang_cpu.cpu_env import CPU_ENGINE_KWARGS
+from harness.cpu_env import CPU_ENGINE_KWARGS
 
-DRIVER = Path(__file__).resolve().parent / "engine_driver.py"
+DRIVER = Path(__file__).resolve().parent / "sglang_engine_driver.py"
 
 
 class EngineRunError(RuntimeError):

@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-STANDIN_DIR = Path(__file__).resolve().parent / "standin"
-REPO_ROOT = Path(__file__).resolve().parents[2]
+STANDIN_DIR = Path(__file__).resolve().parent / "sgl_kernel_standin"
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 CPU_SERVER_ARGS = ["--device", "cpu", "--attention-backend", "torch_native", "--sleep-on-idle"]
 """What every CPU server needs (sleep-on-idle: an idle scheduler otherwise busy-polls a core)."""

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.sglang_local import LocalServer
+from harness.sglang_server import LocalServer
 from scheduler.pass_trace import read_pass_trace
 
 FIRST_WORD_ID = 5

@@ -7,7 +7,6 @@ preset) so their figures compare with the article's and with earlier runs.
 from __future__ import annotations
 
 import copy
-import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -19,12 +18,6 @@ REPO = Path(__file__).resolve().parents[1]
 APP = "fairshare"
 CONFIG_FILE = "config.card12gb.yaml"
 CARD12GB_MODEL = "sim-card12gb-27b"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def deployment(cfg: dict[str, Any], name: str) -> dict[str, Any]:

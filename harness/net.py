@@ -1,0 +1,27 @@
+"""Loopback networking for the harness: free ports and plain JSON requests."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_json(port: int, method: str, path: str, body: object | None = None, timeout_s: float = 60) -> object:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout_s)
+    try:
+        payload = None if body is None else json.dumps(body)
+        conn.request(method, path, body=payload, headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        data = resp.read()
+        if resp.status != 200:
+            raise RuntimeError(f"{method} {path}: HTTP {resp.status}: {data[:500]!r}")
+        return json.loads(data) if data else None
+    finally:
+        conn.close()
