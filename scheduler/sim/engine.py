@@ -81,6 +81,11 @@ class SimEngine:
     def idle(self) -> bool:
         return not self.waiting and not self.running
 
+    @property
+    def drained(self) -> bool:
+        """Nothing left to run: nothing waits, and every running request is finishing."""
+        return not self.waiting and len(self.finishing) == len(self.running)
+
     def add(self, req: SimRequest) -> None:
         if req.kv_need_tokens > self.cost.kv_pool_tokens:
             raise ValueError(
@@ -109,12 +114,21 @@ class SimEngine:
                     return True
         return False
 
+    def process_results(self) -> None:
+        """Process the last pass's results now: its finishing requests leave. sglang's loop does so in an iteration
+        that has nothing to launch (`step` does it itself then); a request that arrives at an engine that has
+        nothing left to run finds them gone."""
+        for req in self.finishing:
+            self.running.remove(req)
+            self._release(req, Phase.FINISHED)
+        self.finishing.clear()
+
     def step(self, now_s: float) -> StepResult:
         plan = self.scheduler.plan_step(self)
         while self.finishing and not (plan.prefill or plan.decode):
             # Nothing to launch: the last pass's results are processed (its finishing requests leave), then the
             # scheduler plans again in its next iteration (sglang: an idle iteration, no forward pass).
-            self._release_finishing()
+            self.process_results()
             plan = self.scheduler.plan_step(self)
         self._admit(plan.prefill, now_s)
         by_rid = {r.rid: r for r in self.running}
@@ -127,7 +141,7 @@ class SimEngine:
             decode_ctx_tokens=sum(r.context_tokens for r in decode),
         )
         result = StepResult(now_s, duration, plan.kind, sum(n for _, n in prefill), len(decode))
-        self._release_finishing()  # the last pass's results are processed once this pass is launched
+        self.process_results()  # the last pass's results are processed once this pass is launched
         self._advance(prefill, decode, result)
         self.num_passes += 1
         return result
@@ -167,13 +181,7 @@ class SimEngine:
             req.phase = Phase.FINISHED
             self.finishing.append(req)
         if not self.scheduler.overlap_schedule:
-            self._release_finishing()
-
-    def _release_finishing(self) -> None:
-        for req in self.finishing:
-            self.running.remove(req)
-            self._release(req, Phase.FINISHED)
-        self.finishing.clear()
+            self.process_results()
 
     def _emit(self, req: SimRequest, end_s: float, result: StepResult) -> None:
         req.num_generated += 1
