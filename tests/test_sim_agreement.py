@@ -1,0 +1,108 @@
+"""The comparison of the simulator with real sglang, without sglang: the random mixes, the replay of where each
+request arrived, and the pass-by-pass pairing (`harness.sim_vs_sglang`; the real engines run in
+tests/sglang_cpu/test_sim_vs_sglang.py and `python -m benchmarks.sim_agreement`)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from harness.sim_vs_sglang import (
+    LIMITS,
+    SETUPS,
+    VOCAB_WORDS,
+    Arrival,
+    compare,
+    request_prompt,
+    sglang_batches,
+    simulate,
+)
+from harness.workload_mixes import Mix, MixRequest, random_mix
+
+SEEDS = range(200)
+
+
+def test_random_mixes_are_reproducible_and_valid():
+    assert random_mix(7) == random_mix(7) and random_mix(7) != random_mix(8)
+    for seed in SEEDS:
+        mix = random_mix(seed)
+        assert len({r.rid for r in mix.requests}) == len(mix.requests)
+        for r in mix.requests:
+            assert r.prompt_tokens + r.output_tokens <= LIMITS.kv_pool_tokens  # each fits the pool alone
+        assert [r.batch for r in mix.requests] == sorted(r.batch for r in mix.requests)
+
+
+def test_random_mixes_press_on_slots_and_kv_and_arrive_in_batches():
+    mixes = [random_mix(seed) for seed in SEEDS]
+    over_slots = [m for m in mixes if len(m.requests) > LIMITS.max_running_requests]
+    over_kv = [m for m in mixes if sum(r.prompt_tokens + r.output_tokens for r in m.requests) > LIMITS.kv_pool_tokens]
+    staggered = [m for m in mixes if len(m.after_passes) > 1]
+    long_docs = [m for m in mixes if any(r.prompt_tokens > 2048 for r in m.requests)]
+    for share in (len(over_slots), len(over_kv), len(staggered), len(long_docs)):
+        assert share >= 0.25 * len(mixes)
+    outputs = {r.output_tokens for m in mixes for r in m.requests}
+    assert min(outputs) == 1 and max(outputs) >= 12
+
+
+def test_every_request_of_a_run_has_its_own_first_token():
+    mixes = [random_mix(seed) for seed in range(40)]
+    firsts = [ids[0] for batch in sglang_batches(mixes) for ids in batch["input_ids"]]
+    assert len(firsts) == len(set(firsts))
+    with pytest.raises(ValueError, match="at most"):
+        request_prompt(VOCAB_WORDS, "r", 10)
+
+
+def test_batches_of_a_mix_form_one_group_sent_in_order():
+    mix = Mix("m", (MixRequest("a", 10, 1), MixRequest("b", 10, 1, batch=1), MixRequest("c", 10, 1, batch=1)), (0, 4))
+    batches = sglang_batches([mix, mix])
+    assert [(b["group"], b["after_passes"], b["rid"]) for b in batches] == [
+        (0, 0, ["a"]),
+        (0, 4, ["b", "c"]),
+        (1, 0, ["a"]),
+        (1, 4, ["b", "c"]),
+    ]
+
+
+def staggered_mix() -> Mix:
+    doc, q1, q2 = MixRequest("doc", 1500, 2), MixRequest("q1", 30, 3, batch=1), MixRequest("q2", 20, 2, batch=1)
+    return Mix("staggered", (doc, q1, q2), (0, 3))
+
+
+@pytest.mark.parametrize("setup", SETUPS, ids=lambda s: s.name)
+def test_the_simulator_replays_each_arrival_at_the_forward_pass_sglang_saw_it_in(setup):
+    mix = staggered_mix()
+    arrivals = {"doc": Arrival(40, True), "q1": Arrival(43, False), "q2": Arrival(43, False)}
+    records = simulate([mix], arrivals, setup, LIMITS.kv_pool_tokens)
+    seen = {rid: r["forward_pass"] for r in records for rid in r["arrived"]}
+    assert seen == {"doc": 40, "q1": 43, "q2": 43}
+    assert records[0]["forward_pass"] == 40  # the mix starts at sglang's forward-pass count
+
+
+def test_a_batch_sent_to_an_idle_engine_finds_the_last_results_processed():
+    """sglang had nothing left to run when the batch came: the request that finished last has left (overlap)."""
+    first, late = MixRequest("first", 30, 1), MixRequest("late", 30, 1, batch=1)
+    mix = Mix("idle-gap", (first, late), (0, 9))
+    setup = SETUPS[0]
+    busy = simulate([mix], {"first": Arrival(0, True), "late": Arrival(1, False)}, setup, LIMITS.kv_pool_tokens)
+    idle = simulate([mix], {"first": Arrival(0, True), "late": Arrival(1, True)}, setup, LIMITS.kv_pool_tokens)
+    assert [r["free_running_slots"] for r in busy if r["arrived"] == ["late"]] == [LIMITS.max_running_requests - 1]
+    assert [r["free_running_slots"] for r in idle if r["arrived"] == ["late"]] == [LIMITS.max_running_requests]
+
+
+@settings(max_examples=20, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 10_000), setup=st.sampled_from(SETUPS))
+def test_a_trace_agrees_with_itself_and_a_changed_pass_is_reported(seed, setup):
+    mix = random_mix(seed)
+    arrivals = {r.rid: Arrival(0 if r.batch == 0 else 100, True) for r in mix.requests}
+    records = simulate([mix], arrivals, setup, LIMITS.kv_pool_tokens)
+    same = compare(setup, [mix], records, copy.deepcopy(records))
+    assert same.num_identical == same.num_passes > 0 and not same.unexplained
+    changed = copy.deepcopy(records)
+    target = next(r for r in changed if r["admitted"])
+    target["admitted"][0][1] += 1
+    report = compare(setup, [mix], changed, records)
+    assert report.num_identical == report.num_passes - 1
+    assert [(mix_name, i) for mix_name, i, *_ in report.unexplained] == [(mix.name, 0)]
