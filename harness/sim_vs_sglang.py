@@ -145,6 +145,8 @@ class Arrival:
     """sglang's forward-pass count when its scheduler first saw the request waiting (from the pass trace)."""
     sent_idle: bool
     """Sent to an engine with nothing left to run (its batch waited for every request before it to finish)."""
+    finishing_seen: bool = True
+    """That pass saw requests whose last token was in flight (their results not processed yet)."""
 
 
 @dataclass
@@ -186,15 +188,17 @@ def run_sglang(
     log = (work_dir / "engine" / "engine.log").read_text(errors="replace")
     if setup.plugin:
         check_plugin_config(log, setup.policy()[0])
+    elif "fairshare policy: " in log:
+        raise ComparisonError("the plugin attached to an engine that should run upstream's rules")
     records = read_pass_trace(trace)
-    seen = {rid: r["forward_pass"] for r in records for rid in r["arrived"]}
+    seen = {rid: r for r in records for rid in r["arrived"]}
     missing = sorted(set(want) - set(seen))
     if missing:
         raise ComparisonError(f"the sglang trace shows no arrival of {missing}")
     idle = {
         rid: sent_idle for batch, sent_idle in zip(batches, result["sent_idle"], strict=True) for rid in batch["rid"]
     }
-    arrivals = {rid: Arrival(seen[rid], idle[rid]) for rid in want}
+    arrivals = {rid: Arrival(seen[rid]["forward_pass"], idle[rid], bool(seen[rid]["finishing"])) for rid in want}
     return SglangRun(records, arrivals, int(result["server_info"]["max_total_num_tokens"]), log)
 
 
@@ -212,8 +216,8 @@ def check_plugin_config(log: str, cfg: PolicyConfig) -> None:
 class TracedPolicyScheduler(PolicyScheduler):
     """The simulator's sglang-like scheduler, recording each pass it plans in the pass-trace form."""
 
-    def __init__(self, cfg: PolicyConfig, max_cut_requests: int) -> None:
-        super().__init__(cfg, max_cut_requests=max_cut_requests)
+    def __init__(self, cfg: PolicyConfig, max_cut_requests: int, overlap_schedule: bool = True) -> None:
+        super().__init__(cfg, max_cut_requests=max_cut_requests, overlap_schedule=overlap_schedule)
         self.records: list[dict[str, Any]] = []
         self.arrivals = ArrivalLog()
         self._planned: tuple[Any, Any] | None = None
@@ -233,20 +237,29 @@ class TracedPolicyScheduler(PolicyScheduler):
             rows = len(step.decode) if step.kind is PassKind.MIXED else 0
             admitted = [(g.rid, g.tokens) for g in plan.grants]
             arrived = self.arrivals.arrived(r.rid for r in engine.waiting)
-            self.records.append(pass_record(len(self.records), snap, list(snap.waiting), plan, admitted, rows, arrived))
+            finishing = [r.rid for r in engine.finishing]
+            judged = list(snap.waiting)
+            self.records.append(pass_record(len(self.records), snap, judged, plan, admitted, rows, arrived, finishing))
         return step
 
 
 def simulate(
-    mixes: Sequence[Mix], arrivals: dict[str, Arrival], setup: Setup, kv_pool_tokens: int
+    mixes: Sequence[Mix],
+    arrivals: dict[str, Arrival],
+    setup: Setup,
+    kv_pool_tokens: int,
+    overlap_schedule: bool = True,
 ) -> list[dict[str, Any]]:
     """The mixes through the simulator's engine, one after another, each request arriving where it arrived in
     sglang (`arrivals`); the simulator's pass records. A batch sent to an idle sglang engine arrives once the
-    simulated engine has nothing left to run either, after the last results are processed; another arrives at
-    the forward pass sglang saw it in. Each mix starts at sglang's forward-pass count (an idle engine's count does
-    not move), so the pass-counted knobs see the same counts and a difference in one mix does not shift the next."""
+    simulated engine has nothing left to run either; another arrives at the forward pass sglang saw it in. Where
+    sglang had processed the results of the pass before when it first saw the batch (no request was finishing), so
+    has the simulator (a batch can land in the idle iteration that processes them). Each mix starts at sglang's
+    forward-pass count (an idle engine's count does not move), so the pass-counted knobs see the same counts and a
+    difference in one mix does not shift the next.
+    `overlap_schedule`: model sglang's overlap event loop (its default, and what the CPU engine runs)."""
     cfg, max_cut = setup.policy()
-    scheduler = TracedPolicyScheduler(cfg, max_cut)
+    scheduler = TracedPolicyScheduler(cfg, max_cut, overlap_schedule)
     engine = SimEngine(CPU_TINY.cost.model_copy(update={"kv_pool_tokens": kv_pool_tokens}), scheduler)
     now = 0.0
     for mix in mixes:
@@ -255,7 +268,7 @@ def simulate(
         for _ in range(100_000):
             while pending and arrives(pending[0], arrivals, engine):
                 batch = pending.pop(0)
-                if arrivals[batch[0].rid].sent_idle:
+                if not arrivals[batch[0].rid].finishing_seen:
                     engine.process_results()
                 for r in batch:
                     engine.add(SimRequest(r.rid, r.prompt_tokens, r.output_tokens, now))
@@ -292,39 +305,115 @@ def pass_view(record: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+KV_BOOKKEEPING = "KV bookkeeping"
+"""sglang's admission counts KV a few tokens apart from the simulator's: a request's need one page more
+(`PrefillAdder.per_req_token_overhead`), free KV only below its remaining total, the half-prefilled request's
+remainder one page more, one token per row of the running batch when mixed chunk is on (`num_mixed_decode_tokens`),
+and one token less for a stream the pass in flight does not decode (its next token needs no KV yet). A request
+judged within `kv_window` tokens of fitting can fit on one side and not on the other."""
+AFTER = "after "
+"""Prefix of the reason of a later differing pass of a mix whose first difference has a known reason."""
+
+
+def kv_window(record: dict[str, Any], num_admitted_before: int) -> int:
+    """How far apart sglang's and the simulator's margins (free KV less need) of one request can be: the page of its
+    need and of each request admitted before it in the pass, the strict comparison, the continuing request's page,
+    and a token per stream of the running batch."""
+    return 3 + num_admitted_before + record["num_decoding"]
+
+
+def from_queue(record: dict[str, Any]) -> list[str]:
+    continuing = {c[0] for c in record["continuing"]}
+    return [rid for rid, _ in record["admitted"] if rid not in continuing]
+
+
+def margins(record: dict[str, Any]) -> dict[str, tuple[int, int]]:
+    """Each judged request's free KV less its need when the scan reached it (the free KV of the pass less what the
+    requests admitted before it took), in the record's own figures, and how many were admitted before it."""
+    admitted = set(from_queue(record))
+    free, before = record["free_kv_tokens"], 0
+    out = {}
+    for rid, _, need in record["judged"]:
+        out[rid] = (free - need, before)
+        if rid in admitted:
+            free, before = free - need, before + 1
+    return out
+
+
 def explain(real: dict[str, Any], sim: dict[str, Any]) -> str | None:
-    """Why two prefill passes differ, when the difference is a known one; None otherwise."""
+    """Why the first differing pass of a mix differs, when the reason is a known one; None otherwise. Both records
+    are the passes' raw records."""
+    fate_real = {rid: rid in set(from_queue(real)) for rid, *_ in real["judged"]}
+    fate_sim = {rid: rid in set(from_queue(sim)) for rid, *_ in sim["judged"]}
+    first = next((rid for rid in fate_real if rid in fate_sim and fate_real[rid] != fate_sim[rid]), None)
+    if first is None:
+        return None
+    margin, before = margins(sim)[first]
+    if abs(margin) <= max(kv_window(real, before), kv_window(sim, before)):
+        return KV_BOOKKEEPING
     return None
 
 
 @dataclass
 class MixComparison:
     mix: str
-    real: list[dict[str, Any]]
-    """sglang's prefill passes of the mix, as `pass_view`s."""
-    sim: list[dict[str, Any]]
+    real_records: list[dict[str, Any]]
+    """sglang's prefill passes of the mix (raw pass records)."""
+    sim_records: list[dict[str, Any]]
 
     @property
-    def pairs(self) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
-        longer = max(len(self.real), len(self.sim))
+    def real(self) -> list[dict[str, Any]]:
+        return [pass_view(r) for r in self.real_records]
+
+    @property
+    def sim(self) -> list[dict[str, Any]]:
+        return [pass_view(r) for r in self.sim_records]
+
+    @property
+    def pairs(self) -> list[tuple[dict[str, Any] | None, dict[str, Any] | None]]:
+        return [(a and pass_view(a), b and pass_view(b)) for a, b in self.record_pairs]
+
+    @property
+    def record_pairs(self) -> list[tuple[dict[str, Any] | None, dict[str, Any] | None]]:
+        longer = max(len(self.real_records), len(self.sim_records))
         pad = [None] * longer
-        return list(zip([*self.real, *pad][:longer], [*self.sim, *pad][:longer], strict=True))
+        return list(zip([*self.real_records, *pad][:longer], [*self.sim_records, *pad][:longer], strict=True))
 
     @property
     def num_passes(self) -> int:
         """The passes compared: sglang's, or the simulator's where it took more."""
-        return max(len(self.real), len(self.sim))
+        return max(len(self.real_records), len(self.sim_records))
 
     @property
     def num_identical(self) -> int:
         return sum(a == b for a, b in self.pairs)
 
     def differences(self) -> list[tuple[int, dict[str, Any] | None, dict[str, Any] | None, str | None]]:
-        """(pass of the mix, sglang's, the simulator's, the known reason or None) for every differing pass."""
+        """(pass of the mix, sglang's view, the simulator's, the reason or None) for every differing pass. The first
+        difference of a mix is judged by `explain`; the passes after it differ because of it (``after ...``), or
+        stay unexplained with it."""
+        out: list[tuple[int, dict[str, Any] | None, dict[str, Any] | None, str | None]] = []
+        cause: str | None = None
+        for i, (a, b) in enumerate(self.record_pairs):
+            va, vb = a and pass_view(a), b and pass_view(b)
+            if va == vb:
+                continue
+            if not out:
+                cause = explain(a, b) if a is not None and b is not None else None
+                out.append((i, va, vb, cause))
+            else:
+                out.append((i, va, vb, None if cause is None else AFTER + cause))
+        return out
+
+    def margin_gaps(self) -> list[tuple[int, int]]:
+        """For each request judged by both sides in an identical pass: how far sglang's margin (free KV less need)
+        is from the simulator's, and the `kv_window` that `KV_BOOKKEEPING` assumes it within."""
         out = []
-        for i, (a, b) in enumerate(self.pairs):
-            if a != b:
-                out.append((i, a, b, explain(a, b) if a is not None and b is not None else None))
+        for a, b in self.record_pairs:
+            if a is None or b is None or pass_view(a) != pass_view(b):
+                continue
+            ours = margins(b)
+            out += [(m - ours[rid][0], kv_window(a, k)) for rid, (m, k) in margins(a).items() if rid in ours]
         return out
 
 
@@ -332,6 +421,13 @@ class MixComparison:
 class Agreement:
     setup: str
     mixes: list[MixComparison] = field(default_factory=list)
+    arrivals: dict[str, Arrival] = field(default_factory=dict)
+    """Where sglang saw each request arrive."""
+
+    @property
+    def num_busy_arrivals(self) -> int:
+        """Requests that arrived while their mix ran (staggered batches sent to a busy engine)."""
+        return sum(not a.sent_idle for a in self.arrivals.values())
 
     @property
     def num_passes(self) -> int:
@@ -369,21 +465,29 @@ class Agreement:
 def compare(
     setup: Setup, mixes: Sequence[Mix], real_records: Sequence[dict[str, Any]], sim_records: Sequence[dict[str, Any]]
 ) -> Agreement:
-    """Pair the prefill passes of each mix (a pass belongs to the mix of the requests it admits)."""
+    """Pair the prefill passes of each mix (a pass belongs to the mix of the requests it admits; passes of other
+    mixes are left out)."""
     mix_of = {r.rid: mix.name for mix in mixes for r in mix.requests}
 
     def by_mix(records: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
         out: dict[str, list[dict[str, Any]]] = {mix.name: [] for mix in mixes}
         for record in prefill_passes(records):
-            out[mix_of[record["admitted"][0][0]]].append(pass_view(record))
+            if (mix := mix_of.get(record["admitted"][0][0])) is not None:
+                out[mix].append(record)
         return out
 
     real, sim = by_mix(real_records), by_mix(sim_records)
     return Agreement(setup.name, [MixComparison(mix.name, real[mix.name], sim[mix.name]) for mix in mixes])
 
 
+def compare_run(setup: Setup, mixes: Sequence[Mix], run: SglangRun, overlap_schedule: bool = True) -> Agreement:
+    """sglang's run of the mixes against the simulator's replay of it."""
+    sim = simulate(mixes, run.arrivals, setup, run.kv_pool_tokens, overlap_schedule)
+    report = compare(setup, mixes, run.records, sim)
+    report.arrivals = dict(run.arrivals)
+    return report
+
+
 def compare_on_sglang(model_dir: Path, mixes: Sequence[Mix], setup: Setup, work_dir: Path) -> Agreement:
     """Run the mixes through sglang and the simulator under `setup` and compare them."""
-    run = run_sglang(model_dir, mixes, setup, work_dir)
-    sim = simulate(mixes, run.arrivals, setup, run.kv_pool_tokens)
-    return compare(setup, mixes, run.records, sim)
+    return compare_run(setup, mixes, run_sglang(model_dir, mixes, setup, work_dir))

@@ -28,13 +28,16 @@ def pass_record(
     admitted: Sequence[tuple[str, int]],
     decode_rows: int,
     arrived: Sequence[str] = (),
+    finishing: Sequence[str] = (),
 ) -> dict[str, Any]:
     """One pass as plain data. ``pass``: the `index`-th planned pass; ``forward_pass``: the engine's forward-pass
     counter the policy's pass-counted knobs follow (decode-only passes included, so it can skip numbers).
     `judged`: the waiting requests the planner examined, in queue order (then those found in the short index);
     `admitted`: (rid, prefill tokens) the engine committed, continuing request included; `decode_rows`:
     decoding streams that ride along in this pass (not those whose last token is still in flight, which sglang's
-    overlap scheduler leaves out); `arrived`: requests waiting now that were not at the last traced pass."""
+    overlap scheduler leaves out); `arrived`: requests waiting now that were not at the last traced pass;
+    `finishing`: running requests whose last token is in flight (the overlap scheduler has not processed the pass
+    before yet), which still hold their slot and KV."""
     return {
         "pass": index,
         "forward_pass": snap.pass_index,
@@ -51,6 +54,7 @@ def pass_record(
         "admitted": [[rid, tokens] for rid, tokens in admitted],
         "decode_rows": decode_rows,
         "arrived": list(arrived),
+        "finishing": list(finishing),
     }
 
 

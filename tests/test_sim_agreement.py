@@ -11,11 +11,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.sim_vs_sglang import (
+    AFTER,
+    KV_BOOKKEEPING,
     LIMITS,
     SETUPS,
     VOCAB_WORDS,
     Arrival,
+    MixComparison,
     compare,
+    explain,
     request_prompt,
     sglang_batches,
     simulate,
@@ -74,20 +78,22 @@ def staggered_mix() -> Mix:
 @pytest.mark.parametrize("setup", SETUPS, ids=lambda s: s.name)
 def test_the_simulator_replays_each_arrival_at_the_forward_pass_sglang_saw_it_in(setup):
     mix = staggered_mix()
-    arrivals = {"doc": Arrival(40, True), "q1": Arrival(43, False), "q2": Arrival(43, False)}
+    arrivals = {"doc": Arrival(40, True, False), "q1": Arrival(43, False), "q2": Arrival(43, False)}
     records = simulate([mix], arrivals, setup, LIMITS.kv_pool_tokens)
     seen = {rid: r["forward_pass"] for r in records for rid in r["arrived"]}
     assert seen == {"doc": 40, "q1": 43, "q2": 43}
     assert records[0]["forward_pass"] == 40  # the mix starts at sglang's forward-pass count
 
 
-def test_a_batch_sent_to_an_idle_engine_finds_the_last_results_processed():
-    """sglang had nothing left to run when the batch came: the request that finished last has left (overlap)."""
+def test_a_batch_that_found_the_last_results_processed_finds_the_finished_request_gone():
+    """sglang had processed the pass before when it first saw the batch: the request that finished last has left;
+    had it not (its last token still in flight), the request would still hold its slot (overlap scheduler)."""
     first, late = MixRequest("first", 30, 1), MixRequest("late", 30, 1, batch=1)
     mix = Mix("idle-gap", (first, late), (0, 9))
     setup = SETUPS[0]
     busy = simulate([mix], {"first": Arrival(0, True), "late": Arrival(1, False)}, setup, LIMITS.kv_pool_tokens)
-    idle = simulate([mix], {"first": Arrival(0, True), "late": Arrival(1, True)}, setup, LIMITS.kv_pool_tokens)
+    processed = {"first": Arrival(0, True), "late": Arrival(1, True, finishing_seen=False)}
+    idle = simulate([mix], processed, setup, LIMITS.kv_pool_tokens)
     assert [r["free_running_slots"] for r in busy if r["arrived"] == ["late"]] == [LIMITS.max_running_requests - 1]
     assert [r["free_running_slots"] for r in idle if r["arrived"] == ["late"]] == [LIMITS.max_running_requests]
 
@@ -96,7 +102,7 @@ def test_a_batch_sent_to_an_idle_engine_finds_the_last_results_processed():
 @given(seed=st.integers(0, 10_000), setup=st.sampled_from(SETUPS))
 def test_a_trace_agrees_with_itself_and_a_changed_pass_is_reported(seed, setup):
     mix = random_mix(seed)
-    arrivals = {r.rid: Arrival(0 if r.batch == 0 else 100, True) for r in mix.requests}
+    arrivals = {r.rid: Arrival(0 if r.batch == 0 else 100, True, False) for r in mix.requests}
     records = simulate([mix], arrivals, setup, LIMITS.kv_pool_tokens)
     same = compare(setup, [mix], records, copy.deepcopy(records))
     assert same.num_identical == same.num_passes > 0 and not same.unexplained
@@ -106,3 +112,31 @@ def test_a_trace_agrees_with_itself_and_a_changed_pass_is_reported(seed, setup):
     report = compare(setup, [mix], changed, records)
     assert report.num_identical == report.num_passes - 1
     assert [(mix_name, i) for mix_name, i, *_ in report.unexplained] == [(mix.name, 0)]
+
+
+def record(admitted, judged, free_kv, rejected=(), continuing=(("doc", 500),), num_decoding=1):
+    """A prefill pass record with only what the comparison reads."""
+    return {
+        "admitted": [list(a) for a in admitted],
+        "continuing": [list(c) for c in continuing],
+        "judged": [list(j) for j in judged],
+        "grants": [[rid, tokens, rid == "doc"] for rid, tokens in admitted],
+        "rejections": [[rid, need, free_kv, False] for rid, need in rejected],
+        "free_kv_tokens": free_kv,
+        "num_decoding": num_decoding,
+        "num_waiting": len(judged),
+        "decode_rows": 0,
+    }
+
+
+@pytest.mark.parametrize(("sim_free_kv", "reason"), [(41, KV_BOOKKEEPING), (40 + 4, KV_BOOKKEEPING), (45, None)])
+def test_a_request_that_fits_on_one_side_only_by_a_few_tokens_is_the_kv_bookkeeping(sim_free_kv, reason):
+    """The simulator admits the question with `sim_free_kv - 40` tokens to spare; sglang, counting a few tokens more,
+    rejects it. Within `kv_window` (3 + one running stream) that is sglang's bookkeeping; beyond, unexplained."""
+    sim = record([("doc", 226), ("q", 30)], [("q", 30, 40)], sim_free_kv)
+    real = record([("doc", 256)], [("q", 30, 41)], sim_free_kv - 3, rejected=[("q", 41)])
+    assert explain(real, sim) == reason
+    same = record([("doc", 256)], [], 10)
+    mix = MixComparison("m", [same, real, same], [same, sim, record([("doc", 200)], [], 10)])
+    reasons = [r for *_, r in mix.differences()]
+    assert reasons == ([reason, AFTER + reason] if reason else [None, None])

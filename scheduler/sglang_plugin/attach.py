@@ -44,7 +44,7 @@ from scheduler.sglang_plugin.env import (
 from scheduler.sglang_plugin.idle_scan import IdleScan
 from scheduler.sglang_plugin.server_args import POLICY_FIELD_TO_SERVER_ARG
 from scheduler.sglang_plugin.short_index import ShortIndex
-from scheduler.sglang_plugin.translate import EngineState, mixed_decode_rows
+from scheduler.sglang_plugin.translate import EngineState, finishing_rids, mixed_decode_rows
 
 logger = logging.getLogger("fairshare.sglang_plugin")
 T = TypeVar("T")
@@ -123,6 +123,7 @@ class SchedulerPolicy:
     arrivals: ArrivalLog = field(default_factory=ArrivalLog)
     """With the pass trace on: which waiting requests each traced pass sees for the first time."""
     _queue_at_begin: list[str] = field(default_factory=list)
+    _finishing_at_begin: list[str] = field(default_factory=list)
     _run: PassRun | None = None
     _running_batch: Any = None
     _idle_scan: IdleScan | None = None
@@ -139,6 +140,7 @@ class SchedulerPolicy:
             self.clock.begin_call()
         if self.trace is not None:
             self._queue_at_begin = [r.rid for r in sched.waiting_queue]
+            self._finishing_at_begin = finishing_rids(sched, running_batch)
         if self.inactive_reason is None and self.cfg.skip_ahead:
             self._timed(self._refresh_short_index, sched)
 
@@ -265,6 +267,7 @@ class SchedulerPolicy:
             admitted,
             mixed_decode_rows(batch),
             arrived,
+            self._finishing_at_begin,
         )
 
 

@@ -22,7 +22,13 @@ from scheduler.config import PolicyConfig
 from scheduler.pass_trace import ArrivalLog, PassTraceWriter, pass_record
 from scheduler.sglang_plugin.attach import policy_config_for
 from scheduler.sglang_plugin.env import pass_trace_path
-from scheduler.sglang_plugin.translate import EngineState, engine_state, mixed_decode_rows, waiting_candidate
+from scheduler.sglang_plugin.translate import (
+    EngineState,
+    engine_state,
+    finishing_rids,
+    mixed_decode_rows,
+    waiting_candidate,
+)
 from scheduler.snapshot import Candidate, Grant, PassPlan, Rejection
 
 if TYPE_CHECKING:
@@ -37,6 +43,8 @@ class UpstreamPass:
 
     queue: list[str]
     """The waiting requests when the call began, in queue order."""
+    finishing: list[str]
+    """The running requests whose last token was in flight when the call began."""
     cfg: PolicyConfig
     adder: Any = None
     state: EngineState | None = None
@@ -110,8 +118,10 @@ class UpstreamTrace:
         self.num_passes = 0
         self.current: UpstreamPass | None = None
 
-    def begin(self, sched: Any) -> None:
-        self.current = UpstreamPass([r.rid for r in sched.waiting_queue], self.cfg)
+    def begin(self, sched: Any, running_batch: Any) -> None:
+        self.current = UpstreamPass(
+            [r.rid for r in sched.waiting_queue], finishing_rids(sched, running_batch), self.cfg
+        )
 
     def end(self, sched: Any, batch: Any) -> None:
         seen, self.current = self.current, None
@@ -128,7 +138,8 @@ class UpstreamTrace:
         )
         snap = seen.state.snapshot([Candidate(rid, 0, 0) for rid in seen.queue])
         arrived = self.arrivals.arrived(seen.queue)
-        record = pass_record(self.num_passes, snap, seen.judged, plan, admitted, mixed_decode_rows(batch), arrived)
+        rows = mixed_decode_rows(batch)
+        record = pass_record(self.num_passes, snap, seen.judged, plan, admitted, rows, arrived, seen.finishing)
         self.writer.write(record)
         self.num_passes += 1
 
@@ -150,7 +161,7 @@ def around_get_prefill_adder_class(original: Any, sched: Any) -> Any:
 
 def around_get_new_batch_prefill_raw(original: Any, sched: Any, *args: Any, **kwargs: Any) -> Any:
     trace = trace_of(sched)
-    trace.begin(sched)
+    trace.begin(sched, kwargs["running_batch"] if "running_batch" in kwargs else args[1])
     batch = None
     try:
         batch, running_batch = original(sched, *args, **kwargs)
