@@ -10,7 +10,7 @@ sglang on CPU with a tiny random-weight model (256-token chunk, three running sl
 `--mixes-per-engine` mixes per engine start) and through the simulator, replaying each arrival where sglang saw
 it. A prefill pass is identical when both admit the same requests with the same tokens, cut the same request,
 carry as many decoding rows, reject the same requests for KV and leave as many waiting. Writes the table and
-every differing pass to docs/results/sim-agreement/.
+every differing pass to docs/results/sim-agreement/ (``FAIRSHARE_RESULTS_DIR`` moves it).
 """
 
 from __future__ import annotations
@@ -22,12 +22,13 @@ from collections.abc import Sequence
 from importlib.metadata import version
 from pathlib import Path
 
-from harness.results import BenchmarkRun, add_results_dir_argument
+from harness.results import recording
 from harness.sim_vs_sglang import LIMITS, SETUPS, Agreement, Setup, compare_on_sglang
 from harness.tiny_model import TinyModelSpec, build_tiny_model
 from harness.workload_mixes import HAND_WRITTEN, SLOT_TURNOVER, Mix, random_mix
 from scheduler.sglang_plugin.loading import TESTED_SGLANG_VERSION
 
+TITLE = "Simulator against real sglang: identical prefill passes on random mixes"
 TARGET_SHARE = 0.98
 """The acceptance figure: the share of prefill passes that must be identical, per setup."""
 MAX_LISTED = 30
@@ -70,8 +71,8 @@ def agreement_table(results: Sequence[Agreement]) -> str:
         real, sim = sum(len(m.real) for m in a.mixes), sum(len(m.sim) for m in a.mixes)
         met = "met" if a.share_identical >= TARGET_SHARE and not a.unexplained else "missed"
         lines.append(
-            f"| {a.setup} | {len(a.mixes)} | {a.num_busy_arrivals} | {a.num_passes} ({real} / {sim}) | {a.num_identical} "
-            f"| {100 * a.share_identical:.1f}% | {known} | {len(a.unexplained)} | {met} |"
+            f"| {a.setup} | {len(a.mixes)} | {a.num_busy_arrivals} | {a.num_passes} ({real} / {sim}) "
+            f"| {a.num_identical} | {100 * a.share_identical:.1f}% | {known} | {len(a.unexplained)} | {met} |"
         )
     return "\n".join(lines)
 
@@ -97,7 +98,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--first-seed", type=int, default=1000, help="the first random mix's seed (default 1000)")
     parser.add_argument("--mixes-per-engine", type=int, default=40, help="mixes run on one engine start (default 40)")
     parser.add_argument("--work-dir", type=Path, help="keep the traces and engine logs here (default: a temp dir)")
-    add_results_dir_argument(parser)
     args = parser.parse_args(argv)
     for name, value in (("--seeds", args.seeds), ("--mixes-per-engine", args.mixes_per_engine)):
         if value < 1:
@@ -106,41 +106,23 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(
             f"needs sglang {TESTED_SGLANG_VERSION} (the CPU stand-in covers it); installed: {version('sglang')}"
         )
-    run = BenchmarkRun("sim-agreement", argv=[sys.argv[0], *(sys.argv[1:] if argv is None else argv)])
-    mixes = [
-        *HAND_WRITTEN,
-        SLOT_TURNOVER,
-        *(random_mix(s) for s in range(args.first_seed, args.first_seed + args.seeds)),
-    ]
-    with tempfile.TemporaryDirectory(prefix="sim-agreement-") as tmp:
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
+    mixes = [*HAND_WRITTEN, SLOT_TURNOVER, *(random_mix(seed) for seed in seeds)]
+    with recording("sim-agreement", TITLE) as run, tempfile.TemporaryDirectory(prefix="sim-agreement-") as tmp:
         work = args.work_dir or Path(tmp)
         model_dir = build_tiny_model(work / "tiny-llama", TinyModelSpec())
         results = []
         for i, setup in enumerate(SETUPS):
             print(f"{setup.name}:", flush=True)
             results.append(run_setup(model_dir, mixes, setup, work / f"setup{i}", args.mixes_per_engine))
-    table = agreement_table(results)
-    print(table)
-    body = "\n".join(
-        [
-            "## Agreement per setup",
-            "",
-            table,
-            "",
-            "## The mixes (the same in every setup)",
-            "",
-            f"The hand-written mixes ({len(HAND_WRITTEN) + 1}) and random mixes of seeds {args.first_seed} to "
-            f"{args.first_seed + args.seeds - 1}.",
-            "",
-            mix_table(mixes),
-            "",
-            "## Differing passes",
-            "",
-            differences(results),
-        ]
-    )
-    path = run.write("Simulator against real sglang: identical prefill passes on random mixes", body, args.results_dir)
-    print(f"result: {path}")
+        table = agreement_table(results)
+        print(table)
+        run.add_markdown("## Agreement per setup\n\n" + table)
+        run.add_markdown(
+            f"## The mixes (the same in every setup)\n\nThe hand-written mixes ({len(HAND_WRITTEN) + 1}) and random "
+            f"mixes of seeds {seeds.start} to {seeds.stop - 1}.\n\n" + mix_table(mixes)
+        )
+        run.add_markdown("## Differing passes\n\n" + differences(results))
     return 0 if all(a.share_identical >= TARGET_SHARE and not a.unexplained for a in results) else 1
 
 
