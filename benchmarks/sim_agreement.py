@@ -22,8 +22,9 @@ from collections.abc import Sequence
 from importlib.metadata import version
 from pathlib import Path
 
+from harness.pass_agreement import Agreement
 from harness.results import recording
-from harness.sim_vs_sglang import LIMITS, SETUPS, Agreement, Setup, compare_on_sglang
+from harness.sim_vs_sglang import LIMITS, SETUPS, Setup, compare_on_sglang
 from harness.tiny_model import TinyModelSpec, build_tiny_model
 from harness.workload_mixes import HAND_WRITTEN, SLOT_TURNOVER, Mix, random_mix
 from scheduler.sglang_plugin.loading import TESTED_SGLANG_VERSION

@@ -10,20 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.sim_vs_sglang import (
-    AFTER,
-    KV_BOOKKEEPING,
-    LIMITS,
-    SETUPS,
-    VOCAB_WORDS,
-    Arrival,
-    MixComparison,
-    compare,
-    explain,
-    request_prompt,
-    sglang_batches,
-    simulate,
-)
+from harness.pass_agreement import AFTER, KV_BOOKKEEPING, MixComparison, compare, explain
+from harness.sim_vs_sglang import LIMITS, SETUPS, VOCAB_WORDS, Arrival, request_prompt, sglang_batches, simulate
 from harness.workload_mixes import Mix, MixRequest, random_mix
 
 SEEDS = range(200)
@@ -104,12 +92,12 @@ def test_a_trace_agrees_with_itself_and_a_changed_pass_is_reported(seed, setup):
     mix = random_mix(seed)
     arrivals = {r.rid: Arrival(0 if r.batch == 0 else 100, True, False) for r in mix.requests}
     records = simulate([mix], arrivals, setup, LIMITS.kv_pool_tokens)
-    same = compare(setup, [mix], records, copy.deepcopy(records))
+    same = compare(setup.name, [mix], records, copy.deepcopy(records))
     assert same.num_identical == same.num_passes > 0 and not same.unexplained
     changed = copy.deepcopy(records)
     target = next(r for r in changed if r["admitted"])
     target["admitted"][0][1] += 1
-    report = compare(setup, [mix], changed, records)
+    report = compare(setup.name, [mix], changed, records)
     assert report.num_identical == report.num_passes - 1
     assert [(mix_name, i) for mix_name, i, *_ in report.unexplained] == [(mix.name, 0)]
 
