@@ -193,6 +193,9 @@ def run_sglang(
     missing = sorted(set(want) - set(seen))
     if missing:
         raise ComparisonError(f"the sglang trace shows no arrival of {missing}")
+    split = [batch["rid"] for batch in batches if len({seen[rid]["pass"] for rid in batch["rid"]}) > 1]
+    if split:  # sglang sends a batch of token ids as one message (`TokenizerManager._send_batch_request`)
+        raise ComparisonError(f"batches first seen in more than one pass: {split}")
     idle = {
         rid: sent_idle for batch, sent_idle in zip(batches, result["sent_idle"], strict=True) for rid in batch["rid"]
     }
@@ -280,8 +283,8 @@ def simulate(
 
 def arrives(batch: Sequence[MixRequest], arrivals: dict[str, Arrival], engine: SimEngine) -> bool:
     """Is the batch in the engine's queue before its next pass? One sent to a busy sglang engine comes at the
-    forward pass sglang saw it in (its first request's: a batch is one message), or when the simulated engine runs
-    dry first (it finished its work sooner)."""
+    forward pass sglang saw it in (a batch is one message, seen whole: `run_sglang`), or when the simulated engine
+    runs dry first (it finished its work sooner)."""
     arrival = arrivals[batch[0].rid]
     return engine.drained or (not arrival.sent_idle and arrival.forward_pass <= engine.num_passes)
 
