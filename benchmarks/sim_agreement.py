@@ -40,7 +40,7 @@ def run_setup(model_dir: Path, mixes: Sequence[Mix], setup: Setup, work_dir: Pat
     for start in range(0, len(mixes), per_engine):
         part = compare_on_sglang(model_dir, mixes[start : start + per_engine], setup, work_dir / f"run{start}")
         total.mixes += part.mixes
-        total.arrivals |= part.arrivals
+        total.num_busy_arrivals += part.num_busy_arrivals
         print(f"  {part.summary(max_listed=0)}", flush=True)
     return total
 
@@ -116,9 +116,9 @@ def main(argv: list[str] | None = None) -> int:
         for i, setup in enumerate(SETUPS):
             print(f"{setup.name}:", flush=True)
             results.append(run_setup(model_dir, mixes, setup, work / f"setup{i}", args.mixes_per_engine))
-        table = agreement_table(results)
-        print(table)
-        run.add_markdown("## Agreement per setup\n\n" + table)
+        for agreement in results:
+            print(agreement.summary(max_listed=0))
+        run.add_markdown("## Agreement per setup\n\n" + agreement_table(results))
         run.add_markdown(
             f"## The mixes (the same in every setup)\n\nThe hand-written mixes ({len(HAND_WRITTEN) + 1}) and random "
             f"mixes of seeds {seeds.start} to {seeds.stop - 1}.\n\n" + mix_table(mixes)

@@ -128,3 +128,42 @@ def test_a_request_that_fits_on_one_side_only_by_a_few_tokens_is_the_kv_bookkeep
     mix = MixComparison("m", [same, real, same], [same, sim, record([("doc", 200)], [], 10)])
     reasons = [r for *_, r in mix.differences()]
     assert reasons == ([reason, AFTER + reason] if reason else [None, None])
+
+
+def test_the_benchmark_adds_up_engine_runs_and_tables_them(monkeypatch, tmp_path):
+    from benchmarks import sim_agreement
+
+    mixes = [random_mix(seed) for seed in range(5)]
+
+    def fake_run(model_dir, part, setup, work_dir):
+        arrivals = {r.rid: Arrival(0 if r.batch == 0 else 100, True, False) for mix in part for r in mix.requests}
+        records = simulate(part, arrivals, setup, LIMITS.kv_pool_tokens)
+        changed = copy.deepcopy(records)
+        next(r for r in changed if r["admitted"])["admitted"][0][1] += 1
+        report = compare(setup.name, part, changed, records)
+        report.num_busy_arrivals = 1
+        return report
+
+    monkeypatch.setattr(sim_agreement, "compare_on_sglang", fake_run)
+    total = sim_agreement.run_setup(tmp_path, mixes, SETUPS[0], tmp_path, per_engine=2)
+    assert len(total.mixes) == 5 and total.num_busy_arrivals == 3 and len(total.unexplained) == 3
+    table = sim_agreement.agreement_table([total])
+    assert f"| {SETUPS[0].name} | 5 | 3 | {total.num_passes} " in table and table.endswith("| 3 | missed |")
+    assert sim_agreement.differences([total]).count("(unexplained)") == 3
+    assert "| mixes | 5 |" in sim_agreement.mix_table(mixes)
+
+
+def test_the_benchmark_writes_its_result_file(monkeypatch, tmp_path):
+    from benchmarks import sim_agreement
+    from harness.results import latest
+
+    def fake_run(model_dir, part, setup, work_dir):
+        arrivals = {r.rid: Arrival(0 if r.batch == 0 else 100, True, False) for mix in part for r in mix.requests}
+        records = simulate(part, arrivals, setup, LIMITS.kv_pool_tokens)
+        return compare(setup.name, part, records, copy.deepcopy(records))
+
+    monkeypatch.setattr(sim_agreement, "compare_on_sglang", fake_run)
+    monkeypatch.setattr(sim_agreement, "build_tiny_model", lambda path, spec: path)
+    assert sim_agreement.main(["--seeds", "3", "--first-seed", "5", "--work-dir", str(tmp_path)]) == 0
+    text = latest("sim-agreement").read_text()
+    assert "random mixes of seeds 5 to 7" in text and text.count("| 100.0% | none | 0 | met |") == len(SETUPS)
