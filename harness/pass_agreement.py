@@ -69,11 +69,15 @@ def margins(record: dict[str, Any]) -> dict[str, tuple[int, int]]:
 
 def explain(real: dict[str, Any], sim: dict[str, Any]) -> str | None:
     """Why the first differing pass of a mix differs, when the reason is a known one; None otherwise. Both records
-    are the passes' raw records."""
+    are the passes' raw records. `KV_BOOKKEEPING`: the first request in sglang's scan that one side admits, the other
+    rejected for KV capacity, and it was within `kv_window` tokens of fitting in the simulator's figures."""
     fate_real = {rid: rid in set(from_queue(real)) for rid, *_ in real["judged"]}
     fate_sim = {rid: rid in set(from_queue(sim)) for rid, *_ in sim["judged"]}
     first = next((rid for rid in fate_real if rid in fate_sim and fate_real[rid] != fate_sim[rid]), None)
     if first is None:
+        return None
+    refused = real if fate_sim[first] else sim
+    if first not in {r[0] for r in refused["rejections"]}:
         return None
     margin, before = margins(sim)[first]
     if abs(margin) <= max(kv_window(real, before), kv_window(sim, before)):

@@ -167,3 +167,9 @@ def test_the_benchmark_writes_its_result_file(monkeypatch, tmp_path):
     assert sim_agreement.main(["--seeds", "3", "--first-seed", "5", "--work-dir", str(tmp_path)]) == 0
     text = latest("sim-agreement").read_text()
     assert "random mixes of seeds 5 to 7" in text and text.count("| 100.0% | none | 0 | met |") == len(SETUPS)
+
+
+def test_a_request_left_out_without_a_kv_rejection_is_not_the_kv_bookkeeping():
+    sim = record([("doc", 226), ("q", 30)], [("q", 30, 40)], 41)
+    real = record([("doc", 256)], [("q", 30, 41)], 38)  # not admitted, but not rejected for KV either (slots)
+    assert explain(real, sim) is None
