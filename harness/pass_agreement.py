@@ -178,7 +178,8 @@ class Agreement:
     def summary(self, max_listed: int = 10) -> str:
         reasons = "".join(f"differing only by {r}: {n}; " for r, n in sorted(self.explained.items()))
         lines = [
-            f"{self.setup}: {len(self.mixes)} mixes, prefill passes compared {self.num_passes} "
+            f"{self.setup}: {len(self.mixes)} mixes ({self.num_busy_arrivals} requests arrived mid-mix), "
+            f"prefill passes compared {self.num_passes} "
             f"(sglang {sum(len(m.real) for m in self.mixes)}, simulator {sum(len(m.sim) for m in self.mixes)}); "
             f"identical {self.num_identical} ({100 * self.share_identical:.1f}%); {reasons}"
             f"unexplained {len(self.unexplained)}"

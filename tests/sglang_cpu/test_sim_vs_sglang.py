@@ -24,7 +24,7 @@ def test_sglang_and_the_simulator_take_the_same_passes(tiny_model_dir, tmp_path,
     print(report.summary())
     assert report.unexplained == [], report.summary()
     assert report.num_identical == report.num_passes >= 300
-    assert report.num_busy_arrivals >= 5  # staggered batches did land while their mix ran
+    assert report.num_busy_arrivals >= 1  # a staggered batch did land while its mix ran (about half of them do)
     # The KV bookkeeping of the two sides differs by a few tokens, never more than `explain` allows for.
     gaps = [gap for mix in report.mixes for gap in mix.margin_gaps()]
     assert len(gaps) >= 100 and all(abs(gap) <= window for gap, window in gaps), sorted(gaps)[:5] + sorted(gaps)[-5:]
