@@ -2,16 +2,18 @@
 
 One record per pass that the policy planned: a summary of the snapshot (waiting requests, free KV and
 running slots, the half-prefilled request, decoding streams), the requests the planner judged, the plan
-(pass budget, F, grants, capacity rejections) and what the engine actually committed. The sglang plugin
-writes it when ``FAIRSHARE_PASS_TRACE`` names a file; the simulator's engine produces the same records,
-so a real sglang run and a simulated one compare pass by pass. Nothing is built or formatted when off.
+(pass budget, F, grants, capacity rejections), what the engine actually committed, and the requests that joined
+the waiting queue since the pass before (`ArrivalLog`). The sglang plugin writes it when ``FAIRSHARE_PASS_TRACE``
+names a file (with the plugin off, `sglang_plugin.upstream_trace` writes upstream's own decisions in the same
+form); the simulator's engine produces the same records, so a real sglang run and a simulated one compare pass
+by pass. Nothing is built or formatted when off.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +27,17 @@ def pass_record(
     plan: PassPlan,
     admitted: Sequence[tuple[str, int]],
     decode_rows: int,
+    arrived: Sequence[str] = (),
+    finishing: Sequence[str] = (),
 ) -> dict[str, Any]:
     """One pass as plain data. ``pass``: the `index`-th planned pass; ``forward_pass``: the engine's forward-pass
     counter the policy's pass-counted knobs follow (decode-only passes included, so it can skip numbers).
     `judged`: the waiting requests the planner examined, in queue order (then those found in the short index);
     `admitted`: (rid, prefill tokens) the engine committed, continuing request included; `decode_rows`:
-    decoding streams that ride along in this pass."""
+    decoding streams that ride along in this pass (not those whose last token is still in flight, which sglang's
+    overlap scheduler leaves out); `arrived`: requests waiting now that were not at the last traced pass;
+    `finishing`: running requests whose last token is in flight (the overlap scheduler has not processed the pass
+    before yet), which still hold their slot and KV."""
     return {
         "pass": index,
         "forward_pass": snap.pass_index,
@@ -46,7 +53,25 @@ def pass_record(
         "rejections": [[r.rid, r.need_tokens, r.rem_total_tokens, r.skipped] for r in plan.rejections],
         "admitted": [[rid, tokens] for rid, tokens in admitted],
         "decode_rows": decode_rows,
+        "arrived": list(arrived),
+        "finishing": list(finishing),
     }
+
+
+class ArrivalLog:
+    """Which waiting requests are new since the last traced pass. A request joins the queue between two passes
+    and leaves it only when a planned (so traced) pass admits it, so the queue at the start of each traced pass,
+    less the queue at the start of the traced pass before, is what arrived in between."""
+
+    def __init__(self) -> None:
+        self._last: set[str] = set()
+
+    def arrived(self, waiting_rids: Iterable[str]) -> list[str]:
+        """`waiting_rids`: the waiting queue at the start of this traced pass, in queue order."""
+        now = list(waiting_rids)
+        new = [rid for rid in now if rid not in self._last]
+        self._last = set(now)
+        return new
 
 
 class PassTraceWriter:

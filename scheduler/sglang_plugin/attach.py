@@ -31,7 +31,7 @@ from sglang.srt.managers.schedule_policy import CacheAgnosticPolicy
 
 from scheduler.config import PolicyConfig, default_interactive_pass_tokens, env_var_name
 from scheduler.interleave import DecodeInterleave, short_decode_passes
-from scheduler.pass_trace import PassTraceWriter, pass_record
+from scheduler.pass_trace import ArrivalLog, PassTraceWriter, pass_record
 from scheduler.planner import PassPlanner
 from scheduler.sglang_plugin.adder import PassRun
 from scheduler.sglang_plugin.clock import PassKind, PluginClock
@@ -44,7 +44,7 @@ from scheduler.sglang_plugin.env import (
 from scheduler.sglang_plugin.idle_scan import IdleScan
 from scheduler.sglang_plugin.server_args import POLICY_FIELD_TO_SERVER_ARG
 from scheduler.sglang_plugin.short_index import ShortIndex
-from scheduler.sglang_plugin.translate import EngineState
+from scheduler.sglang_plugin.translate import EngineState, finishing_rids, mixed_decode_rows
 
 logger = logging.getLogger("fairshare.sglang_plugin")
 T = TypeVar("T")
@@ -120,6 +120,10 @@ class SchedulerPolicy:
     """Planned passes that planned on the last idle scan's figures (`idle_scan`) instead of matching again."""
     short_index: ShortIndex = field(default_factory=ShortIndex)
     """The short waiting requests, so one queued past the lookahead is still found (issue 8)."""
+    arrivals: ArrivalLog = field(default_factory=ArrivalLog)
+    """With the pass trace on: which waiting requests each traced pass sees for the first time."""
+    _queue_at_begin: list[str] = field(default_factory=list)
+    _finishing_at_begin: list[str] = field(default_factory=list)
     _run: PassRun | None = None
     _running_batch: Any = None
     _idle_scan: IdleScan | None = None
@@ -134,6 +138,9 @@ class SchedulerPolicy:
         self._running_batch = running_batch
         if self.clock is not None:
             self.clock.begin_call()
+        if self.trace is not None:
+            self._queue_at_begin = [r.rid for r in sched.waiting_queue]
+            self._finishing_at_begin = finishing_rids(sched, running_batch)
         if self.inactive_reason is None and self.cfg.skip_ahead:
             self._timed(self._refresh_short_index, sched)
 
@@ -217,13 +224,14 @@ class SchedulerPolicy:
             return False
         return self.interleave.decode_due(len(running_batch.reqs))
 
-    def end_pass(self) -> None:
-        """The pass boundary's end (after upstream's scan), called whether or not sglang built an adder."""
-        kind = self._timed(self._end_pass)
+    def end_pass(self, batch: Any = None) -> None:
+        """The pass boundary's end (after upstream's scan), called whether or not sglang built an adder. `batch`:
+        the prefill batch sglang built, if any."""
+        kind = self._timed(self._end_pass, batch)
         if self.clock is not None:
             self.clock.end_pass(kind)
 
-    def _end_pass(self) -> PassKind:
+    def _end_pass(self, batch: Any) -> PassKind:
         run, self._run, self._running_batch = self._run, None, None
         if run is not None:  # else sglang returned before planning: the last idle scan may still hold
             self._idle_scan = run.idle_scan
@@ -233,7 +241,7 @@ class SchedulerPolicy:
                 run.finish()
             self.last_run = run
             if self.trace is not None:
-                self.trace.write(self._record(run))  # numbered from 0, as the simulator's trace (sim_vs_sglang)
+                self.trace.write(self._record(run, batch))  # numbered from 0, as the simulator's (sim_vs_sglang)
             self.num_planned_passes += 1
             if run.plan.grants and not self.cfg.decode_steps_per_prefill:
                 self.interleave.after_prefill(short_decode_passes(self.cfg, run.snapshot.num_short_decoding))
@@ -246,12 +254,21 @@ class SchedulerPolicy:
             return PassKind.SCAN
         return PassKind.REPLAY if run.adder is not None else PassKind.IDLE
 
-    def _record(self, run: PassRun) -> dict[str, Any]:
+    def _record(self, run: PassRun, batch: Any) -> dict[str, Any]:
         admitted = [(r.rid, int(r.extend_len)) for r in run.adder.can_run_list] if run.adder is not None else []
-        rows = run.snapshot.num_decoding if run.sched.is_mixed_chunk else 0
         judged = run.window.candidates
         shorts = run.judged_shorts()
-        return pass_record(self.num_planned_passes, run.snapshot, [*judged, *shorts], run.plan, admitted, rows)
+        arrived = self.arrivals.arrived(self._queue_at_begin)
+        return pass_record(
+            self.num_planned_passes,
+            run.snapshot,
+            [*judged, *shorts],
+            run.plan,
+            admitted,
+            mixed_decode_rows(batch),
+            arrived,
+            self._finishing_at_begin,
+        )
 
 
 def attach_policy(sched: Any, missing_targets: list[str] | tuple[str, ...] = ()) -> SchedulerPolicy:

@@ -17,7 +17,8 @@
 
 With the plugin off (``FAIRSHARE_PLUGIN_ENABLED=0``) but its clock on (``FAIRSHARE_PLUGIN_CLOCK``), only
 `UPSTREAM_CLOCK_TARGETS` is patched: upstream's ``_get_new_batch_prefill_raw`` runs as is, timed, so a benchmark
-compares the whole call with and without the plugin (`clock`).
+compares the whole call with and without the plugin (`clock`). With the plugin off and the pass trace on
+(``FAIRSHARE_PASS_TRACE``), `UPSTREAM_TRACE_TARGETS` record upstream's own decisions (`upstream_trace`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from scheduler.sglang_plugin.clock import PassKind, PluginClock
 from scheduler.sglang_plugin.env import plugin_clock_path
 from scheduler.sglang_plugin.loading import check_scheduler_infos
 from scheduler.sglang_plugin.server_args import apply_policy_env
+from scheduler.sglang_plugin.upstream_trace import around_get_new_batch_prefill_raw as around_upstream_prefill_traced
+from scheduler.sglang_plugin.upstream_trace import around_get_prefill_adder_class as around_upstream_adder_traced
 
 
 def after_scheduler_init(result: Any, sched: Any, *args: Any, **kwargs: Any) -> None:
@@ -54,12 +57,14 @@ def around_get_new_batch_prefill_raw(original: Any, sched: Any, *args: Any, **kw
     if policy.decode_due(running_batch):
         return None, running_batch  # no prefill this iteration: sglang runs the decode batch, as its interval does
     policy.begin_pass(sched, running_batch)
+    batch = None
     try:
         if policy.idle_pass(sched, running_batch):
             return None, running_batch  # nothing can be admitted: upstream's early return, as if batch_is_full
-        return original(sched, *args, **kwargs)
+        batch, running_batch = original(sched, *args, **kwargs)
+        return batch, running_batch
     finally:
-        policy.end_pass()
+        policy.end_pass(batch)
 
 
 def around_upstream_prefill_raw_clocked(original: Any, sched: Any, *args: Any, **kwargs: Any) -> Any:
@@ -110,4 +115,8 @@ TARGETS: tuple[HookSpec, ...] = (
 UPSTREAM_CLOCK_ATTR = "_fairshare_upstream_clock"
 UPSTREAM_CLOCK_TARGETS: tuple[HookSpec, ...] = (
     HookSpec(f"{_SCHEDULER}._get_new_batch_prefill_raw", HookType.AROUND, around_upstream_prefill_raw_clocked),
+)
+UPSTREAM_TRACE_TARGETS: tuple[HookSpec, ...] = (
+    HookSpec(f"{_SCHEDULER}.get_prefill_adder_class", HookType.AROUND, around_upstream_adder_traced),
+    HookSpec(f"{_SCHEDULER}._get_new_batch_prefill_raw", HookType.AROUND, around_upstream_prefill_traced),
 )

@@ -176,6 +176,18 @@ def num_short_decoding(running: Sequence[Req], cfg: PolicyConfig) -> int:
     return sum(cfg.is_short(uncached_prompt_tokens(r)) for r in running)
 
 
+def finishing_rids(sched: Any, running_batch: Any) -> list[str]:
+    """Running requests whose last token is in flight (`Scheduler._reqs_finishing_inflight`: the overlap scheduler
+    plans a pass before it processes the pass before): they keep their slot and KV until then, and decode no more."""
+    return [r.rid for r in sched._reqs_finishing_inflight(running_batch)]
+
+
+def mixed_decode_rows(batch: Any) -> int:
+    """Decoding rows that ride along in the prefill batch `_get_new_batch_prefill_raw` built (sglang's mixed chunk):
+    the running batch less the rows whose last token is still in flight (overlap scheduler), which it leaves out."""
+    return len(batch.decoding_reqs) if batch is not None and batch.decoding_reqs else 0
+
+
 def granule_tokens(sched: Any, adder: PrefillAdder) -> int:
     return math.lcm(
         adder.page_size,

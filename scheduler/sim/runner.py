@@ -65,6 +65,8 @@ def run(
         if after_step is not None:
             after_step(engine, res)
         if res.kind is PassKind.IDLE:
+            if engine.idle:
+                continue  # it only processed the last pass's results: the finishing requests left
             if i >= len(reqs):
                 raise StuckError(f"{len(engine.waiting)} requests wait but none can be admitted")
             now = reqs[i].arrival_s

@@ -291,6 +291,13 @@ def test_switched_off_with_the_clock_on_only_upstreams_call_is_timed(monkeypatch
     assert target.endswith("Scheduler._get_new_batch_prefill_raw")
 
 
+def test_switched_off_with_the_trace_on_upstreams_decisions_are_traced(monkeypatch, fresh_registry, tmp_path):
+    monkeypatch.setenv("FAIRSHARE_PLUGIN_ENABLED", "0")
+    monkeypatch.setenv("FAIRSHARE_PASS_TRACE", str(tmp_path / "passes.jsonl"))
+    loading.load()
+    assert {t: len(h) for t, h in fresh_registry.items()} == {spec.target: 1 for spec in hooks.UPSTREAM_TRACE_TARGETS}
+
+
 def test_an_unresolved_target_patches_nothing(monkeypatch, fresh_registry, caplog):
     bogus = hooks.HookSpec("sglang.srt.managers.scheduler.Scheduler.no_such_method", *hooks.TARGETS[0][1:])
     monkeypatch.setattr(hooks, "TARGETS", (*hooks.TARGETS, bogus))
