@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from scheduler.config import PolicyConfig
 from scheduler.snapshot import PassPlan, Rejection
@@ -24,6 +25,25 @@ def budget_line(plan: PassPlan) -> str:
         f"budget pass={plan.pass_budget_tokens} cap={plan.cap_tokens} sharing={plan.num_sharing} "
         f"used={plan.num_prefill_tokens} grants=[{grants}]"
     )
+
+
+def pass_cost_line(fit: dict[str, Any]) -> str:
+    """An online pass-cost fit (`OnlinePassCost.describe`): ``pass cost fitted: fixed=8.12ms prefill=25.1us/tok
+    pairs=2.03ns decode_row=98.7us decode_ctx=40.2ns window=512 observed=4096 fits=127 error=3.4%``."""
+    c = fit["coefficients"]
+    error = fit["median_abs_rel_error"]
+    frozen = f" frozen=({fit['frozen']})" if fit["frozen"] else ""
+    return (
+        f"pass cost {fit['model']}: fixed={c['fixed_s'] * 1e3:.3g}ms prefill={c['prefill_token_s'] * 1e6:.3g}us/tok "
+        f"pairs={c['prefill_pair_s'] * 1e9:.3g}ns decode_row={c['decode_row_s'] * 1e6:.3g}us "
+        f"decode_ctx={c['decode_ctx_token_s'] * 1e9:.3g}ns window={fit['window_passes']} "
+        f"observed={fit['observed_passes']} fits={fit['fits']} error={'-' if error is None else f'{error:.1%}'}{frozen}"
+    )
+
+
+def log_pass_cost(cfg: PolicyConfig, fit: dict[str, Any]) -> None:
+    if cfg.diagnostics:
+        logger.info(pass_cost_line(fit))
 
 
 def log_plan(cfg: PolicyConfig, plan: PassPlan) -> None:

@@ -1,10 +1,14 @@
-"""The structured pass trace: one JSON line per planned pass, written only when asked.
+"""The structured pass trace: one JSON line per planned pass, and one per timed pass, written only when asked.
 
 One record per pass that the policy planned: a summary of the snapshot (waiting requests, free KV and
 running slots, the half-prefilled request, decoding streams), the requests the planner judged, the plan
-(pass budget, F, grants, capacity rejections) and what the engine actually committed. The sglang plugin
-writes it when ``FAIRSHARE_PASS_TRACE`` names a file; the simulator's engine produces the same records,
-so a real sglang run and a simulated one compare pass by pass. Nothing is built or formatted when off.
+(pass budget, F, grants, capacity rejections), what the engine actually committed and, from an engine that fits
+its pass-cost model online, that model as it stood (`pass_cost`). The sglang plugin writes it when
+``FAIRSHARE_PASS_TRACE`` names a file; the simulator's engine produces the same records, so a real sglang run and a
+simulated one compare pass by pass (`read_pass_trace`). Nothing is built or formatted when off.
+
+The plugin also records every forward pass it timed (`timing_record`, read with `read_pass_timings`): its
+figures, its measured seconds and what the model in force predicted for it, decode-only passes included.
 """
 
 from __future__ import annotations
@@ -25,13 +29,15 @@ def pass_record(
     plan: PassPlan,
     admitted: Sequence[tuple[str, int]],
     decode_rows: int,
+    pass_cost: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One pass as plain data. ``pass``: the `index`-th planned pass; ``forward_pass``: the engine's forward-pass
     counter the policy's pass-counted knobs follow (decode-only passes included, so it can skip numbers).
     `judged`: the waiting requests the planner examined, in queue order (then those found in the short index);
     `admitted`: (rid, prefill tokens) the engine committed, continuing request included; `decode_rows`:
-    decoding streams that ride along in this pass."""
-    return {
+    decoding streams that ride along in this pass; `pass_cost`: the engine's online pass-cost fit as it stood
+    (`OnlinePassCost.describe`), when it has one."""
+    record = {
         "pass": index,
         "forward_pass": snap.pass_index,
         "num_waiting": len(snap.waiting),
@@ -46,6 +52,31 @@ def pass_record(
         "rejections": [[r.rid, r.need_tokens, r.rem_total_tokens, r.skipped] for r in plan.rejections],
         "admitted": [[rid, tokens] for rid, tokens in admitted],
         "decode_rows": decode_rows,
+    }
+    if pass_cost is not None:
+        record["pass_cost"] = pass_cost
+    return record
+
+
+def timing_record(
+    forward_pass: int,
+    prefill_tokens: int,
+    prefill_ctx_pairs: float,
+    decode_rows: int,
+    decode_ctx_tokens: int,
+    measured_s: float,
+    predicted_s: float,
+) -> dict[str, Any]:
+    """One timed forward pass: the engine's forward-pass counter, its `PassCost` figures, the seconds it measured
+    and the seconds the model in force predicted before it learned from the pass."""
+    return {
+        "timed_pass": forward_pass,
+        "prefill_tokens": prefill_tokens,
+        "prefill_ctx_pairs": prefill_ctx_pairs,
+        "decode_rows": decode_rows,
+        "decode_ctx_tokens": decode_ctx_tokens,
+        "measured_s": measured_s,
+        "predicted_s": predicted_s,
     }
 
 
@@ -67,7 +98,16 @@ class PassTraceWriter:
 
 
 def read_pass_trace(path: Path) -> list[dict[str, Any]]:
-    """Every complete record of a trace file, in order (a line still being written is left out)."""
+    """Every complete planned-pass record of a trace file, in order (a line still being written is left out)."""
+    return [r for r in _records(path) if "pass" in r]
+
+
+def read_pass_timings(path: Path) -> list[dict[str, Any]]:
+    """Every complete timed-pass record (`timing_record`) of a trace file, in order."""
+    return [r for r in _records(path) if "timed_pass" in r]
+
+
+def _records(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     records = []

@@ -16,7 +16,14 @@ scan stages prefetches that must not be matched early). With chunking off there 
 and pass sizing are off.
 
 The scheduler reports the policy's state in its start-up handshake (`init_info`), so the launcher can
-tell a scheduler that never loaded the plugin (sglang's Ray launcher does not call `load_plugins()`).
+tell a scheduler that never loaded the plugin (sglang's Ray launcher does not call `load_plugins()`), and live in
+sglang's internal state (``/server_info``, ``Engine.get_server_info``): the online pass-cost fit and the last pass.
+
+Every pass the engine runs is timed where its result lands (`pass_timer`) and fitted online
+(`scheduler.pass_cost_fit`): the planner sizes passes from that fit. Under tensor or pipeline parallelism each rank
+runs its own scheduler and times its own passes, and the ranks' timings differ, so their fits would too, and with
+them the pass sizes they plan: the ranks would run different batches. There the fit is frozen at its prior (every
+rank takes the same decisions from the same figures) and reports why (`fit_frozen_reason`).
 """
 
 from __future__ import annotations
@@ -30,8 +37,10 @@ from typing import Any, TypeVar
 from sglang.srt.managers.schedule_policy import CacheAgnosticPolicy
 
 from scheduler.config import PolicyConfig, default_interactive_pass_tokens, env_var_name
+from scheduler.diagnostics import log_pass_cost, pass_cost_line
 from scheduler.interleave import DecodeInterleave, short_decode_passes
-from scheduler.pass_trace import PassTraceWriter, pass_record
+from scheduler.pass_cost_fit import OnlinePassCost
+from scheduler.pass_trace import PassTraceWriter, pass_record, timing_record
 from scheduler.planner import PassPlanner
 from scheduler.sglang_plugin.adder import PassRun
 from scheduler.sglang_plugin.clock import PassKind, PluginClock
@@ -42,6 +51,7 @@ from scheduler.sglang_plugin.env import (
     plugin_clock_path,
 )
 from scheduler.sglang_plugin.idle_scan import IdleScan
+from scheduler.sglang_plugin.pass_timer import PassFigures, PassTimer
 from scheduler.sglang_plugin.server_args import POLICY_FIELD_TO_SERVER_ARG
 from scheduler.sglang_plugin.short_index import ShortIndex
 from scheduler.sglang_plugin.translate import EngineState
@@ -78,6 +88,16 @@ def policy_config_for(sched: Any) -> PolicyConfig:
     return PolicyConfig(**engine)
 
 
+def fit_frozen_reason(sched: Any) -> str | None:
+    """Why this scheduler's pass-cost fit must keep its prior (the same on every rank), or None."""
+    from sglang.srt.runtime_context import get_parallel
+
+    tp_size, pp_size = int(getattr(sched, "tp_size", 1) or 1), int(get_parallel().pp_size or 1)
+    if tp_size > 1 or pp_size > 1:
+        return f"tp_size={tp_size} pp_size={pp_size}: each rank times its own passes; a fit would differ by rank"
+    return None
+
+
 def inactive_reason(sched: Any) -> str | None:
     """Why the plugin leaves this scheduler to upstream entirely (checked at start)."""
     if sched.dllm_config is not None:
@@ -110,6 +130,10 @@ class SchedulerPolicy:
     """The last pass planned (its snapshot and plan), for inspection; idle passes that repeat it keep it."""
     trace: PassTraceWriter | None = None
     clock: PluginClock | None = None
+    pass_cost: OnlinePassCost = field(default_factory=OnlinePassCost)
+    """The pass-cost model the planner sizes passes from, fitted online from `timer`'s passes."""
+    timer: PassTimer | None = None
+    """Times every pass the engine runs (None while the policy is inactive)."""
     num_planned_passes: int = 0
     interleave: DecodeInterleave = field(default_factory=DecodeInterleave)
     """Decode-only passes owed to short streams when sglang's mixed chunk is off (sglang's own
@@ -246,12 +270,55 @@ class SchedulerPolicy:
             return PassKind.SCAN
         return PassKind.REPLAY if run.adder is not None else PassKind.IDLE
 
+    def pass_landed(
+        self, launched_s: float | None, figures: PassFigures | None, landed_s: float, forward_pass: int
+    ) -> None:
+        """A pass's result was processed (`pass_timer`): time it, fit it, trace it."""
+        fits = self.pass_cost.num_fits
+        timed = self.timer.landed(launched_s, figures, landed_s, forward_pass)
+        if timed is None:
+            return
+        if self.trace is not None:
+            f = timed.figures
+            self.trace.write(
+                timing_record(
+                    timed.forward_pass,
+                    f.prefill_tokens,
+                    f.prefill_ctx_pairs,
+                    f.decode_rows,
+                    f.decode_ctx_tokens,
+                    timed.measured_s,
+                    timed.predicted_s,
+                )
+            )
+        if self.pass_cost.num_fits != fits:
+            log_pass_cost(self.cfg, self.pass_cost.describe())
+
+    def describe(self) -> dict[str, Any]:
+        """The policy's live state (sglang's internal state: ``/server_info``): the pass-cost fit and the last pass."""
+        last = self.last_run.plan if self.last_run is not None else None
+        return {
+            "status": self.status,
+            "pass_cost": self.pass_cost.describe(),
+            "timed_passes": self.timer.num_timed if self.timer is not None else 0,
+            "planned_passes": self.num_planned_passes,
+            "last_pass_budget_tokens": last.pass_budget_tokens if last is not None else None,
+        }
+
     def _record(self, run: PassRun) -> dict[str, Any]:
         admitted = [(r.rid, int(r.extend_len)) for r in run.adder.can_run_list] if run.adder is not None else []
         rows = run.snapshot.num_decoding if run.sched.is_mixed_chunk else 0
         judged = run.window.candidates
         shorts = run.judged_shorts()
-        return pass_record(self.num_planned_passes, run.snapshot, [*judged, *shorts], run.plan, admitted, rows)
+        return pass_record(
+            self.num_planned_passes,
+            run.snapshot,
+            [*judged, *shorts],
+            run.plan,
+            admitted,
+            rows,
+            pass_cost=self.pass_cost.describe(),
+        )
 
 
 def attach_policy(sched: Any, missing_targets: list[str] | tuple[str, ...] = ()) -> SchedulerPolicy:
@@ -265,7 +332,10 @@ def attach_policy(sched: Any, missing_targets: list[str] | tuple[str, ...] = ())
     if missing_targets:
         reason = f"hook targets not patched: {', '.join(missing_targets)}"
         logger.error("fairshare: %s; the plugin patches nothing and sglang runs unpatched", reason)
-    policy = SchedulerPolicy(PassPlanner(cfg), inactive_reason=reason)
+    fit = OnlinePassCost(frozen_reason=fit_frozen_reason(sched))
+    policy = SchedulerPolicy(PassPlanner(cfg), inactive_reason=reason, pass_cost=fit)
+    if reason is None:
+        policy.timer = PassTimer(fit)
     trace_path = pass_trace_path()
     if trace_path is not None and reason is None:
         policy.trace = PassTraceWriter(trace_path, source=f"sglang-tp{getattr(sched, 'tp_rank', 0)}")
@@ -276,6 +346,9 @@ def attach_policy(sched: Any, missing_targets: list[str] | tuple[str, ...] = ())
     setattr(sched, POLICY_ATTR, policy)
     if reason is None:
         log_startup(cfg, sched)
+        logger.info("fairshare: %s (fitted online from every pass the engine runs)", pass_cost_line(fit.describe()))
+        if fit.frozen_reason is not None:
+            logger.warning("fairshare: the pass-cost fit keeps its prior: %s", fit.frozen_reason)
     elif not missing_targets:
         logger.warning("fairshare: %s; upstream sglang scheduling applies", reason)
     return policy
