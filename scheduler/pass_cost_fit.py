@@ -19,8 +19,8 @@ The fit, over a sliding window of the last `FitSettings.window_passes` measured 
   and everything else is set by the data (hundreds of passes against a tenth of one);
 - then fitted again without the `trim_fraction` passes it fits worst: a pass the OS preempted, a first pass
   after idle, a garbage-collection pause;
-- every `refit_every_passes` measured passes, not every pass: between refits a pass costs a prediction and a
-  row written into fixed arrays (the scheduler loop times every pass).
+- after `min_passes` measured passes, then at intervals growing to `refit_every_passes`, not every pass: between
+  refits a pass costs a prediction and a row written into fixed arrays (the scheduler loop times every pass).
 
 The prior, until the window has data, is the slowest engine this project has figures for (the article's 12 GB
 card with a 27B model, preset ``card12gb-27b``), summed instead of p-norm-combined: it predicts passes slower
@@ -192,13 +192,15 @@ class OnlinePassCost:
         self._miss[i] = abs(predicted / measured_s - 1.0)
         self.num_observed += 1
         self._since_fit += 1
-        if (
-            self.frozen_reason is None
-            and self._since_fit >= self.settings.refit_every_passes
-            and self.num_window >= self.settings.min_passes
-        ):
+        if self.frozen_reason is None and self._since_fit >= self.refit_interval():
             self.refit()
         return predicted
+
+    def refit_interval(self) -> int:
+        """Passes between refits: `min_passes` for the first fit, then about doubling the window each time up to
+        `refit_every_passes` (8, 16, 31, ... 32 by default): a new engine leaves its prior within dozens of passes."""
+        s = self.settings
+        return min(s.refit_every_passes, max(s.min_passes, self.num_window // 2))
 
     def refit(self) -> LinearPassCost:
         """Fit the window now (`observe` does it every `refit_every_passes` passes)."""
