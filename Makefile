@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SGLANG_STAMP := $(VENV)/.sglang-installed
 
-.PHONY: serve test test-sglang-cpu lint sim-reproduce sim-frontier sim-overload bench clean
+.PHONY: serve test test-fast test-sglang-cpu lint sim-reproduce sim-frontier sim-overload bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,12 @@ serve: $(STAMP)
 test: $(SGLANG_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
+
+# The quick loop for policy, simulator, plugin and routing changes: no servers, no Ray, no sglang processes.
+FAST_TESTS := -m "not serve and not sglang_cpu and not slow and not gpu"
+test-fast: $(SGLANG_STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q $(FAST_TESTS) tests
 
 # Only the tests that run real sglang on CPU (server and in-process engine with the tiny model).
 test-sglang-cpu: $(SGLANG_STAMP)
