@@ -108,7 +108,7 @@ PRIOR = prior_from(CARD12GB.cost)
 class FitSettings:
     window_passes: int = 512
     """Measured passes the fit keeps (a ring: memory is fixed)."""
-    refit_every_passes: int = 32
+    refit_every_passes: int = 64
     """Measured passes between refits."""
     min_passes: int = 8
     """No fit on fewer passes than this: the prior answers."""
@@ -141,12 +141,17 @@ def fit_coefficients(x: np.ndarray, y: np.ndarray, prior: LinearPassCost, settin
 def _nnls_towards_one(rows: np.ndarray, prior_passes: float) -> np.ndarray:
     """argmin over u >= 0 of |rows @ u - 1|^2 + sum_j w_j (u_j - 1)^2, where w_j is `prior_passes` passes of the
     rows' own mean square in column j: the pull has the same small weight against the data in every column,
-    whatever the prior's scale, and decides alone only in a column the rows leave at zero."""
-    weight = np.sqrt(prior_passes * np.maximum(np.mean(rows * rows, axis=0), ABSENT_FIGURE))
-    a = np.vstack([rows, np.diag(weight)])
-    b = np.concatenate([np.ones(len(rows)), weight])
-    units, _ = nnls(a, b)
-    return units
+    whatever the prior's scale, and decides alone only in a column the rows leave at zero.
+
+    Solved on its normal equations (five unknowns: a 5 x 5 problem however long the window), columns scaled to
+    unit mean square (v = u * scale), by non-negative least squares on the Cholesky factor of the Gram matrix."""
+    scale = np.sqrt(np.maximum(np.mean(rows * rows, axis=0), ABSENT_FIGURE))
+    scaled = rows / scale
+    gram = scaled.T @ scaled + prior_passes * np.eye(NUM_FEATURES)
+    rhs = scaled.sum(axis=0) + prior_passes * scale
+    upper = np.linalg.cholesky(gram).T  # gram = upper.T @ upper
+    units, _ = nnls(upper, np.linalg.solve(upper.T, rhs))
+    return units / scale
 
 
 class OnlinePassCost:
@@ -198,7 +203,8 @@ class OnlinePassCost:
 
     def refit_interval(self) -> int:
         """Passes between refits: `min_passes` for the first fit, then about doubling the window each time up to
-        `refit_every_passes` (8, 16, 31, ... 32 by default): a new engine leaves its prior within dozens of passes."""
+        `refit_every_passes` (by default at 8, 16, 31, 61, 121, then every 64): a new engine leaves its prior
+        within dozens of passes."""
         s = self.settings
         return min(s.refit_every_passes, max(s.min_passes, self.num_window // 2))
 
