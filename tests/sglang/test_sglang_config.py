@@ -304,3 +304,17 @@ def test_load_registers_every_target_once(fresh_registry):
     loading.load()
     loading.load()
     assert {t: len(h) for t, h in fresh_registry.items()} == {spec.target: 1 for spec in hooks.TARGETS}
+
+
+def test_under_tensor_parallelism_the_pass_cost_fit_keeps_its_prior(caplog):
+    """Each rank times its own passes: a fit per rank would plan different passes on different ranks."""
+    single = attach_policy(build_scheduler(SEED_ENGINE, patched=True))
+    assert single.pass_cost.frozen_reason is None and single.timer is not None
+    sched = build_scheduler(SEED_ENGINE, patched=True)
+    sched.tp_size = 2
+    fit = attach_policy(sched).pass_cost
+    assert fit.frozen_reason.startswith("tp_size=2")
+    for _ in range(200):
+        fit.observe(512, 131_328.0, 4, 4000, 0.01)
+    assert fit.model is fit.prior and fit.num_fits == 0 and fit.num_observed == 200
+    assert any("the pass-cost fit keeps its prior" in m for m in caplog.messages)
