@@ -22,16 +22,22 @@ The fit, over a sliding window of the last `FitSettings.window_passes` measured 
 - after `min_passes` measured passes, then at intervals growing to `refit_every_passes`, not every pass: between
   refits a pass costs a prediction and a row written into fixed arrays (the scheduler loop times every pass).
 
-The prior, until the window has data, is the slowest engine this project has figures for (the article's 12 GB
-card with a 27B model, preset ``card12gb-27b``), summed instead of p-norm-combined: it predicts passes slower
-than nearly any engine runs them, so a controller sizing passes from it chooses small ones until the fit knows
-better. Its error is that of every model here: each measured pass is first predicted by the model in force,
-before it joins the window, and the median absolute relative error of those predictions over the window is
-reported (out of sample, the prior's misses included until they leave the window).
+The prior is the slowest engine this project has figures for (the article's 12 GB card with a 27B model, preset
+``card12gb-27b``), summed instead of p-norm-combined: it predicts passes slower than nearly any engine runs them,
+so where the window has not exercised a figure the fit errs slow and a controller sizing passes from it chooses
+small ones. Until the first fit `pass_s` predicts nothing (NaN, which the planner reads as "no usable model" and
+sizes passes with its static knobs): before any measurement a guessed prior would make the controller shrink
+every pass to its floor (with the article's card as prior, a document gets a token a pass), and the static knobs
+are the policy's own safe default. The prior's predictions are still scored, so the error shows how far off it is.
+
+Its error is that of every model here: each measured pass is first predicted by the model in force (the prior
+before the first fit), before it joins the window, and the median absolute relative error of those predictions
+over the window is reported (out of sample, the prior's misses included until they leave the window).
 
 Deterministic given its inputs: the same measured passes in the same order give the same coefficients. Across
-tensor-parallel ranks the inputs differ (each rank times its own passes), so `OnlinePassCost` can be frozen at
-its prior (`frozen_reason`): it still measures its error, and never refits.
+tensor-parallel ranks the inputs differ (each rank times its own passes), so `OnlinePassCost` can be frozen
+(`frozen_reason`): it still measures its error, never fits, and so never predicts: every rank sizes passes with the
+static knobs, the same on each.
 """
 
 from __future__ import annotations
@@ -111,7 +117,7 @@ class FitSettings:
     refit_every_passes: int = 64
     """Measured passes between refits."""
     min_passes: int = 8
-    """No fit on fewer passes than this: the prior answers."""
+    """No fit on fewer passes than this: no prediction until then."""
     prior_weight_passes: float = 0.1
     """The prior's weight per coefficient, in passes of the window's own size in that figure: it decides only what
     the window cannot (a figure no pass exercised, the split between figures that always move together)."""
@@ -164,9 +170,9 @@ class OnlinePassCost:
         self.prior = prior
         self.settings = settings or FitSettings()
         self.frozen_reason = frozen_reason
-        """Why the fit never refits (the prior answers), or None."""
+        """Why the fit never fits (and so never predicts), or None."""
         self.model = prior
-        """The model in force: the prior until the first fit."""
+        """The model the window's predictions are scored with: the prior until the first fit."""
         self.num_observed = 0
         """Passes measured since start (the window holds the last `window_passes` of them)."""
         self.num_fits = 0
@@ -177,6 +183,9 @@ class OnlinePassCost:
         self._miss = np.zeros(size)
 
     def pass_s(self, prefill_tokens: int, prefill_ctx_pairs: float, decode_rows: int, decode_ctx_tokens: int) -> float:
+        """The fitted model's seconds; NaN (no prediction) until the first fit."""
+        if not self.num_fits:
+            return math.nan
         return self.model.pass_s(prefill_tokens, prefill_ctx_pairs, decode_rows, decode_ctx_tokens)
 
     @property
@@ -203,7 +212,7 @@ class OnlinePassCost:
 
     def refit_interval(self) -> int:
         """Passes between refits: `min_passes` for the first fit, then about doubling the window each time up to
-        `refit_every_passes` (by default at 8, 16, 31, 61, 121, then every 64): a new engine leaves its prior
+        `refit_every_passes` (by default at 8, 16, 31, 61, 121, then every 64): a new engine's model settles
         within dozens of passes."""
         s = self.settings
         return min(s.refit_every_passes, max(s.min_passes, self.num_window // 2))
@@ -225,7 +234,7 @@ class OnlinePassCost:
     def describe(self) -> dict[str, Any]:
         """The model in force, its window and its error (the pass trace, the diagnostics line, server info)."""
         return {
-            "model": "fitted" if self.num_fits else "prior",
+            "model": "fitted" if self.num_fits else "unfitted",
             "coefficients": self.model.to_dict(),
             "window_passes": self.num_window,
             "observed_passes": self.num_observed,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import random
 
 import numpy as np
@@ -91,20 +92,22 @@ def test_predictions_never_fall_when_a_pass_grows_in_any_figure(seed, figures, w
         assert fit.pass_s(*grown) >= fit.pass_s(*figures)
 
 
-def test_an_empty_window_answers_with_the_prior():
+def test_an_empty_window_predicts_nothing():
+    # No prediction, so the planner sizes passes with its static knobs (a guessed prior would shrink them all).
     fit = OnlinePassCost()
     assert fit.model is PRIOR and fit.num_fits == 0
-    assert fit.refit() is PRIOR  # nothing to fit: the prior stays
-    assert fit.pass_s(512, chunk_ctx_pairs(0, 512), 4, 4000) == PRIOR.pass_s(512, chunk_ctx_pairs(0, 512), 4, 4000)
-    assert fit.describe()["model"] == "prior" and fit.describe()["median_abs_rel_error"] is None
+    assert fit.refit() is PRIOR  # nothing to fit
+    assert math.isnan(fit.pass_s(512, chunk_ctx_pairs(0, 512), 4, 4000))
+    assert fit.pass_s(0, 0.0, 0, 0) != 0.0  # not even an empty pass: the model is not there
+    assert fit.describe()["model"] == "unfitted" and fit.describe()["median_abs_rel_error"] is None
 
 
-def test_too_few_passes_keep_the_prior():
+def test_too_few_passes_predict_nothing_then_the_fit_does():
     fit = OnlinePassCost(settings=FitSettings(min_passes=8, refit_every_passes=1))
     feed(fit, random.Random(3), 7, noise=0.0, outliers=0.0)
-    assert fit.model is PRIOR
+    assert fit.model is PRIOR and math.isnan(fit.pass_s(512, 1000.0, 0, 0))
     feed(fit, random.Random(4), 1, noise=0.0, outliers=0.0)
-    assert fit.model is not PRIOR
+    assert fit.model is not PRIOR and fit.pass_s(512, 1000.0, 0, 0) > 0
 
 
 def test_a_new_engine_leaves_its_prior_after_min_passes_then_refits_every_few_dozen():
@@ -156,10 +159,11 @@ def test_the_same_passes_give_the_same_model():
     assert a.model == b.model and a.num_fits == b.num_fits > 0
 
 
-def test_a_frozen_fit_keeps_its_prior_and_still_measures_its_error():
+def test_a_frozen_fit_never_predicts_and_still_measures_its_prior():
     fit = OnlinePassCost(frozen_reason="tensor parallel: ranks time their passes apart")
     feed(fit, random.Random(9), 200, noise=0.0, outliers=0.0)
     assert fit.model is PRIOR and fit.num_fits == 0 and fit.error() > 1.0
+    assert math.isnan(fit.pass_s(512, 1000.0, 0, 0))  # every rank: the static knobs, the same on each
     assert fit.describe()["frozen"].startswith("tensor parallel")
 
 

@@ -22,8 +22,8 @@ sglang's internal state (``/server_info``, ``Engine.get_server_info``): the onli
 Every pass the engine runs is timed where its result lands (`pass_timer`) and fitted online
 (`scheduler.pass_cost_fit`): the planner sizes passes from that fit. Under tensor or pipeline parallelism each rank
 runs its own scheduler and times its own passes, and the ranks' timings differ, so their fits would too, and with
-them the pass sizes they plan: the ranks would run different batches. There the fit is frozen at its prior (every
-rank takes the same decisions from the same figures) and reports why (`fit_frozen_reason`).
+them the pass sizes they plan: the ranks would run different batches. There the fit is frozen: it never fits, so
+it predicts nothing and every rank sizes passes with the static knobs, the same on each (`fit_frozen_reason`).
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def policy_config_for(sched: Any) -> PolicyConfig:
 
 
 def fit_frozen_reason(sched: Any) -> str | None:
-    """Why this scheduler's pass-cost fit must keep its prior (the same on every rank), or None."""
+    """Why this scheduler's pass-cost fit must stay off (every rank must plan the same passes), or None."""
     from sglang.srt.runtime_context import get_parallel
 
     tp_size, pp_size = int(getattr(sched, "tp_size", 1) or 1), int(get_parallel().pp_size or 1)
@@ -348,7 +348,9 @@ def attach_policy(sched: Any, missing_targets: list[str] | tuple[str, ...] = ())
         log_startup(cfg, sched)
         logger.info("fairshare: %s (fitted online from every pass the engine runs)", pass_cost_line(fit.describe()))
         if fit.frozen_reason is not None:
-            logger.warning("fairshare: the pass-cost fit keeps its prior: %s", fit.frozen_reason)
+            logger.warning(
+                "fairshare: the pass-cost fit is off (%s): the static pass knobs size every pass", fit.frozen_reason
+            )
     elif not missing_targets:
         logger.warning("fairshare: %s; upstream sglang scheduling applies", reason)
     return policy
