@@ -30,7 +30,7 @@ the same on every rank).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from scheduler.config import PolicyConfig
 from scheduler.pass_cost import PassCost
@@ -44,8 +44,6 @@ class PassBudget:
     size: PassSize
     unusable_cost: str | None = None
     """Why the cost model could not size this pass (the static knobs did)."""
-    short_left_waiting: bool = False
-    """The pass leaves a short request waiting for a running slot."""
 
 
 @dataclass
@@ -79,10 +77,6 @@ class PassSizer:
 
     def size(self, cfg: PolicyConfig, cost: PassCost | None, load: PassLoad, pass_index: int) -> PassBudget:
         """This pass's budget, from the targets and `cost` when SLO sizing can, else from the static knobs; pure."""
-        budget = self._size(cfg, cost, load, pass_index)
-        return replace(budget, short_left_waiting=load.short_waits_for_slot)
-
-    def _size(self, cfg: PolicyConfig, cost: PassCost | None, load: PassLoad, pass_index: int) -> PassBudget:
         if not load.short_tokens and not load.num_long_sharers:  # nobody to prefill: nothing to size
             tokens = self.budget(cfg, pass_index, 0, load.num_decoding, load.num_short_decoding)
             return PassBudget(tokens, PassSize(tokens, SizedBy.IDLE))

@@ -71,8 +71,7 @@ class PassPlanner:
         plan.num_skip_ahead = sum(g.rid in past_rejection for g in plan.grants)
         self.num_skip_ahead += plan.num_skip_ahead
         self._predict(plan, snap, [*snap.continuing, *admitted])
-        shorts = [c.extend_tokens for c in admitted if self.cfg.is_short(c.extend_tokens)]
-        self._commit(plan, pass_index, shorts, budget.short_left_waiting)
+        self._commit(plan, pass_index, [c.extend_tokens for c in admitted if self.cfg.is_short(c.extend_tokens)])
         self.slo_counters.record(self.cfg, budget.size, budget.unusable_cost)
         log_plan(self.cfg, plan)
         return plan
@@ -103,6 +102,8 @@ class PassPlanner:
         plan.pass_budget_tokens = self.sizer.budget(self.cfg, pass_index, 0, snap.num_decoding, snap.num_short_decoding)
         plan.grants, plan.cap_tokens = self._allocate([], plan.pass_budget_tokens, snap)
         plan.sized_by = "idle"
+        # As the walk finds it: with no slot free it stops at once, leaving the short index's requests waiting.
+        plan.short_left_waiting = snap.free_running_slots <= 0 and _short_left_waiting(snap, [], set(), [])
         self._commit(plan, pass_index, [])
         log_plan(self.cfg, plan)
         return plan
@@ -135,6 +136,7 @@ class PassPlanner:
         plan.sized_by = budget.size.by.value
         plan.pass_bound_s = budget.size.bound_s
         plan.missed_targets = tuple(t.value for t in budget.size.missed)
+        plan.short_left_waiting = slot_wait
         plan.grants, plan.cap_tokens = self._allocate(sharers, plan.pass_budget_tokens, snap)
         return plan, admitted, past_rejection, budget
 
@@ -180,12 +182,10 @@ class PassPlanner:
         except UnusableCost:
             plan.predicted_pass_s = None
 
-    def _commit(
-        self, plan: PassPlan, pass_index: int, short_tokens: list[int], short_left_waiting: bool = False
-    ) -> None:
+    def _commit(self, plan: PassPlan, pass_index: int, short_tokens: list[int]) -> None:
         """State across passes changes once per pass, from the plan that runs. `short_tokens`: the prompts of the
-        short requests it admits; `short_left_waiting`: it leaves one waiting for a running slot."""
-        self.sizer.commit(pass_index, short_tokens, plan.predicted_pass_s, short_left_waiting)
+        short requests it admits."""
+        self.sizer.commit(pass_index, short_tokens, plan.predicted_pass_s, plan.short_left_waiting)
         self.ledger.record_skips(plan.rejections, pass_index)
         for g in plan.grants:
             self.ledger.forget(g.rid)

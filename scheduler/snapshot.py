@@ -99,6 +99,8 @@ class PassPlan:
     """The pass-cost model's seconds for the plan's grants and decode rows; None without a usable model."""
     missed_targets: tuple[str, ...] = ()
     """Targets even the smallest pass breaks (`scheduler.slo_sizing.Target`)."""
+    short_left_waiting: bool = False
+    """The pass leaves a short request waiting with no running slot free."""
 
     @property
     def num_prefill_tokens(self) -> int:
