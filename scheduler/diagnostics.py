@@ -20,11 +20,24 @@ def rejection_line(r: Rejection) -> str:
 
 
 def budget_line(plan: PassPlan) -> str:
+    """``budget pass=94 cap=94 sharing=2 used=94 grants=[doc-a:64* q:30]`` (``*`` = cut), then, when the pass was
+    sized from the targets or predicted by a cost model, ``sized=tbt bound_s=0.300 predicted_s=0.287`` (and
+    ``missed=ttft`` for a target even the smallest pass breaks)."""
     grants = " ".join(f"{g.rid}:{g.tokens}{'*' if g.cut else ''}" for g in plan.grants)
-    return (
+    line = (
         f"budget pass={plan.pass_budget_tokens} cap={plan.cap_tokens} sharing={plan.num_sharing} "
         f"used={plan.num_prefill_tokens} grants=[{grants}]"
     )
+    if plan.pass_bound_s is not None or plan.predicted_pass_s is not None:
+        bound, predicted = _seconds(plan.pass_bound_s), _seconds(plan.predicted_pass_s)
+        line += f" sized={plan.sized_by} bound_s={bound} predicted_s={predicted}"
+    if plan.missed_targets:
+        line += f" missed={','.join(plan.missed_targets)}"
+    return line
+
+
+def _seconds(s: float | None) -> str:
+    return "-" if s is None else f"{s:.3f}"
 
 
 def pass_cost_line(fit: dict[str, Any]) -> str:

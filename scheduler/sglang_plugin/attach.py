@@ -374,7 +374,8 @@ def log_startup(cfg: PolicyConfig, sched: Any) -> None:
     }
     logger.info(
         "fairshare policy: skip_ahead=%s lookahead=%d max_skipped_passes=%d fair_share=%s full_budget_when_alone=%s "
-        "adaptive_pass=%s interactive_pass_tokens=%d quiet_pass_tokens=%s short_request_tokens=%d "
+        "adaptive_pass=%s slo_sizing=%s ttft_target_s=%g tbt_target_s=%g (no pass-cost model yet: the static pass "
+        "knobs size passes) interactive_pass_tokens=%d quiet_pass_tokens=%s short_request_tokens=%d "
         "chunk_budget_tokens=%d (%s) max_running_requests=%d (%s) mixed_decode=%s decode_steps_per_prefill=%d "
         "(sglang enable_mixed_chunk / prefill_decode_interval) diagnostics=%s",
         cfg.skip_ahead,
@@ -383,6 +384,9 @@ def log_startup(cfg: PolicyConfig, sched: Any) -> None:
         cfg.fair_share,
         cfg.full_budget_when_alone,
         cfg.adaptive_pass,
+        cfg.slo_sizing,
+        cfg.ttft_target_s,
+        cfg.tbt_target_s,
         cfg.interactive_pass_tokens,
         cfg.quiet_pass_tokens,
         cfg.short_request_tokens,

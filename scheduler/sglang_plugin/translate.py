@@ -100,6 +100,10 @@ class LazyCandidate:
     def need_tokens(self) -> int:
         return self._window.materialize(self._index).need_tokens
 
+    @property
+    def ctx_tokens(self) -> int:
+        return self._window.materialize(self._index).ctx_tokens
+
 
 def locked_prefix_tokens(req: Req, adder: PrefillAdder) -> int:
     """Free KV that admitting matched `req` takes beyond its own need: the cached prefix it matched counts as
