@@ -55,6 +55,7 @@ from scheduler.sglang_plugin.pass_timer import PassFigures, PassTimer
 from scheduler.sglang_plugin.server_args import POLICY_FIELD_TO_SERVER_ARG
 from scheduler.sglang_plugin.short_index import ShortIndex
 from scheduler.sglang_plugin.translate import EngineState
+from scheduler.snapshot import PassPlan
 
 logger = logging.getLogger("fairshare.sglang_plugin")
 T = TypeVar("T")
@@ -295,14 +296,21 @@ class SchedulerPolicy:
             log_pass_cost(self.cfg, self.pass_cost.describe())
 
     def describe(self) -> dict[str, Any]:
-        """The policy's live state (sglang's internal state: ``/server_info``): the pass-cost fit and the last pass."""
+        """The policy's live state (sglang's internal state: ``/server_info``): the targets, the pass-cost fit, the
+        last pass planned (its size, what set it, the seconds allowed and predicted) and the passes the targets could
+        not size as asked."""
         last = self.last_run.plan if self.last_run is not None else None
+        counters = self.planner.slo_counters
         return {
             "status": self.status,
+            "targets": {"ttft_target_s": self.cfg.ttft_target_s, "tbt_target_s": self.cfg.tbt_target_s},
             "pass_cost": self.pass_cost.describe(),
             "timed_passes": self.timer.num_timed if self.timer is not None else 0,
             "planned_passes": self.num_planned_passes,
-            "last_pass_budget_tokens": last.pass_budget_tokens if last is not None else None,
+            "last_pass": None if last is None else last_pass(last),
+            "missed_passes": {target.value: n for target, n in counters.missed_passes.items()},
+            "slot_passes": counters.slot_passes,
+            "unusable_cost_passes": counters.unusable_cost_passes,
         }
 
     def _record(self, run: PassRun) -> dict[str, Any]:
@@ -321,6 +329,16 @@ class SchedulerPolicy:
         )
 
 
+def last_pass(plan: PassPlan) -> dict[str, Any]:
+    return {
+        "pass_budget_tokens": plan.pass_budget_tokens,
+        "sized_by": plan.sized_by,
+        "pass_bound_s": plan.pass_bound_s,
+        "predicted_pass_s": plan.predicted_pass_s,
+        "prefill_tokens": plan.num_prefill_tokens,
+    }
+
+
 def attach_policy(sched: Any, missing_targets: list[str] | tuple[str, ...] = ()) -> SchedulerPolicy:
     """Create the scheduler's policy and log it (F first, in the article's wording); called once, at the end
     of `Scheduler.__init__`."""
@@ -333,7 +351,7 @@ def attach_policy(sched: Any, missing_targets: list[str] | tuple[str, ...] = ())
         reason = f"hook targets not patched: {', '.join(missing_targets)}"
         logger.error("fairshare: %s; the plugin patches nothing and sglang runs unpatched", reason)
     fit = OnlinePassCost(frozen_reason=fit_frozen_reason(sched))
-    policy = SchedulerPolicy(PassPlanner(cfg), inactive_reason=reason, pass_cost=fit)
+    policy = SchedulerPolicy(PassPlanner(cfg, pass_cost=fit), inactive_reason=reason, pass_cost=fit)
     if reason is None:
         policy.timer = PassTimer(fit)
     trace_path = pass_trace_path()
@@ -374,8 +392,8 @@ def log_startup(cfg: PolicyConfig, sched: Any) -> None:
     }
     logger.info(
         "fairshare policy: skip_ahead=%s lookahead=%d max_skipped_passes=%d fair_share=%s full_budget_when_alone=%s "
-        "adaptive_pass=%s slo_sizing=%s ttft_target_s=%g tbt_target_s=%g (no pass-cost model yet: the static pass "
-        "knobs size passes) interactive_pass_tokens=%d quiet_pass_tokens=%s short_request_tokens=%d "
+        "adaptive_pass=%s slo_sizing=%s ttft_target_s=%g tbt_target_s=%g interactive_pass_tokens=%d "
+        "quiet_pass_tokens=%s short_request_tokens=%d "
         "chunk_budget_tokens=%d (%s) max_running_requests=%d (%s) mixed_decode=%s decode_steps_per_prefill=%d "
         "(sglang enable_mixed_chunk / prefill_decode_interval) diagnostics=%s",
         cfg.skip_ahead,
