@@ -20,6 +20,8 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from scheduler.traffic import TrafficClass
+
 GAP_QUANTILE = 0.99
 
 
@@ -35,6 +37,15 @@ class SloTargets:
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise ValueError(f"{name}={value!r}: an SLO target must be a positive number of seconds")
+
+
+NOT_JUDGED = SloTargets()
+
+
+def targets_for(cls: TrafficClass, interactive: SloTargets) -> SloTargets:
+    """A traffic class's targets: short requests (chats) are judged by the interactive ones; long documents are
+    not judged on latency."""
+    return interactive if cls is TrafficClass.SHORT else NOT_JUDGED
 
 
 def gap_quantile_s(gaps_s: Sequence[float], quantile: float = GAP_QUANTILE) -> float | None:

@@ -10,7 +10,7 @@ from pydantic import BaseModel
 
 from scheduler.sim.request import SimRequest
 from scheduler.sim.runner import RunResult
-from scheduler.slo import SloTargets, attainment, meets_slo
+from scheduler.slo import NOT_JUDGED, SloTargets, attainment, meets_slo, targets_for
 from scheduler.traffic import TrafficClass
 
 
@@ -113,8 +113,8 @@ def _slo_fields(reqs: Sequence[SimRequest], targets: SloTargets, span_s: float) 
 
 
 def default_slo(result: RunResult) -> dict[TrafficClass, SloTargets]:
-    """The preset's interactive targets for short requests; documents are not judged on latency."""
-    return {TrafficClass.SHORT: result.preset.interactive_slo, TrafficClass.LONG: SloTargets()}
+    """The preset's interactive targets per class (`scheduler.slo.targets_for`: documents are not judged)."""
+    return {c: targets_for(c, result.preset.interactive_slo) for c in TrafficClass}
 
 
 def measure(result: RunResult, slo: dict[TrafficClass, SloTargets] | None = None) -> RunMetrics:
@@ -125,7 +125,7 @@ def measure(result: RunResult, slo: dict[TrafficClass, SloTargets] | None = None
     start = min((r.arrival_s for r in result.requests), default=0.0)
     span = result.end_s - start
     classes = {
-        c.value: class_metrics(c, result.requests, windows, slo.get(c, SloTargets()), span)
+        c.value: class_metrics(c, result.requests, windows, slo.get(c, NOT_JUDGED), span)
         for c in TrafficClass
         if c in present
     }
