@@ -165,7 +165,8 @@ class LanePolicy:
         if hint.target_replica is not None and hint.target_replica in by_id:
             v = by_id[hint.target_replica]
             cls = classify(hint.prompt_tokens, v.short_request_tokens)
-            return RouteDecision(v.replica_id, serving_lane(v.lane, cls), cls, RouteReason.TARGETED, 0, hint.session_id)
+            lane = serving_lane(v.lane, cls)
+            return RouteDecision(v.replica_id, lane, cls, RouteReason.TARGETED, 0, hint.session_id, v.slo_for(cls))
 
         usable = [v for v in views if not v.full] or list(views)
         sid = hint.session_id
@@ -346,5 +347,11 @@ class _Candidates:
     def decision(self, v: ReplicaView, reason: RouteReason) -> RouteDecision:
         cls = self.traffic_class(v)
         return RouteDecision(
-            v.replica_id, serving_lane(v.lane, cls), cls, reason, self.uncached_tokens(v), self.hint.session_id
+            v.replica_id,
+            serving_lane(v.lane, cls),
+            cls,
+            reason,
+            self.uncached_tokens(v),
+            self.hint.session_id,
+            v.slo_for(cls),
         )
