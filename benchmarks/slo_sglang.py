@@ -132,8 +132,8 @@ def one_run(server: LocalServer, run_id: str, plan: Schedule, seed: int) -> RunR
 
 
 def nearest_rank(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[max(0, -(-len(ordered) * q // 100) - 1).__int__()]
+    """The `q` quantile (0-1) by nearest rank, as `scheduler.slo` takes a stream's gap p99."""
+    return gap_quantile_s(values, q)
 
 
 def relative_misses(timed: list[dict[str, Any]]) -> list[float]:
@@ -151,7 +151,7 @@ def fit_table(timed: list[dict[str, Any]]) -> list[str]:
         misses = relative_misses(rows)
         if misses:
             lines.append(
-                f"{name:>14} | {len(rows):>5} | {statistics.median(misses):>16.1%} | {nearest_rank(misses, 90):>13.1%}"
+                f"{name:>14} | {len(rows):>5} | {statistics.median(misses):>16.1%} | {nearest_rank(misses, 0.9):>13.1%}"
             )
     return lines
 
@@ -161,10 +161,10 @@ def mode_row(name: str, runs: list[RunResult]) -> tuple[str, float]:
     gaps = [g for r in runs for gs in r.chat_gaps_s for g in gs]
     met = [meets_slo(TARGETS, t, gs) for r in runs for t, gs in zip(r.chat_ttft_s, r.chat_gaps_s, strict=True)]
     att = attainment(met, sum(r.span_s for r in runs))
-    ttft_p99 = nearest_rank(ttfts, 99)
+    ttft_p99 = nearest_rank(ttfts, 0.99)
     doc = [r.doc_tok_per_s for r in runs]
     row = (
-        f"{name:>10} | {len(ttfts):>5} | {nearest_rank(ttfts, 50):>9.3f} | {ttft_p99:>9.3f} | "
+        f"{name:>10} | {len(ttfts):>5} | {nearest_rank(ttfts, 0.5):>9.3f} | {ttft_p99:>9.3f} | "
         f"{gap_quantile_s(gaps) or 0.0:>8.3f} | {att.fraction:>10.1%} | {att.goodput_per_s:>8.2f} | "
         f"{statistics.median(doc):>8.0f} ({min(doc):.0f}-{max(doc):.0f})"
     )
@@ -195,9 +195,7 @@ def report(results: dict[str, list[RunResult]], fit_state: dict[str, Any] | None
     for name in MODES:
         row, p99[name] = mode_row(name, results[name])
         print(row)
-    ratios = [
-        a.doc_tok_per_s / b.doc_tok_per_s for a, b in zip(results["fairshare"], results["upstream"], strict=True)
-    ]
+    ratios = [a.doc_tok_per_s / b.doc_tok_per_s for a, b in zip(results["fairshare"], results["upstream"], strict=True)]
     print(
         f"document throughput fairshare / upstream: {statistics.median(ratios):.3f} "
         f"(per-run ratios {min(ratios):.3f}-{max(ratios):.3f})"
@@ -223,7 +221,7 @@ def start_servers(model_dir: Path, work: Path) -> dict[str, tuple[LocalServer, P
     return servers
 
 
-@records("slo-sglang", "Real sglang on CPU: chat TTFT during documents and the online pass-cost fit, plugin vs upstream")
+@records("slo-sglang", "Real sglang on CPU: chat TTFT during documents and the online pass-cost fit, against upstream")
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5, help="measured runs per mode (after one warm-up run each)")
