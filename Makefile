@@ -32,10 +32,11 @@ test: $(SGLANG_STAMP)
 	$(BIN)/python -m pytest -q
 
 # The quick loop for policy, simulator, plugin and routing changes: no servers, no Ray, no sglang processes.
-FAST_TESTS := -m "not serve and not sglang_cpu and not slow and not gpu"
+# Policy core and simulator (tests/test_*.py), the plugin on sglang's classes (tests/sglang), routing.
+FAST_TESTS := tests/test_*.py tests/sglang tests/serve/test_routing.py tests/serve/test_lane_router.py
 test-fast: $(SGLANG_STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q $(FAST_TESTS) tests
+	$(BIN)/python -m pytest -q -m "not slow and not gpu" $(FAST_TESTS)
 
 # Only the tests that run real sglang on CPU (server and in-process engine with the tiny model).
 test-sglang-cpu: $(SGLANG_STAMP)
