@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from sglang.srt.managers.schedule_policy import CacheAgnosticPolicy
+from sglang.srt.runtime_context import get_parallel
 
 from scheduler.config import PolicyConfig, default_interactive_pass_tokens, env_var_name
 from scheduler.diagnostics import log_pass_cost, pass_cost_line
@@ -91,8 +92,6 @@ def policy_config_for(sched: Any) -> PolicyConfig:
 
 def fit_frozen_reason(sched: Any) -> str | None:
     """Why this scheduler's pass-cost fit must stay off (every rank must plan the same passes), or None."""
-    from sglang.srt.runtime_context import get_parallel
-
     tp_size, pp_size = int(getattr(sched, "tp_size", 1) or 1), int(get_parallel().pp_size or 1)
     if tp_size > 1 or pp_size > 1:
         return f"tp_size={tp_size} pp_size={pp_size}: each rank times its own passes; a fit would differ by rank"

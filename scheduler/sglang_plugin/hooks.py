@@ -86,10 +86,9 @@ def around_process_batch_result(original: Any, sched: Any, batch: Any, *args: An
     if policy is None or policy.timer is None:
         return original(sched, batch, *args, **kwargs)
     figures = pass_figures(batch) if sched.is_generation else None  # as launched: processing may change the batch
-    try:
-        return original(sched, batch, *args, **kwargs)
-    finally:
-        policy.pass_landed(batch.launch_ts, figures, time.monotonic(), batch.forward_iter)
+    result = original(sched, batch, *args, **kwargs)
+    policy.pass_landed(batch.launch_ts, figures, time.monotonic(), batch.forward_iter)
+    return result
 
 
 def after_get_internal_state(result: Any, sched: Any, *args: Any, **kwargs: Any) -> None:
