@@ -16,7 +16,7 @@ import numpy as np
 
 from loadtests.recording import Sample
 from loadtests.stages import Stage, stage_index
-from scheduler.slo import NOT_JUDGED, SloTargets, attainment, meets_slo
+from scheduler.slo import NOT_JUDGED, Attainment, SloTargets, attainment, meets_slo
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ METRICS: list[tuple[str, str, Callable[[Sequence[Sample]], float | None]]] = [
 ]
 
 
-def short_attainment(samples: Sequence[Sample], slo: SloTargets):
+def short_attainment(samples: Sequence[Sample], slo: SloTargets) -> Attainment | None:
     """Attainment and goodput of every short request sent (`scheduler.slo`), over the run's span; None when the
     targets judge nothing."""
     if slo.ttft_s is None and slo.tbt_s is None:

@@ -40,8 +40,9 @@ class IngressMetrics:
         )
         self.slo = ray_metrics.Counter(
             "fairshare_slo_requests_total",
-            description="Streamed requests judged against their class's targets on the replica that served them, "
-            "by target (ttft, tbt, all: scheduler.slo.meets_slo) and outcome (within, over).",
+            description="Requests whose tokens the ingress timed, judged when they ended normally against their "
+            "class's targets on the replica that served them, by target (ttft, tbt, all: scheduler.slo.meets_slo) "
+            "and outcome (within, over).",
             tag_keys=("lane", "traffic_class", "target", "outcome"),
         )
 
