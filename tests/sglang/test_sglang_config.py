@@ -42,6 +42,11 @@ SWITCH_VALUES = {
     "reserve_slots": ("2", 2),
     "reserve_kv_tokens": ("3000", 3000),
     "short_decode_interleave": ("false", False),
+    "slo_sizing": ("false", False),
+    "ttft_target_s": ("1.5", 1.5),
+    "tbt_target_s": ("0.4", 0.4),
+    "slot_aware_passes": ("false", False),
+    "long_pass_floor_tokens": ("64", 64),
 }
 SGLANG_OWNED = {"mixed_decode": "enable_mixed_chunk", "decode_steps_per_prefill": "prefill_decode_interval"}
 
