@@ -104,16 +104,17 @@ class PassSizer:
 
 
 def slots_short(cfg: PolicyConfig, load: PassLoad) -> bool:
-    """Do short requests lack running slots that small passes would free? A short request is left waiting with no
-    slot free while streams decode (a decoding stream frees its slot after its remaining tokens, one a pass), or
-    short streams decoding hold more than the interactive reserve and leave no more than it free (the next
-    arrivals may find none). Requests still prefilling do not count: small passes would only delay their slots."""
+    """Do short requests lack running slots that small passes would free? Short streams decoding hold more than
+    the interactive reserve of slots, and a short request waits for one or no more than the reserve is free (the
+    next arrivals may find none). A decoding stream gives its slot back after its remaining tokens, one a pass, so
+    small passes free one soon. Where long requests hold the slots and the short streams only their reserve, small
+    passes would just delay the documents' slots: passes keep their size."""
     if not cfg.slot_aware_passes:
         return False
-    if load.short_waits_for_slot and load.num_decoding:
-        return True
     reserve = cfg.reserved_slots
-    return load.free_running_slots <= reserve and load.num_short_decoding > reserve
+    if load.num_short_decoding <= reserve:
+        return False
+    return load.short_waits_for_slot or load.free_running_slots <= reserve
 
 
 def _within_chunk(cfg: PolicyConfig, budget: int, num_decoding: int) -> int:

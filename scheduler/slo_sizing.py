@@ -12,9 +12,10 @@ A forward pass in flight cannot be interrupted, so the policy keeps its service 
   `ChatPrompts.reserve_tokens` beside the streams decoding now. So a pass planned while no chat has been seen for
   long is bounded too. A pass that admits short requests also gets no more than their wait left:
   ``ttft_target_s - (1 + lag) x`` the last pass's predicted seconds.
-- **Running slots** (`scheduler.pass_budget.slots_short`, with or without a cost model): while short requests
-  lack running slots, passes carry no long prefill, so streams finish at decode speed. A pass that admits
-  short requests that waited for a slot gets what their whole wait left of the TTFT target.
+- **Running slots** (`scheduler.pass_budget.slots_short`, with or without a cost model): while short streams hold
+  more than their reserve of slots and short requests lack one, passes carry no long prefill, so streams finish at
+  decode speed. A pass that admits short requests that waited for a slot gets what their whole wait left of the
+  TTFT target.
 
 Within those bounds a pass carries as much long prefill as the model predicts fits: bisection on the model, which
 must be non-decreasing in each argument, so the pass size is non-decreasing in each target. The long tokens are

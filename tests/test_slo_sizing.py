@@ -93,8 +93,11 @@ def test_a_short_request_waiting_for_a_slot_while_streams_decode_gets_passes_wit
     # next arrival may find none, so passes shrink before anyone waits.
     low = planner.plan(snap([], slots=1, continuing=[doc()], num_decoding=6, num_short_decoding=6))
     assert low.sized_by == "slots"
-    # Requests still prefilling hold the slots: small passes would only delay them. The static knobs agree.
+    # Long requests hold the slots and the short streams only their reserve: small passes would only delay the
+    # documents' slots. The static knobs follow the same rule.
     assert planner.plan(snap([cand("q", 30)], slots=0, continuing=[doc()])).sized_by != "slots"
+    held = snap([cand("q", 30)], slots=0, continuing=[doc()], num_decoding=4, num_short_decoding=1)
+    assert planner.plan(held).sized_by != "slots"
     static = PassPlanner(cfg(max_running_requests=8, slo_sizing=False))
     assert static.plan(waiting).pass_budget_tokens == 1
 
