@@ -20,6 +20,7 @@ from ray import serve
 
 from scheduler.config import PolicyConfig
 from scheduler.sim.presets import PRESETS
+from scheduler.slo import SloTargets
 from serve_app.backpressure import Admit, BackpressureLimits, decide, derive_limits
 from serve_app.config import AppConfig, EngineKnobs, validate
 from serve_app.engine_backend import (
@@ -33,7 +34,6 @@ from serve_app.engine_backend import (
 from serve_app.metrics import EngineMetrics
 from serve_app.request_log import configure_logging
 from serve_app.route_records import Lane, RouteTicket, RoutingStats
-from serve_app.ttft_prediction import ttft_target_s
 
 logger = logging.getLogger(__name__)
 
@@ -124,15 +124,16 @@ class Engine:
         return lane_for(ctx.rank.rank, ctx.world_size, self.knobs.long_lane_replicas)
 
     def record_routing_stats(self) -> dict[str, Any]:
+        policy = self.backend.policy
         stats = RoutingStats(
             lane=self.lane,
             load=self.backend.load(),
-            short_request_tokens=self.backend.policy.short_request_tokens,
+            short_request_tokens=policy.short_request_tokens,
             time_s=time.time(),
             sessions=self.backend.recent_sessions(self.knobs.published_sessions),
             pending=self.backend.pending_requests(PUBLISHED_PENDING),
             limits=self.limits,
-            ttft_target_s=ttft_target_s(self.backend.policy),
+            interactive_slo=SloTargets(ttft_s=policy.ttft_target_s, tbt_s=policy.tbt_target_s),
         )
         self._metrics.publish(stats.lane.value, stats.load, self.backend.counters())
         return stats.to_dict()

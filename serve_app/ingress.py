@@ -37,6 +37,7 @@ from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
 from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from scheduler.slo import NOT_JUDGED, SloTargets
 from serve_app.auth import ApiKeyMiddleware, process_api_key
 from serve_app.backpressure import LanesFull
 from serve_app.config import AppConfig, RoutingKnobs, validate
@@ -204,6 +205,11 @@ class _Call:
     @property
     def traffic_class(self) -> str:
         return self.decision.traffic_class.value if self.decision else ""
+
+    @property
+    def slo(self) -> SloTargets:
+        """The targets the request is judged by (its class's on the replica that serves it)."""
+        return self.decision.slo if self.decision else NOT_JUDGED
 
     def routed(self, ticket: RouteTicket, cached_tokens: int | None) -> None:
         self.decision, self.routed_s = ticket.decision, ticket.decided_at_s
@@ -427,7 +433,7 @@ class Ingress:
     ) -> AsyncIterator[bytes]:
         """The engine's SSE bytes as they come; a replica lost mid-stream ends it with an error event and [DONE].
         TTFT and ITL are observed as for the sim backend, counting the events that carry text (no JSON decoding)."""
-        timer = StreamTimer(self.metrics, call.lane, call.traffic_class, call.received_s)
+        timer = StreamTimer(self.metrics, call.lane, call.traffic_class, call.received_s, call.slo)
         with _counting(self.metrics, endpoint.name, unfinished="499") as outcome:
             try:
                 while True:
@@ -435,6 +441,7 @@ class Ingress:
                         item = await stream.__anext__()
                     except StopAsyncIteration:
                         outcome.status = "200"
+                        timer.finish()
                         return
                     except REPLICA_LOST:
                         outcome.status = "503"
@@ -499,17 +506,19 @@ class Ingress:
         self, stream: DeploymentResponseGenerator, first: Chunk, call: _Call
     ) -> AsyncIterator[Chunk | EngineError]:
         """The engine's items, first one included, up to the last (finished or an error); TTFT and ITL recorded."""
-        timer = StreamTimer(self.metrics, call.lane, call.traffic_class, call.received_s)
+        timer = StreamTimer(self.metrics, call.lane, call.traffic_class, call.received_s, call.slo)
         # The first item is the first token's arrival (TTFT) even if it carries none (e.g. held back by a stop match).
         timer.tokens(max(1, first.completion_tokens), call.first_item_s or time.perf_counter())
         yield first
         if first.finish_reason is not None:
+            timer.finish()
             return
         n = first.completion_tokens
         while True:
             try:
                 item = await stream.__anext__()
             except StopAsyncIteration:
+                timer.finish()
                 return
             except REPLICA_LOST as e:
                 # Only this replica's requests fail; the client hears why instead of a cut connection.
@@ -528,6 +537,7 @@ class Ingress:
             n = item.completion_tokens
             yield item
             if item.finish_reason is not None:
+                timer.finish()
                 return
 
     async def _collect(

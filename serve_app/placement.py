@@ -206,6 +206,7 @@ class Candidates:
 
     def decision(self, v: ReplicaView, reason: RouteReason) -> RouteDecision:
         cls = self.traffic_class(v)
+        lane = serving_lane(v.lane, cls)
         return RouteDecision(
-            v.replica_id, serving_lane(v.lane, cls), cls, reason, self.uncached_tokens(v), self.hint.session_id
+            v.replica_id, lane, cls, reason, self.uncached_tokens(v), self.hint.session_id, v.slo_for(cls)
         )

@@ -173,7 +173,8 @@ class LanePolicy:
         if hint.target_replica is not None and hint.target_replica in by_id:
             v = by_id[hint.target_replica]
             cls = classify(hint.prompt_tokens, v.short_request_tokens)
-            return RouteDecision(v.replica_id, serving_lane(v.lane, cls), cls, RouteReason.TARGETED, 0, hint.session_id)
+            lane = serving_lane(v.lane, cls)
+            return RouteDecision(v.replica_id, lane, cls, RouteReason.TARGETED, 0, hint.session_id, v.slo_for(cls))
 
         ready = [v for v in views if v.load.ready]
         if not ready:

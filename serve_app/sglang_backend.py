@@ -14,7 +14,8 @@ Kept to the calls checked against sglang 0.5.23's source (unit tests drive a sta
 `Engine.async_generate(input_ids=..., sampling_params=..., stream=True, rid=...)` returns an async
 iterator of dicts with cumulative `text` and `meta_info` (`prompt_tokens`, `completion_tokens`,
 `cached_tokens`, `finish_reason`); `tokenizer_manager.abort_request(rid=...)` aborts one request;
-`tokenizer_manager.get_loads()` returns per-scheduler `LoadSnapshot`s.
+`tokenizer_manager.get_loads()` returns per-scheduler `LoadSnapshot`s; `get_internal_state()` each scheduler's
+state, where the plugin's live state is ``fairshare`` (the pass-cost fit): the admin view's `scheduler_policy`.
 
 OpenAI requests are answered by sglang's own serving classes (`openai`, `sglang_openai`): the engine
 writes the response, this backend relays it. The engine is built and always called on its own loop
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import os
 import time
@@ -52,9 +54,8 @@ from serve_app.sglang_openai import OpenAIKind, SglangOpenAI
 logger = logging.getLogger(__name__)
 
 LOAD_REFRESH_S = 0.25
+POLICY_STATE_POLLS = 8  # the plugin's state every 8th load poll (2 s): sglang assembles its whole internal state
 MAX_TRACKED_SESSIONS = 4096
-
-
 EngineFactory = Callable[..., Any]
 """`sglang.Engine`, or a stand-in with the same calls (tests)."""
 
@@ -93,6 +94,7 @@ class SglangBackend:
         """Not ready until the first snapshot of a started engine: routers send a loading replica nothing."""
         self._rate = PrefillRate(PRIOR_PREFILL_TOK_PER_S)
         self._pending = PendingPrefill()
+        self._policy_state: list[Any] = []
         self._load_task: asyncio.Task | None = None
         self._active: set[str] = set()
         self._sessions: OrderedDict[str, int] = OrderedDict()
@@ -255,9 +257,12 @@ class SglangBackend:
         return True
 
     async def _poll_load(self) -> None:
-        while True:
+        for poll in itertools.count():
+            tm = self._engine.tokenizer_manager
             with contextlib.suppress(Exception):
-                tm = self._engine.tokenizer_manager
+                if poll % POLICY_STATE_POLLS == 0:
+                    self._policy_state = [s.get("fairshare") for s in await self._loop.call(tm.get_internal_state)]
+            with contextlib.suppress(Exception):
                 snaps = await self._loop.call(tm.get_loads)
                 chunk = self.cfg.sglang.chunked_prefill_size or self._policy.chunk_budget_tokens
                 self._load = replica_load(snaps, self._rate, time.monotonic(), self._policy, chunk, self._pending)
@@ -294,4 +299,5 @@ class SglangBackend:
             "active_request_ids": sorted(self._active),
             "kv_used_tokens": self._load.kv_used_tokens,
             "counters": {"finished": self._counters.num_finished, "aborted": self._counters.num_aborted},
+            "scheduler_policy": self._policy_state,
         }

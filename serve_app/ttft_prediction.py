@@ -27,13 +27,8 @@ from dataclasses import replace
 from scheduler.config import PolicyConfig
 from serve_app.engine_backend import ReplicaLoad
 
-DEFAULT_TTFT_TARGET_S = 0.5
-"""The interactive TTFT p99 target until the engine's policy carries its own (`PolicyConfig.ttft_target_s`)."""
-
-
-def ttft_target_s(policy: PolicyConfig) -> float:
-    """The policy's interactive TTFT target, as replicas publish it to routers."""
-    return float(getattr(policy, "ttft_target_s", None) or DEFAULT_TTFT_TARGET_S)
+DEFAULT_TTFT_TARGET_S: float = PolicyConfig.model_fields["ttft_target_s"].default
+"""The interactive TTFT target a replica is placed by until it publishes its policy's own."""
 
 
 def pass_s(load: ReplicaLoad, tokens: int) -> float:

@@ -1,4 +1,4 @@
-"""A small mutation check of the policy core and the lane router: does some test fail when a rule breaks?
+"""A small mutation check of the policy core, SLO sizing and the lane router: does some test fail when a rule breaks?
 
 Each mutant replaces one exact snippet of one source file (the snippet must occur exactly once) and
 runs the tests that guard that code in a scratch copy of the repository (the working tree is never
@@ -47,6 +47,7 @@ CORE_TESTS = (
     "tests/test_traffic.py",
 )
 ROUTING_TESTS = ("tests/serve/test_routing.py", "tests/serve/test_placement.py")
+SLO_TESTS = ("tests/test_slo_sizing.py", "tests/test_slo.py")
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,10 @@ def _r(id: str, old: str, new: str, what: str, path: str = "serve_app/routing.py
 
 def _c(id: str, path: str, old: str, new: str, what: str) -> Mutant:
     return Mutant(id, path, old, new, what, CORE_TESTS)
+
+
+def _s(id: str, old: str, new: str, what: str, path: str = "scheduler/slo_sizing.py") -> Mutant:
+    return Mutant(id, path, old, new, what, SLO_TESTS)
 
 
 MUTANTS = [
@@ -245,6 +250,46 @@ MUTANTS = [
         "self.engine[2] if True else",
         "the scan's short-stream count kept for other running requests",
         ("tests/sglang/test_sglang_idle_scan.py",),
+    ),
+    # -- SLO-driven pass sizing and the SLO definition -------------------------------------------------
+    _s(
+        "S1",
+        "if load.short_waits_for_slot and load.num_decoding:",
+        "if False:",
+        "a chat waiting for a running slot ignored",
+        "scheduler/pass_budget.py",
+    ),
+    _s(
+        "S2",
+        "in_flight_s = (cfg.ttft_target_s - own_s) / ahead - decode_pass_s",
+        "in_flight_s = cfg.ttft_target_s - own_s - decode_pass_s",
+        "the passes an engine plans ahead ignored",
+    ),
+    _s(
+        "S3",
+        "waited_s = ahead * (last_s if self.queued_s is None else self.queued_s)",
+        "waited_s = 0.0",
+        "the admitted chat's wait ignored",
+    ),
+    _s(
+        "S4",
+        "bounds.append(_Bound(cfg.tbt_target_s - decode_pass_s, SizedBy.TBT, Target.TBT))",
+        "pass",
+        "the TBT target ignored",
+    ),
+    _s(
+        "S5",
+        "math.ceil(CHAT_PROMPT_QUANTILE * len(ordered)) - 1",
+        "len(ordered) - 1",
+        "the TTFT reserve is the largest prompt seen",
+    ),
+    _s("S6", "if missed:", "if False:", "a target no pass keeps goes unreported"),
+    _s(
+        "S7",
+        "if worst is not None and worst > targets.tbt_s:",
+        "if False:",
+        "a stream's gaps not judged",
+        "scheduler/slo.py",
     ),
 ]
 

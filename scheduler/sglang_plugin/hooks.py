@@ -9,7 +9,11 @@
   a decode-only pass is owed to short streams (as sglang's own prefill-decode interval defers prefill).
   Before it, a pass that can admit nobody (the last idle scan still holds) is planned at once and upstream's
   call returns nothing, as while ``batch_is_full``.
+- ``Scheduler.process_batch_result`` (AROUND): a pass's result lands; time the pass and feed the online pass-cost
+  fit (`pass_timer`: why there, under sglang's overlap scheduler too).
 - ``Scheduler.get_init_info`` (AFTER): report the policy's state in the scheduler's start-up handshake.
+- ``Scheduler.get_internal_state`` (AFTER): the policy's live state (the pass-cost fit, the last pass)
+  in sglang's internal state, which ``/server_info`` and ``Engine.get_server_info`` return.
 - ``Engine._launch_subprocesses`` (AFTER, launcher side; `RayEngine` and ``launch_server`` use it too):
   refuse a launch in which a scheduler reported no policy state (it never loaded the plugin).
 - ``ServerArgs.resolve_once`` (BEFORE): map the mixed-decode and decode-interval switches onto sglang's
@@ -23,6 +27,7 @@ compares the whole call with and without the plugin (`clock`). With the plugin o
 
 from __future__ import annotations
 
+import time
 from typing import Any, NamedTuple
 
 from sglang.srt.plugins.hook_registry import HookRegistry, HookType
@@ -32,6 +37,7 @@ from scheduler.sglang_plugin.attach import INIT_INFO_KEY, attach_policy, policy_
 from scheduler.sglang_plugin.clock import PassKind, PluginClock
 from scheduler.sglang_plugin.env import plugin_clock_path
 from scheduler.sglang_plugin.loading import check_scheduler_infos
+from scheduler.sglang_plugin.pass_timer import pass_figures
 from scheduler.sglang_plugin.server_args import apply_policy_env
 from scheduler.sglang_plugin.upstream_trace import around_get_new_batch_prefill_raw as around_upstream_prefill_traced
 from scheduler.sglang_plugin.upstream_trace import around_get_prefill_adder_class as around_upstream_adder_traced
@@ -80,6 +86,22 @@ def around_upstream_prefill_raw_clocked(original: Any, sched: Any, *args: Any, *
         clock.end_pass(PassKind.NONE)
 
 
+def around_process_batch_result(original: Any, sched: Any, batch: Any, *args: Any, **kwargs: Any) -> Any:
+    policy = policy_of(sched)
+    if policy is None or policy.timer is None:
+        return original(sched, batch, *args, **kwargs)
+    figures = pass_figures(batch) if sched.is_generation else None  # as launched: processing may change the batch
+    result = original(sched, batch, *args, **kwargs)
+    policy.pass_landed(batch.launch_ts, figures, time.monotonic(), batch.forward_iter)
+    return result
+
+
+def after_get_internal_state(result: Any, sched: Any, *args: Any, **kwargs: Any) -> None:
+    policy = policy_of(sched)
+    if policy is not None:
+        result.internal_state[INIT_INFO_KEY] = policy.describe()
+
+
 def after_get_init_info(result: dict, sched: Any) -> None:
     policy = policy_of(sched)
     result[INIT_INFO_KEY] = policy.status if policy is not None else "inactive: not attached"
@@ -107,7 +129,9 @@ TARGETS: tuple[HookSpec, ...] = (
     HookSpec(f"{_SCHEDULER}.__init__", HookType.AFTER, after_scheduler_init),
     HookSpec(f"{_SCHEDULER}.get_prefill_adder_class", HookType.AROUND, around_get_prefill_adder_class),
     HookSpec(f"{_SCHEDULER}._get_new_batch_prefill_raw", HookType.AROUND, around_get_new_batch_prefill_raw),
+    HookSpec(f"{_SCHEDULER}.process_batch_result", HookType.AROUND, around_process_batch_result),
     HookSpec(f"{_SCHEDULER}.get_init_info", HookType.AFTER, after_get_init_info),
+    HookSpec(f"{_SCHEDULER}.get_internal_state", HookType.AFTER, after_get_internal_state),
     HookSpec("sglang.srt.entrypoints.engine.Engine._launch_subprocesses", HookType.AFTER, after_launch_subprocesses),
     HookSpec("sglang.srt.server_args.ServerArgs.resolve_once", HookType.BEFORE, before_resolve_once),
 )

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from scheduler.config import PolicyConfig
 from scheduler.interleave import DecodeInterleave, PassKind
+from scheduler.pass_cost import PassCost
 from scheduler.planner import PassPlanner
 from scheduler.sim.request import Phase, SimRequest
 from scheduler.sim.step_plan import StepPlan
@@ -38,16 +39,23 @@ class CandidateView(Sequence[Candidate]):
 
 
 def to_candidate(req: SimRequest) -> Candidate:
-    return Candidate(req.rid, req.extend_tokens, req.kv_need_tokens)
+    return Candidate(req.rid, req.extend_tokens, req.kv_need_tokens, req.cached_tokens + req.num_prefilled)
 
 
 class PolicyScheduler:
     """sglang's scheduling loop with its decisions taken by the policy core. `overlap_schedule`: sglang's default
     overlap event loop (a request whose last token is in flight still holds its row when the next pass is planned:
-    `SimEngine`); off = sglang's ``--disable-overlap-schedule``."""
+    `SimEngine`); off = sglang's ``--disable-overlap-schedule``. `pass_cost`: the engine's cost model, which SLO
+    sizing reads (the preset's; None = the static pass knobs)."""
 
-    def __init__(self, cfg: PolicyConfig, max_cut_requests: int = 1, overlap_schedule: bool = True) -> None:
-        self.planner = PassPlanner(cfg)
+    def __init__(
+        self,
+        cfg: PolicyConfig,
+        max_cut_requests: int = 1,
+        overlap_schedule: bool = True,
+        pass_cost: PassCost | None = None,
+    ) -> None:
+        self.planner = PassPlanner(cfg, pass_cost=pass_cost)
         self.max_cut_requests = max_cut_requests
         self.overlap_schedule = overlap_schedule
         self.interleave = DecodeInterleave()
@@ -85,6 +93,7 @@ class PolicyScheduler:
             continuing=[to_candidate(r) for r in engine.running if r.phase is Phase.PREFILLING],
             num_decoding=len(batch),
             num_short_decoding=num_short_decoding,
+            decode_ctx_tokens=sum(r.context_tokens for r in decoding_reqs),
             max_cut_requests=self.max_cut_requests,
             pass_index=engine.num_passes,
             waiting_short=CandidateView(engine.waiting_short),

@@ -37,7 +37,9 @@ class SimBackend:
         self.preset = PRESETS[cfg.sim.preset]
         self._base_policy, max_cut = base_policy(cfg.sim)
         self._counters = EngineCounters()
-        self.scheduler = PolicyScheduler(policy_config(self._base_policy, knobs.policy), max_cut_requests=max_cut)
+        self.scheduler = PolicyScheduler(
+            policy_config(self._base_policy, knobs.policy), max_cut_requests=max_cut, pass_cost=self.preset.cost
+        )
         self.engine = SimEngine(self.preset.cost, self.scheduler)
         self.streams = Streams()
         self.loop = EngineLoop(self.engine, self.streams, knobs.time_scale)

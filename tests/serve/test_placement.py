@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler.config import PolicyConfig
+from scheduler.slo import SloTargets
 from scheduler.traffic import TrafficClass
 from serve_app.backpressure import BackpressureLimits, Shed, assess
 from serve_app.config import EngineKnobs, RoutingKnobs
@@ -142,7 +143,7 @@ def test_sglang_load_snapshots_make_the_published_load() -> None:
 
 
 def test_published_figures_survive_serve_transport() -> None:
-    stats = RoutingStats(Lane.BOTH, load(5000, ready=False), 256, T0, ttft_target_s=0.4)
+    stats = RoutingStats(Lane.BOTH, load(5000, ready=False), 256, T0, interactive_slo=SloTargets(0.4, 0.3))
     assert RoutingStats.from_dict(stats.to_dict()) == stats
     assert RoutingStats.from_dict({}).load.ready  # a replica that published nothing yet is up (Serve added it)
 
@@ -198,7 +199,7 @@ def test_a_long_lane_is_reserved_only_when_the_slo_needs_it() -> None:
     slow = [view("R1", load(12_000, prefill_tok_per_s=3000.0)), view("R2", load(prefill_tok_per_s=3000.0))]
     assert p.decide("d3", hint("doc3", 12_000), slow, T0).replica_id == "R1"
     # The same replicas under a looser target published by their engines: documents spread again.
-    loose = [replace(v, ttft_target_s=1.0) for v in slow]
+    loose = [replace(v, interactive_slo=SloTargets(ttft_s=1.0)) for v in slow]
     assert p.decide("d4", hint("doc4", 12_000), loose, T0).replica_id == "R2"
 
 
@@ -287,7 +288,7 @@ views_st = st.builds(
         full=full,
         short_request_tokens=2048,
         limits=limits,
-        ttft_target_s=target,
+        interactive_slo=SloTargets(ttft_s=target),
     ),
     st.integers(0, 30),
     st.sampled_from([Lane.BOTH, Lane.BOTH, Lane.LONG, Lane.CHAT]),

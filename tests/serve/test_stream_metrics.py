@@ -11,11 +11,14 @@ from hypothesis import strategies as st
 from sglang.srt.entrypoints.openai.sse_utils import build_sse_content
 
 import serve_app.ingress as ingress_module
+from scheduler.slo import SloTargets
+from scheduler.traffic import TrafficClass
 from serve_app.endpoints import CHAT, COMPLETIONS, ResponseIds
-from serve_app.engine_backend import Chunk, ResponseBody
+from serve_app.engine_backend import Chunk, ReplicaLoad, ResponseBody
 from serve_app.ingress import Ingress, _Call
 from serve_app.metrics import StreamTimer
 from serve_app.protocol import EventTemplate, Usage, sse, token_events
+from serve_app.route_records import Lane, RouteDecision, RouteReason
 from tests.serve.test_engine_replica import FakeCounter, FakeStream
 
 IDS = ResponseIds("chatcmpl-1", 1700000000, "m")
@@ -23,7 +26,7 @@ IDS = ResponseIds("chatcmpl-1", 1700000000, "m")
 
 class RecordingMetrics:
     def __init__(self) -> None:
-        self.requests, self.shed = FakeCounter(), FakeCounter()
+        self.requests, self.shed, self.slo = FakeCounter(), FakeCounter(), FakeCounter()
         self.ttft: list[tuple[str, str, float]] = []
         self.itl: list[tuple[str, str, float]] = []
 
@@ -48,6 +51,58 @@ def test_first_arrival_is_ttft_later_ones_spread_their_gap_and_empty_ones_count_
     assert [round(s, 6) for *_, s in m.ttft] == [0.2]
     assert [round(s, 6) for *_, s in m.itl] == [0.1, 0.2]  # 0.4 s over 4 tokens; then 0.2 s since the last tokens
     assert {t[:2] for t in m.ttft + m.itl} == {("chat", "short")}
+
+
+def slo_counts(m: RecordingMetrics) -> dict[str, str]:
+    """target -> outcome of the one request counted."""
+    assert all(n == 1 for n in m.slo.counts.values())
+    return {dict(k)["target"]: dict(k)["outcome"] for k in m.slo.counts}
+
+
+CHAT_SLO = SloTargets(ttft_s=0.5, tbt_s=0.3)
+
+
+def test_a_finished_stream_is_counted_within_or_over_each_of_its_targets() -> None:
+    m = RecordingMetrics()
+    timer = StreamTimer(m, "chat", "short", received_s=10.0, slo=CHAT_SLO)
+    for at_s in (10.4, 10.5, 10.9, 11.0):  # TTFT 0.4 s; gaps 0.1, 0.4 (over), 0.1
+        timer.tokens(1, at_s)
+    timer.finish()
+    assert slo_counts(m) == {"ttft": "within", "tbt": "over", "all": "over"}
+    assert {(dict(k)["lane"], dict(k)["traffic_class"]) for k in m.slo.counts} == {("chat", "short")}
+
+
+def test_the_tbt_target_is_the_p99_of_a_streams_gaps() -> None:
+    # 200 gaps: the p99 (nearest rank) is the 198th smallest, so two stalls over the target still meet it.
+    m = RecordingMetrics()
+    timer = StreamTimer(m, "chat", "short", received_s=0.0, slo=CHAT_SLO)
+    at_s = 0.3
+    timer.tokens(1, at_s)
+    for i in range(200):
+        at_s += 0.9 if i in (50, 150) else 0.05
+        timer.tokens(1, at_s)
+    timer.finish()
+    assert slo_counts(m) == {"ttft": "within", "tbt": "within", "all": "within"}
+
+
+def test_a_class_without_targets_is_not_counted() -> None:
+    m = RecordingMetrics()
+    timer = StreamTimer(m, "long", "long", received_s=0.0)
+    timer.tokens(1, 30.0)
+    timer.finish()
+    assert m.slo.counts == {}
+
+
+def test_a_route_carries_its_class_targets_from_the_replica_that_serves_it() -> None:
+    from serve_app.route_records import ReplicaView, RoutingStats
+
+    stats = RoutingStats.from_dict(
+        RoutingStats(Lane.BOTH, ReplicaLoad(), 2048, 0.0, interactive_slo=CHAT_SLO).to_dict()
+    )
+    view = ReplicaView.from_stats("r0", stats)
+    assert view.slo_for(TrafficClass.SHORT) == CHAT_SLO
+    assert view.slo_for(TrafficClass.LONG) == SloTargets()  # documents are not judged on latency
+    assert RoutingStats.from_dict({}).interactive_slo == SloTargets()  # nothing published yet: nothing judged
 
 
 # -- counting text-bearing events without decoding JSON --------------------------------------------
@@ -96,6 +151,7 @@ def ingress(m: RecordingMetrics) -> Ingress:
 def call() -> _Call:
     c = _Call(IDS, "s", 5, received_s=0.0)
     c.first_item_s = 0.25
+    c.decision = RouteDecision("r0", Lane.CHAT, TrafficClass.SHORT, RouteReason.LEAST_LOADED, 5, "s", CHAT_SLO)
     return c
 
 
@@ -117,6 +173,7 @@ def test_the_sim_path_observes_ttft_at_the_first_item_and_itl_per_token(clock) -
     assert [s for *_, s in m.ttft] == [0.25]
     assert [s for *_, s in m.itl] == [0.75, 1 / 3]  # t=1 after 0.25 for one token; t=2 after t=1 for three
     assert m.requests.counts == {(("endpoint", "chat"), ("status", "200")): 1}
+    assert slo_counts(m) == {"ttft": "within", "tbt": "over", "all": "over"}  # judged by the route's targets
 
 
 @pytest.mark.parametrize("endpoint", [CHAT, COMPLETIONS], ids=lambda e: e.name)
@@ -142,3 +199,4 @@ def test_the_sglang_relay_observes_the_same_from_the_sse_bytes(clock, endpoint) 
     assert [s for *_, s in m.itl] == [1.0, 0.5]
     assert m.requests.counts == {(("endpoint", endpoint.name), ("status", "200")): 1}
     assert not stream.cancelled
+    assert slo_counts(m) == {"ttft": "over", "tbt": "over", "all": "over"}  # the same verdicts as the sim path
