@@ -13,6 +13,7 @@ from loadtests.recording import Sample
 from loadtests.report import figures, long_prefill_tok_per_s, slo_of, to_engine_time
 from loadtests.settings import LoadSettings
 from loadtests.stages import Stage
+from scheduler.config import PolicyConfig
 from scheduler.sim.experiments import run_spec
 from scheduler.sim.presets import PRESETS
 from scheduler.sim.request import TrafficClass
@@ -87,9 +88,8 @@ def test_upstream_through_the_live_config_is_the_baseline_rule_set() -> None:
 def test_upstream_on_sglang_is_the_baseline_rule_set_less_sglangs_own_arguments() -> None:
     """On an sglang engine the chunk size and running slots come from sglang's arguments (upstream's already): the
     overrides take every other `baseline` field, so the plugin then decides as upstream does."""
-    ours, _ = policy_for(RuleSet.FAIRSHARE, H100_8B)
     base, _ = policy_for(RuleSet.BASELINE, H100_8B)
-    live = policy_config(ours, sglang_upstream_overrides())
+    live = policy_config(PolicyConfig(), sglang_upstream_overrides())  # an sglang replica's policy: the defaults
     differing = {k for k, v in live.model_dump().items() if v != base.model_dump()[k]}
     assert differing <= SGLANG_OWNED
     assert not set(sglang_upstream_overrides()) & SGLANG_OWNED
