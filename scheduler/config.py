@@ -88,8 +88,9 @@ class PolicyConfig(BaseSettings):
     long_pass_floor_tokens: int = Field(
         128,
         ge=0,
-        description="Long prefill tokens a pass keeps when no pass size can keep a target (the documents' progress "
-        "floor: about a third of prefill speed on the presets; such passes are counted as misses). 0 = none.",
+        description="Long prefill tokens a pass keeps when no pass size can keep a target, or while chats lack "
+        "running slots (the documents' progress floor under chat overload: about a third of prefill speed on the "
+        "presets; passes that miss a target are counted). 0 = none.",
     )
     short_request_tokens: int = Field(
         2048, ge=1, description="A request whose uncached prompt is at most this many tokens counts as short."

@@ -166,6 +166,13 @@ def largest_within(bound_s: float, floor: int, limit: int, seconds: Callable[[in
     return lo
 
 
+def long_floor_tokens(cfg: PolicyConfig, load: PassLoad) -> int:
+    """The long prefill a pass keeps whatever bounds it (no size keeps a target, or chats lack running slots), so
+    documents keep moving under chat overload; a pass that admits short requests is theirs, and the documents go
+    on in the next."""
+    return 0 if load.short_tokens else min(cfg.long_pass_floor_tokens, load.limit_long_tokens)
+
+
 @dataclass
 class SloSizer:
     """The controller's state across passes: the last pass's predicted seconds and the chat-prompt reserve."""
@@ -179,10 +186,8 @@ class SloSizer:
 
     def size(self, cfg: PolicyConfig, cost: PassCost, load: PassLoad, slots_short: bool) -> PassSize:
         """The long prefill tokens of this pass. Pure: the planner may size a pass more than once. `slots_short`:
-        short requests lack running slots (`pass_budget.slots_short`): no long prefill."""
-        # The floor keeps documents moving through passes no size can keep in target; a pass that admits short
-        # requests is theirs, and the documents go on in the next.
-        floor = 0 if load.short_tokens else min(cfg.long_pass_floor_tokens, load.limit_long_tokens)
+        short requests lack running slots (`pass_budget.slots_short`): no long prefill beyond the floor."""
+        floor = long_floor_tokens(cfg, load)
 
         rows, rows_ctx = load.riding
 
@@ -193,7 +198,7 @@ class SloSizer:
         bounds = self.bounds(cfg, cost, load)
         tightest = min(bounds, key=lambda b: b.seconds)
         if slots_short:
-            return PassSize(0, SizedBy.SLOTS, tightest.seconds)
+            return PassSize(floor, SizedBy.SLOTS, tightest.seconds)
         minimal_s = seconds(floor)
         missed = tuple(dict.fromkeys(b.target for b in bounds if minimal_s > b.seconds))
         if missed:

@@ -87,7 +87,8 @@ def test_a_short_request_waiting_for_a_slot_while_streams_decode_gets_passes_wit
     planner = PassPlanner(cfg(max_running_requests=8), pass_cost=H100)
     waiting = snap([cand("q", 30)], slots=0, continuing=[doc()], num_decoding=7, num_short_decoding=6)
     plan = planner.plan(waiting)
-    assert plan.sized_by == "slots" and plan.pass_budget_tokens == 1  # never below one token
+    # No document prefill but the documents' floor (they keep moving under chat overload).
+    assert plan.sized_by == "slots" and plan.pass_budget_tokens == cfg().long_pass_floor_tokens
     assert planner.slo_counters.slot_passes == 1
     # Streams that hold more than the interactive reserve (1 slot here) and leave no more than it free: the
     # next arrival may find none, so passes shrink before anyone waits.
@@ -99,7 +100,9 @@ def test_a_short_request_waiting_for_a_slot_while_streams_decode_gets_passes_wit
     held = snap([cand("q", 30)], slots=0, continuing=[doc()], num_decoding=4, num_short_decoding=1)
     assert planner.plan(held).sized_by != "slots"
     static = PassPlanner(cfg(max_running_requests=8, slo_sizing=False))
-    assert static.plan(waiting).pass_budget_tokens == 1
+    assert static.plan(waiting).pass_budget_tokens == cfg().long_pass_floor_tokens
+    floorless = PassPlanner(cfg(max_running_requests=8, long_pass_floor_tokens=0), pass_cost=H100)
+    assert floorless.plan(waiting).pass_budget_tokens == 1  # never below one token
 
 
 def test_a_target_no_pass_can_keep_is_counted_logged_once_and_gets_the_minimal_pass(caplog):
