@@ -98,6 +98,12 @@ def fit_frozen_reason(sched: Any) -> str | None:
     return None
 
 
+def launch_is_synchronous(sched: Any) -> bool:
+    """Does the device run a pass before ``run_batch`` returns? On CPU torch runs each op when it is called (sglang
+    still runs its overlap loop there); GPU launches are asynchronous (`pass_timer`)."""
+    return str(sched.device).startswith("cpu")
+
+
 def inactive_reason(sched: Any) -> str | None:
     """Why the plugin leaves this scheduler to upstream entirely (checked at start)."""
     if sched.dllm_config is not None:
@@ -362,7 +368,7 @@ def attach_policy(sched: Any, missing_targets: list[str] | tuple[str, ...] = ())
     fit = OnlinePassCost(frozen_reason=fit_frozen_reason(sched))
     policy = SchedulerPolicy(PassPlanner(cfg, pass_cost=fit), inactive_reason=reason, pass_cost=fit)
     if reason is None:
-        policy.timer = PassTimer(fit)
+        policy.timer = PassTimer(fit, synchronous_launch=launch_is_synchronous(sched))
     trace_path = pass_trace_path()
     if trace_path is not None and reason is None:
         policy.trace = PassTraceWriter(trace_path, source=f"sglang-tp{getattr(sched, 'tp_rank', 0)}")

@@ -1,17 +1,28 @@
-"""Each forward pass timed where its result lands, and fed to the online pass-cost fit (`scheduler.pass_cost_fit`).
+"""Each forward pass timed from when the device can start it to when it has run, and fed to the online pass-cost
+fit (`scheduler.pass_cost_fit`).
 
-**Where.** At the end of `Scheduler.process_batch_result`, which processes a pass's result (its sampled tokens,
-finished requests) in both of sglang's loops. In `event_loop_normal` it follows `run_batch` at once. In
-`event_loop_overlap` sglang launches the next pass before it processes this one's result, so a pass's launch
-(`ScheduleBatch.launch_ts`, set by `run_batch`) is no start: the device is still running the pass before. The
-device runs passes in order, so a pass starts no earlier than the previous pass's result landed:
+**When a pass ends.** sglang's two loops and two kinds of device differ:
 
-    measured_s = landed - max(launched, previous landed)
+- `event_loop_normal` runs a pass (``run_batch``) and processes its result (``process_batch_result``) at once.
+- `event_loop_overlap` launches pass N+1 before it processes pass N's result. On a GPU the launch returns at once
+  and the device runs the passes in order, so pass N has run no later than its result was processed (its
+  processing waits for the device's copy).
+- On a device where a launch runs the pass before it returns (``--device cpu``: torch runs each op when it is
+  called), the overlap loop launches, and so runs, pass N+1 before it processes pass N's result: the result of N
+  lands after N+1 has run. Timing N up to its landing would charge it N+1's forward, which on a long document's
+  chunks is a different cost from N's (measured: every chunk of a document timed as the next chunk, and the
+  document's last chunk, followed by a decode pass, timed at a hundredth of its cost). There a pass ends when
+  ``run_batch`` returns (`PassTimer.run_returned`).
 
-that is, the time between consecutive result completions while passes follow each other, and launch to result
-after an idle gap (sglang's own prefill-throughput counter, `_record_step_counters`, draws the same boundary).
-In steady overlap this is the loop's period per pass: the device's time for the pass, or the scheduler's CPU
-time when that is longer; what a pass costs in the loop either way. It includes the processing of the result.
+So with ``ended`` the end above and ``launched`` the pass's ``ScheduleBatch.launch_ts`` (set by ``run_batch``):
+
+    measured_s = ended - max(launched, previous pass's ended)
+
+A device runs passes in order, so a pass starts no earlier than the previous pass ended: on a GPU under overlap
+this is the time between consecutive result completions while passes follow each other (the loop's period per
+pass: the device's time, or the scheduler's CPU time when that is longer), launch to result after an idle gap
+(sglang's own prefill-throughput counter, `_record_step_counters`, draws the same boundary); on a synchronous device
+it is the launch to its return, the pass's forward alone.
 
 **What.** The figures of `PassCost.pass_s`, read from the batch as it was launched (before upstream processes
 it). A row that adds one token is a decode row: a decode batch's rows, and mixed chunk's decoding rows (sglang
@@ -79,23 +90,33 @@ def pass_figures(batch: Any) -> PassFigures | None:
 
 
 class PassTimer:
-    """Times passes by where their results land (the module docstring's rule) and feeds `fit`."""
+    """Times passes by the module docstring's rule and feeds `fit`. `synchronous_launch`: the device runs a pass
+    before ``run_batch`` returns (a pass then ends there, not where its result lands)."""
 
-    def __init__(self, fit: OnlinePassCost) -> None:
+    def __init__(self, fit: OnlinePassCost, synchronous_launch: bool = False) -> None:
         self.fit = fit
-        self.last_landed_s: float | None = None
+        self.synchronous_launch = synchronous_launch
+        self.last_ended_s: float | None = None
         self.num_timed = 0
+        self._returned_s: dict[int, float] = {}
+        """Forward pass -> when ``run_batch`` returned, for passes whose results have not landed yet."""
+
+    def run_returned(self, forward_pass: int, returned_s: float) -> None:
+        """``run_batch`` of `forward_pass` returned at `returned_s` (``time.monotonic()``)."""
+        if self.synchronous_launch:
+            self._returned_s[forward_pass] = returned_s
 
     def landed(
         self, launched_s: float | None, figures: PassFigures | None, landed_s: float, forward_pass: int
     ) -> TimedPass | None:
         """A pass launched at `launched_s` (``time.monotonic()``) had its result processed at `landed_s`; returns the
         pass as timed and predicted, or None when it is not one the fit learns from."""
-        previous, self.last_landed_s = self.last_landed_s, landed_s
+        ended_s = self._ended(forward_pass, landed_s)
+        previous, self.last_ended_s = self.last_ended_s, ended_s
         if figures is None or launched_s is None:
             return None
         started_s = launched_s if previous is None else max(launched_s, previous)
-        measured_s = landed_s - started_s
+        measured_s = ended_s - started_s
         predicted_s = self.fit.observe(
             figures.prefill_tokens,
             figures.prefill_ctx_pairs,
@@ -107,3 +128,11 @@ class PassTimer:
             return None
         self.num_timed += 1
         return TimedPass(forward_pass, figures, measured_s, predicted_s)
+
+    def _ended(self, forward_pass: int, landed_s: float) -> float:
+        if not self.synchronous_launch:
+            return landed_s
+        returned_s = self._returned_s.pop(forward_pass, landed_s)
+        for stale in [p for p in self._returned_s if p < forward_pass]:  # results land in order: never asked for
+            del self._returned_s[stale]
+        return returned_s
