@@ -100,7 +100,8 @@ def around_process_batch_result(original: Any, sched: Any, batch: Any, *args: An
     policy = policy_of(sched)
     if policy is None or policy.timer is None:
         return original(sched, batch, *args, **kwargs)
-    figures = pass_figures(batch) if sched.is_generation else None  # as launched: processing may change the batch
+    # Read as launched: processing may change the batch.
+    figures = pass_figures(batch, policy.pass_cost.attention) if sched.is_generation else None
     result = original(sched, batch, *args, **kwargs)
     policy.pass_landed(batch.launch_ts, figures, time.monotonic(), batch.forward_iter)
     return result

@@ -26,9 +26,12 @@ it is the launch to its return, the pass's forward alone.
 
 **What.** The figures of `PassCost.pass_s`, read from the batch as it was launched (before upstream processes
 it). A row that adds one token is a decode row: a decode batch's rows, and mixed chunk's decoding rows (sglang
-appends them to an extend batch as one-token extends); its context is its sequence length. Every other row
-prefills ``extend_len`` tokens after ``prefix_len`` already in KV: `chunk_ctx_pairs(prefix_len, extend_len)`
-attention pairs. (A one-token prefill chunk counts as a decode row: it is the same work.)
+appends them to an extend batch as one-token extends); in a decode batch its context is its sequence length. Every
+other row prefills ``extend_len`` tokens after ``prefix_len`` already in KV: `extend_pairs(work, prefix_len,
+extend_len)` attention pairs, as the engine's attention kernel computes them (`AttentionWork`). A decode row in an
+extend batch attends through the extend kernel: under `AttentionWork.PADDED_CAUSAL` its attention is the square
+of its sequence (pairs, not context tokens). (A one-token prefill chunk counts as a decode row: it is the same
+work.)
 
 **Not timed:** speculative decoding (several tokens a row and a draft model: figures the model does not have),
 split prefill, dLLM, prebuilt (disaggregated decode) and idle (data-parallel padding) batches. Their landing still
@@ -42,7 +45,7 @@ from typing import Any
 
 from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
-from scheduler.pass_cost import chunk_ctx_pairs
+from scheduler.pass_cost import AttentionWork, extend_pairs
 from scheduler.pass_cost_fit import OnlinePassCost
 
 
@@ -66,8 +69,9 @@ class TimedPass:
     """The model in force's prediction, made before the pass joined the fit's window."""
 
 
-def pass_figures(batch: Any) -> PassFigures | None:
-    """The figures of a generation batch the fit learns from; None for one it does not (see the module docstring)."""
+def pass_figures(batch: Any, work: AttentionWork = AttentionWork.QUERIES) -> PassFigures | None:
+    """The figures of a generation batch the fit learns from, its attention counted as `work` computes it; None for
+    a batch it does not learn from (see the module docstring)."""
     mode = batch.forward_mode
     if not batch.spec_algorithm.is_none() or batch.dllm_config is not None:
         return None
@@ -79,13 +83,17 @@ def pass_figures(batch: Any) -> PassFigures | None:
         return None
     tokens = rows = ctx = 0
     pairs = 0.0
+    padded = work is AttentionWork.PADDED_CAUSAL
     for prefix, extend in zip(batch.prefix_lens, batch.extend_lens, strict=True):
-        if extend == 1:
+        if extend == 1 and padded:
+            rows += 1
+            pairs += extend_pairs(work, prefix, 1)
+        elif extend == 1:
             rows += 1
             ctx += prefix + 1
         else:
             tokens += extend
-            pairs += chunk_ctx_pairs(prefix, extend)
+            pairs += extend_pairs(work, prefix, extend)
     return PassFigures(tokens, pairs, rows, ctx)
 
 

@@ -8,7 +8,7 @@ import torch
 from sglang.srt.model_executor.forward_batch_info import ForwardMode
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
-from scheduler.pass_cost import chunk_ctx_pairs
+from scheduler.pass_cost import AttentionWork, chunk_ctx_pairs
 from scheduler.pass_cost_fit import OnlinePassCost
 from scheduler.sglang_plugin.pass_timer import PassFigures, PassTimer, pass_figures
 
@@ -102,6 +102,16 @@ def test_a_mixed_batch_splits_prefill_chunks_from_decode_rows():
     # appended as one-token extends after their contexts.
     figures = pass_figures(batch(ForwardMode.MIXED, prefix_lens=[1000, 0, 499, 99], extend_lens=[256, 30, 1, 1]))
     assert figures == PassFigures(286, chunk_ctx_pairs(1000, 256) + chunk_ctx_pairs(0, 30), 2, 600)
+
+
+def test_under_padded_attention_a_one_token_extend_row_costs_the_square_of_its_sequence():
+    # sglang's torch_native backend: a document's one-token chunk 9,413 tokens in, a chat's prompt, a chat decoding.
+    mixed = batch(ForwardMode.MIXED, prefix_lens=[9413, 0, 60], extend_lens=[1, 60, 1])
+    figures = pass_figures(mixed, AttentionWork.PADDED_CAUSAL)
+    assert figures == PassFigures(60, chunk_ctx_pairs(0, 9414) + chunk_ctx_pairs(0, 60) + chunk_ctx_pairs(0, 61), 2, 0)
+    assert pass_figures(mixed).prefill_ctx_pairs == chunk_ctx_pairs(0, 60)  # queries only: the rows' contexts instead
+    decode = batch(ForwardMode.DECODE, seq_lens=[9414, 61])
+    assert pass_figures(decode, AttentionWork.PADDED_CAUSAL) == PassFigures(0, 0.0, 2, 9475)
 
 
 def test_passes_the_model_has_no_figures_for_are_not_timed():
