@@ -101,7 +101,7 @@ def fit_frozen_reason(sched: Any) -> str | None:
 
 def attention_work(sched: Any) -> AttentionWork:
     """What sglang's prefill attention backend computes for a chunk (`AttentionWork`)."""
-    args = sched.server_args
+    args = getattr(sched, "server_args", None)
     backend = getattr(args, "prefill_attention_backend", None) or getattr(args, "attention_backend", None)
     return AttentionWork.PADDED_CAUSAL if backend == "torch_native" else AttentionWork.QUERIES
 
@@ -109,7 +109,7 @@ def attention_work(sched: Any) -> AttentionWork:
 def launch_is_synchronous(sched: Any) -> bool:
     """Does the device run a pass before ``run_batch`` returns? On CPU torch runs each op when it is called (sglang
     still runs its overlap loop there); GPU launches are asynchronous (`pass_timer`)."""
-    return str(sched.device).startswith("cpu")
+    return str(getattr(sched, "device", "")).startswith("cpu")
 
 
 def inactive_reason(sched: Any) -> str | None:
