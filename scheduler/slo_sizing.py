@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from scheduler.config import PolicyConfig
-from scheduler.pass_cost import PassCost, chunk_ctx_pairs
+from scheduler.pass_cost import PassCost, attention_of, chunk_ctx_pairs, extend_pairs, riding_figures
 
 logger = logging.getLogger("fairshare.scheduler")
 
@@ -142,9 +142,11 @@ def checked(seconds: object) -> float:
 
 
 def predict(cost: PassCost, prefill_tokens: int, prefill_ctx_pairs: float, rows: int, rows_ctx: int) -> float:
-    """`cost.pass_s`, or `UnusableCost` when it cannot answer."""
+    """`cost.pass_s` of a pass with `rows` decoding streams whose contexts sum to `rows_ctx` (their attention as the
+    model's engine computes it: `riding_figures`), or `UnusableCost` when it cannot answer."""
+    row_pairs, rows_ctx = riding_figures(attention_of(cost), prefill_tokens > 0, rows, rows_ctx)
     try:
-        seconds = cost.pass_s(prefill_tokens, prefill_ctx_pairs, rows, rows_ctx)
+        seconds = cost.pass_s(prefill_tokens, prefill_ctx_pairs + row_pairs, rows, rows_ctx)
     except Exception as exc:  # the model is the engine's (an online fit): any failure means it cannot predict
         raise UnusableCost(f"the pass-cost model raised {exc!r}") from exc
     return checked(seconds)
@@ -190,9 +192,10 @@ class SloSizer:
         floor = long_floor_tokens(cfg, load)
 
         rows, rows_ctx = load.riding
+        work = attention_of(cost)
 
         def seconds(long_tokens: int) -> float:
-            pairs = load.short_ctx_pairs + chunk_ctx_pairs(load.long_ctx_tokens, long_tokens)
+            pairs = load.short_ctx_pairs + extend_pairs(work, load.long_ctx_tokens, long_tokens)
             return predict(cost, load.short_tokens + long_tokens, pairs, rows, rows_ctx)
 
         bounds = self.bounds(cfg, cost, load)
