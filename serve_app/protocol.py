@@ -21,7 +21,7 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
-class _Sampling(BaseModel):
+class SamplingRequest(BaseModel):
     """Fields both endpoints share. Unknown fields are ignored (clients send many we do not use); types are
     strict (`"stream": "yes"` is a 400, as in OpenAI's API)."""
 
@@ -70,6 +70,10 @@ class _Sampling(BaseModel):
     def include_usage(self) -> bool:
         return bool(self.stream_options and self.stream_options.include_usage)
 
+    @property
+    def output_limit(self) -> int | None:
+        return self.max_tokens
+
 
 class TextPart(BaseModel):
     model_config = STRICT_PART
@@ -92,7 +96,7 @@ class ChatMessage(BaseModel):
         return "".join(p.text for p in self.content)
 
 
-class ChatCompletionRequest(_Sampling):
+class ChatCompletionRequest(SamplingRequest):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1)
 
@@ -101,7 +105,7 @@ class ChatCompletionRequest(_Sampling):
         return self.max_completion_tokens or self.max_tokens
 
 
-class CompletionRequest(_Sampling):
+class CompletionRequest(SamplingRequest):
     prompt: str | list[str]
     echo: bool = False
 
@@ -122,10 +126,6 @@ class CompletionRequest(_Sampling):
     @property
     def prompt_text(self) -> str:
         return self.prompt if isinstance(self.prompt, str) else self.prompt[0]
-
-    @property
-    def output_limit(self) -> int | None:
-        return self.max_tokens
 
 
 class EmbeddingRequest(BaseModel):

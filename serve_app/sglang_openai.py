@@ -7,6 +7,9 @@ whatever they answer (a response model, an SSE stream, an error with its status)
 logprobs, `n`, `echo`, list prompts, ...) works, and none is re-implemented here. A field sglang's model
 does not declare would be dropped silently by pydantic: it is a 400 naming the field instead.
 
+An error sglang writes into a started stream (an abort: its status as the error's `code`) marks its body with
+that status (`stream_error_status`), so the ingress counts the request with it.
+
 sglang polls the Starlette `Request` it is given for a disconnect; ours is built from a scope whose
 `receive` reports one once the caller has gone. Cancelling the stream also aborts the request's ids
 (sglang suffixes `_<i>` to the id of each of `n` choices) so the scheduler frees their KV.
@@ -21,13 +24,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from serve_app.engine_backend import ResponseBody, ResponseStart
+from serve_app.engine_backend import JSON, SSE, ResponseBody, ResponsePart, ResponseStart, error_response
 from serve_app.errors import OpenAIError
 from serve_app.request_rules import check_supported_fields, validation_error
 
 OpenAIKind = Literal["chat", "completions", "embeddings"]
-JSON = "application/json"
-SSE = "text/event-stream"
 ROUTING_ONLY_FIELDS = frozenset({"rid"})
 """Fields routing sets on the request; a client may not set them (its own id would break abort)."""
 
@@ -68,8 +69,19 @@ def request_ids(kind: OpenAIKind, body: dict[str, Any], rid: str) -> str | list[
     return rid
 
 
-def error_items(error: OpenAIError) -> list[ResponseStart | ResponseBody]:
-    return [ResponseStart(error.status, JSON), ResponseBody(json.dumps(error.body()).encode())]
+_ERROR_EVENT = b'data: {"error"'
+
+
+def stream_error_status(event: bytes) -> int | None:
+    """The status of an error event sglang wrote into a started stream (`create_streaming_error_response`:
+    `{"error": {..., "code": <status>}}`); None for any other event."""
+    if not event.startswith(_ERROR_EVENT):
+        return None
+    try:
+        code = json.loads(event.removeprefix(b"data: "))["error"]["code"]
+    except (ValueError, KeyError, TypeError):
+        return 500
+    return code if isinstance(code, int) and 400 <= code < 600 else 500
 
 
 def openai_error_of(status: int, body: bytes) -> OpenAIError:
@@ -119,11 +131,11 @@ class SglangOpenAI:
             check_fields(kind, body, model)
             request = model.model_validate({**body, "rid": request_ids(kind, body, rid)})
         except OpenAIError as e:
-            for item in error_items(e):
+            for item in error_response(e):
                 yield item
             return
         except ValidationError as e:
-            for item in error_items(validation_error(e.errors())):
+            for item in error_response(validation_error(e.errors())):
                 yield item
             return
         raw = DisconnectableRequest(f"/v1/{kind}")
@@ -138,16 +150,17 @@ class SglangOpenAI:
                 raw.disconnect()
                 self._abort(rid, max(getattr(request, "n", 1) or 1, len(getattr(request, "input", None) or ())))
 
-    async def _items(self, result: Any) -> AsyncIterator[ResponseStart | ResponseBody]:
+    async def _items(self, result: Any) -> AsyncIterator[ResponsePart]:
         from starlette.responses import Response, StreamingResponse
 
         if isinstance(result, StreamingResponse):
             yield ResponseStart(result.status_code, SSE)
             async for piece in result.body_iterator:
-                yield ResponseBody(piece.encode() if isinstance(piece, str) else bytes(piece))
+                event = piece.encode() if isinstance(piece, str) else bytes(piece)
+                yield ResponseBody(event, stream_error_status(event))
         elif isinstance(result, Response):
             if result.status_code >= 400:
-                for item in error_items(openai_error_of(result.status_code, bytes(result.body))):
+                for item in error_response(openai_error_of(result.status_code, bytes(result.body))):
                     yield item
             else:
                 yield ResponseStart(result.status_code, JSON)

@@ -1,21 +1,25 @@
-"""TTFT and ITL at the ingress: one rule (`StreamTimer`) for the sim backend's chunks and sglang's relayed SSE bytes."""
+"""TTFT and ITL at the ingress: one rule (`StreamTimer`) on the relayed bytes, whichever backend wrote them."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from sglang.srt.entrypoints.openai.sse_utils import build_sse_content
 
-import serve_app.ingress as ingress_module
+import serve_app.relay as relay_module
 from serve_app.endpoints import CHAT, COMPLETIONS, ResponseIds
-from serve_app.engine_backend import Chunk, ResponseBody
-from serve_app.ingress import Ingress, _Call
+from serve_app.engine_backend import JSON, SSE, OpenAIRequest, ResponseBody, ResponseStart
 from serve_app.metrics import StreamTimer
 from serve_app.protocol import EventTemplate, Usage, sse, token_events
+from serve_app.routed_call import RoutedCall
+from serve_app.sim.generation import Chunk
+from serve_app.sim.serving import SimServing
+from serve_app.tokenizer import ApproxTokenizer
 from tests.serve.test_engine_replica import FakeCounter, FakeStream
 
 IDS = ResponseIds("chatcmpl-1", 1700000000, "m")
@@ -84,39 +88,64 @@ def test_an_error_event_carries_no_text() -> None:
     assert token_events(error, "content") == token_events(error, "text") == 0
 
 
-# -- both ingress paths observe the same ------------------------------------------------------------
+# -- every backend's bytes, relayed, observe the same -----------------------------------------------
 
 
-def ingress(m: RecordingMetrics) -> Ingress:
-    ing = object.__new__(Ingress.func_or_class)
-    ing.metrics = m
-    return ing
-
-
-def call() -> _Call:
-    c = _Call(IDS, "s", 5, received_s=0.0)
+def call() -> RoutedCall:
+    c = RoutedCall("s", received_s=0.0)
     c.first_item_s = 0.25
     return c
 
 
 @pytest.fixture
 def clock(monkeypatch):
-    """The ingress's `time.perf_counter`, one second later at each read (arrival times the test can name)."""
+    """The relay's `time.perf_counter`, one second later at each read (arrival times the test can name)."""
     ticks = itertools.count(1)
-    monkeypatch.setattr(ingress_module.time, "perf_counter", lambda: float(next(ticks)))
+    monkeypatch.setattr(relay_module.time, "perf_counter", lambda: float(next(ticks)))
 
 
-def test_the_sim_path_observes_ttft_at_the_first_item_and_itl_per_token(clock) -> None:
-    m = RecordingMetrics()
-    stream = FakeStream([Chunk("b", 1, None, None, 2), Chunk("cde", 3, None, "length", 5)])
+def sim_batches(chunks: list[Chunk], stream: bool) -> list[list]:
+    """What the sim backend writes for these chunks (`sim.serving`), one list per engine-replica stream item."""
+
+    async def generate(request):
+        for c in chunks:
+            yield c
+
+    serving = SimServing("m", ApproxTokenizer(), None, 16, generate)
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": stream}
 
     async def go():
-        return [p async for p in ingress(m)._sse(CHAT, stream, Chunk("a", 1, 0, None, 1), call(), False)]
+        return [batch async for batch in serving.respond(OpenAIRequest("chat", body, "chatcmpl-1"))]
+
+    return asyncio.run(go())
+
+
+def test_the_sim_backends_stream_observes_ttft_at_the_first_text_and_itl_per_text_event(clock) -> None:
+    m = RecordingMetrics()
+    first, *rest = sim_batches(
+        [Chunk("a", 1, 0, None, 1), Chunk("b", 1, None, None, 2), Chunk("cde", 3, None, "length", 5)], True
+    )
+    stream = FakeStream(rest)
+
+    async def go():
+        return [p async for p in relay_module.relay(stream, first, call(), CHAT, m)]
 
     asyncio.run(go())
-    assert [s for *_, s in m.ttft] == [0.25]
-    assert [s for *_, s in m.itl] == [0.75, 1 / 3]  # t=1 after 0.25 for one token; t=2 after t=1 for three
+    assert [s for *_, s in m.ttft] == [0.25]  # the first item, which carries the first text
+    assert [s for *_, s in m.itl] == [0.75, 1.0]  # t=1 after 0.25; t=2 after t=1, for one event (three tokens)
     assert m.requests.counts == {(("endpoint", "chat"), ("status", "200")): 1}
+
+
+def test_a_whole_response_observes_ttft_when_its_text_arrives(clock) -> None:
+    m = RecordingMetrics()
+    first, *rest = sim_batches([Chunk("a", 1, 0, None, 1), Chunk("b", 1, None, "stop", 2)], False)
+    assert first[0] == ResponseStart(200, JSON) and rest == []  # written whole, once the engine finished
+
+    async def go():
+        return await relay_module.whole_body(FakeStream(rest), first, call(), CHAT, m, timed=True)
+
+    assert json.loads(asyncio.run(go()))["choices"][0]["message"]["content"] == "ab"
+    assert [s for *_, s in m.ttft] == [0.25] and m.itl == []
 
 
 @pytest.mark.parametrize("endpoint", [CHAT, COMPLETIONS], ids=lambda e: e.name)
@@ -132,10 +161,12 @@ def test_the_sglang_relay_observes_the_same_from_the_sse_bytes(clock, endpoint) 
         "".join(events[skip + 2 : skip + 4]),  # t=3: two more in one item
         "".join(events[skip + 4 :]),  # t=4: finish, usage, [DONE]: no text
     ]
-    stream = FakeStream([ResponseBody(i.encode()) for i in items])
+    first = [ResponseStart(200, SSE)]  # sglang's head comes alone, before its first output
+    stream = FakeStream([[ResponseBody(i.encode())] for i in items])
+    c = call()
 
     async def go():
-        return b"".join([p async for p in ingress(m)._relay(endpoint, stream, call())])
+        return b"".join([p async for p in relay_module.relay(stream, first, c, endpoint, m)])
 
     assert asyncio.run(go()) == "".join(events).encode()  # relayed unchanged
     assert [s for *_, s in m.ttft] == [1.0]
