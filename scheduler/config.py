@@ -172,7 +172,8 @@ class PolicyConfig(BaseSettings):
 def default_interactive_pass_tokens(limit_tokens: int) -> int:
     """The default interactive pass budget, no bigger than `limit_tokens` (an engine's smaller chunk
     budget, or a quiet pass size): the config refuses an interactive pass above the chunk budget."""
-    return min(PolicyConfig.model_fields["interactive_pass_tokens"].default, limit_tokens)
+    default: int = PolicyConfig.model_fields["interactive_pass_tokens"].default
+    return min(default, limit_tokens)
 
 
 def env_var_name(field: str) -> str:

@@ -54,15 +54,17 @@ def _json_items(payload: dict[str, Any]) -> EmbeddingResponse:
 def _encoded(v: np.ndarray, encoding_format: str) -> list[float] | str:
     if encoding_format == "base64":
         return base64.b64encode(v.astype("<f4").tobytes()).decode()
-    return v.tolist()
+    floats: list[float] = v.tolist()
+    return floats
 
 
 class SimEmbeddings:
     def __init__(self, settings: EmbeddingsSettings) -> None:
         self.settings = settings
         self.model_id = settings.served_model_id
-        self._vectors.set_max_batch_size(settings.max_batch_size)
-        self._vectors.set_batch_wait_timeout_s(settings.batch_wait_timeout_s)
+        batched: Any = self._vectors  # `serve.batch`'s wrapper, whose setters its type leaves out
+        batched.set_max_batch_size(settings.max_batch_size)
+        batched.set_batch_wait_timeout_s(settings.batch_wait_timeout_s)
 
     async def start(self) -> None:
         return None

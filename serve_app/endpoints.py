@@ -47,8 +47,10 @@ class Endpoint(Protocol):
     text_field: str
     """The field of a streamed chunk's choice that carries the generated text (`protocol.token_events`)."""
 
-    request_model: type[SamplingRequest]
-    """The sim backend's request model: the fields it supports (a 400 names any other)."""
+    @property
+    def request_model(self) -> type[SamplingRequest]:
+        """The sim backend's request model: the fields it supports (a 400 names any other)."""
+        ...
 
     def prompt(self, body: Any, tokenizer: PromptTokenizer) -> str:
         """The prompt of a request validated as `request_model`."""
@@ -90,7 +92,9 @@ class ChatEndpoint:
     request_model = ChatCompletionRequest
 
     def routing_prompt(self, raw: dict[str, Any], tokenizer: PromptTokenizer) -> str:
-        messages = raw.get("messages") if isinstance(raw.get("messages"), list) else []
+        messages = raw.get("messages")
+        if not isinstance(messages, list):
+            return ""
         rendered = [{"role": "user", "content": _text(m.get("content"))} for m in messages if isinstance(m, dict)]
         return tokenizer.render_chat(rendered) if rendered else ""
 

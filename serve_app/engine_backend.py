@@ -15,7 +15,7 @@ replica's task is cancelled) must abort the request in the engine, freeing its q
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -173,7 +173,7 @@ class EngineBackend(Protocol):
     async def start(self) -> None:
         """Bring the engine up (called once, inside the replica's event loop)."""
 
-    def respond(self, request: OpenAIRequest) -> AsyncIterator[list[ResponsePart]]:
+    def respond(self, request: OpenAIRequest) -> AsyncGenerator[list[ResponsePart], None]:
         """The OpenAI response to `request`, as lists of what is ready together: a `ResponseStart` first, then
         `ResponseBody` bytes. Bad input and refusals are error responses, never exceptions; an exception is a bug
         (the client gets a 500). Closing the iteration early aborts the request in the engine."""

@@ -19,18 +19,18 @@ middlewares and error handlers). An engine replica that dies under a request fai
 before the first byte (after one re-route), an SSE error event then `[DONE]` once streaming.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: Serve rebuilds the routes in the replica, and FastAPI must read
+# their annotations as classes (a string `Request` would become a query parameter).
 import asyncio
 import logging
 import time
 import uuid
-from typing import Any
+from typing import Any, cast
 
 from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 from ray import serve
-from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
+from ray.serve.handle import DeploymentHandle
 
 from serve_app.auth import process_api_key
 from serve_app.config import AppConfig, RoutingKnobs, validate
@@ -39,7 +39,7 @@ from serve_app.engine_backend import SSE, OpenAIRequest
 from serve_app.errors import OpenAIError
 from serve_app.http_api import CHAT_PATH, COMPLETIONS_PATH, EMBEDDINGS_PATH, api
 from serve_app.metrics import IngressMetrics
-from serve_app.relay import call_error, cancel, relay, response_of, start, whole_body
+from serve_app.relay import EngineCall, call_error, cancel, relay, response_of, start, whole_body
 from serve_app.request_count import Outcome, counting
 from serve_app.request_log import configure_logging
 from serve_app.request_rules import SESSION_HEADER, parse_session_id
@@ -65,7 +65,10 @@ def _session_of(request: Request, user: Any) -> str:
 @serve.ingress(api)
 class Ingress:
     def __init__(
-        self, engine: DeploymentHandle, app_config: dict[str, Any], embedder: DeploymentHandle | None = None
+        self,
+        engine: DeploymentHandle[Any],
+        app_config: dict[str, Any],
+        embedder: DeploymentHandle[Any] | None = None,
     ) -> None:
         self.cfg: AppConfig = validate(AppConfig, app_config, "args")
         self.model_id = self.cfg.served_model_id
@@ -166,7 +169,7 @@ class Ingress:
         """Route the client's request as it came and relay the response the engine wrote (status, JSON or SSE
         bytes). Client disconnect cancels the engine call, which aborts the request in the engine."""
         received_s = time.perf_counter()
-        stream: DeploymentResponseGenerator | None = None
+        stream: EngineCall | None = None
         consumed = False  # the engine's whole answer was read: nothing left to cancel
         with counting(self.metrics, endpoint.name) as outcome:
             try:
@@ -179,7 +182,8 @@ class Ingress:
                 engine_request = OpenAIRequest(endpoint.name, raw, rid, session_id, prompt_tokens)
                 hint = RouteHint(session_id=session_id, prompt_tokens=prompt_tokens, knobs=self.knobs, request_id=rid)
                 stream, head, first, ticket = await start(
-                    lambda t: self.engine_stream.respond.remote(engine_request, route=t),
+                    # A handle with `stream=True` answers with a generator.
+                    lambda t: cast(EngineCall, self.engine_stream.respond.remote(engine_request, route=t)),
                     RouteTicket(hint),
                     self.metrics,
                 )

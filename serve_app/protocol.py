@@ -5,9 +5,16 @@ from __future__ import annotations
 import json
 import re
 import time
-from typing import Any, Literal
+from typing import Any, Literal, Self, cast
 
-from pydantic import BaseModel, Field, field_validator, model_serializer, model_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 from pydantic_core import to_json
 
 from serve_app.errors import OpenAIError as OpenAIError  # re-exported: the error body is part of the wire format
@@ -55,7 +62,7 @@ class SamplingRequest(BaseModel):
         return v
 
     @model_validator(mode="after")
-    def _stream_options_need_stream(self):
+    def _stream_options_need_stream(self) -> Self:
         if self.stream_options is not None and not self.stream:
             raise ValueError("stream_options is only allowed when stream is true")
         return self
@@ -141,7 +148,7 @@ class EmbeddingRequest(BaseModel):
 
     @field_validator("input")
     @classmethod
-    def _not_empty(cls, v):
+    def _not_empty(cls, v: str | list[Any]) -> str | list[Any]:
         if isinstance(v, str | list) and len(v) == 0:
             raise ValueError("input must not be empty")
         if isinstance(v, list) and any(isinstance(x, str | list) and len(x) == 0 for x in v):
@@ -155,7 +162,7 @@ class EmbeddingRequest(BaseModel):
             return [v]
         if v and isinstance(v[0], int):
             return [v]  # one input as token ids
-        return list(v)
+        return list(cast(list[str] | list[list[int]], v))
 
 
 # -- responses ------------------------------------------------------------------------------
@@ -215,7 +222,7 @@ class ChatDelta(BaseModel):
     content: str | None = None
 
     @model_serializer(mode="wrap")
-    def _without_unset(self, handler):
+    def _without_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         return {k: v for k, v in handler(self).items() if v is not None}
 
 

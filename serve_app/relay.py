@@ -15,7 +15,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from typing import Any
 
 from fastapi.responses import Response
 from ray.exceptions import ActorUnavailableError, RayActorError
@@ -40,11 +41,13 @@ START_ATTEMPTS = 2
 REPLICA_LOST = (RayActorError, ActorUnavailableError)
 FAILED_MESSAGE = "The engine failed while serving this request."
 
-Send = Callable[[RouteTicket], DeploymentResponseGenerator]
+EngineCall = DeploymentResponseGenerator[Any]
+"""A streaming call to the engine deployment: its items are lists of `ResponseItem`s."""
+Send = Callable[[RouteTicket], EngineCall]
 """Sends the request to the engine lanes with this ticket (the router records its decision on it)."""
 
 
-def cancel(stream: DeploymentResponseGenerator) -> None:
+def cancel(stream: EngineCall) -> None:
     """Cancel an engine call (aborts the request in the engine). Serve's `cancel()` re-raises the
     call's own failure when it already failed; there is nothing left to cancel then."""
     try:
@@ -96,11 +99,11 @@ def call_error(e: BaseException, metrics: IngressMetrics, what: str = "engine la
 
 async def start(
     send: Send, ticket: RouteTicket, metrics: IngressMetrics
-) -> tuple[DeploymentResponseGenerator, ResponseStart, Sequence[ResponseItem], RouteTicket]:
+) -> tuple[EngineCall, ResponseStart, Sequence[ResponseItem], RouteTicket]:
     """Send the request to the engine lanes; return the stream, the response's head, its first item (the head
     and the bytes ready with it) and the ticket it was routed with."""
     for attempt in range(1, START_ATTEMPTS + 1):
-        stream: DeploymentResponseGenerator | None = None
+        stream: EngineCall | None = None
         try:
             # Serve raises BackPressureError from `.remote()` itself or from the first item.
             stream = send(ticket)
@@ -130,8 +133,8 @@ async def start(
 
 
 async def _arrivals(
-    stream: DeploymentResponseGenerator, first: Sequence[ResponseItem], first_s: float
-) -> AsyncIterator[tuple[ResponseBody, float]]:
+    stream: EngineCall, first: Sequence[ResponseItem], first_s: float
+) -> AsyncGenerator[tuple[ResponseBody, float], None]:
     """The response's bytes, one body per stream item (the first item's included), with when each arrived."""
     item, at_s = first, first_s
     while True:
@@ -149,7 +152,7 @@ async def _arrivals(
 
 
 async def relay(
-    stream: DeploymentResponseGenerator,
+    stream: EngineCall,
     first: Sequence[ResponseItem],
     call: RoutedCall,
     endpoint: Endpoint,
@@ -187,7 +190,7 @@ async def relay(
 
 
 async def whole_body(
-    stream: DeploymentResponseGenerator,
+    stream: EngineCall,
     first: Sequence[ResponseItem],
     call: RoutedCall,
     endpoint: Endpoint,

@@ -24,7 +24,7 @@ import contextlib
 import logging
 import os
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import TYPE_CHECKING, Any
 
 from scheduler.config import PolicyConfig, env_var_name
@@ -54,9 +54,10 @@ EngineFactory = Callable[..., "SglangEngine"]
 
 
 def _sglang_engine(**kwargs: Any) -> SglangEngine:
-    import sglang  # here, not at module level: importing sglang takes seconds and only this backend needs it
+    # Imported here, not at module level: importing sglang takes seconds and only this backend needs it.
+    from sglang.srt.entrypoints.engine import Engine
 
-    return sglang.Engine(**kwargs)
+    return Engine(**kwargs)
 
 
 class SglangBackend:
@@ -66,11 +67,11 @@ class SglangBackend:
         self._engine_factory = engine_factory
         self._policy_overrides = dict(knobs.policy)
         self._policy = engine_policy(cfg, knobs.policy)
-        self._engine: Any = None
+        self._engine: SglangEngine | None = None
         self._loop: EngineLoop | None = None
         self._openai: SglangOpenAI | None = None
         self._load = ReplicaLoad()
-        self._load_task: asyncio.Task | None = None
+        self._load_task: asyncio.Task[None] | None = None
         self._active: set[str] = set()
         self._sessions: OrderedDict[str, int] = OrderedDict()
         self._counters = EngineCounters()
@@ -102,8 +103,9 @@ class SglangBackend:
         # Built on its own loop's thread: the constructor blocks while weights load (the replica's loop keeps
         # answering health checks), and sglang must later be called on the loop it was built with.
         self._loop = EngineLoop()
-        self._engine = await self._loop.build(lambda: self._engine_factory(**kwargs))
-        self._openai = await self._loop.build(lambda: SglangOpenAI(self._engine))
+        engine = await self._loop.build(lambda: self._engine_factory(**kwargs))
+        self._engine = engine
+        self._openai = await self._loop.build(lambda: SglangOpenAI(engine))
         self._load_task = asyncio.get_running_loop().create_task(self._poll_load())
         self.engine_starts += 1
 
@@ -150,7 +152,7 @@ class SglangBackend:
         # No prefill rate before the engine has run: the queued-token limit is two windows, Retry-After fixed.
         return EngineCapacity(context)
 
-    async def respond(self, request: OpenAIRequest) -> AsyncIterator[list[ResponsePart]]:
+    async def respond(self, request: OpenAIRequest) -> AsyncGenerator[list[ResponsePart], None]:
         """sglang's own answer: `ResponseStart`, then `ResponseBody` items, in lists of what is ready together.
         Closing the iteration early (client gone) aborts the request in the engine."""
         assert self._loop is not None and self._openai is not None, "respond before start"
@@ -175,7 +177,9 @@ class SglangBackend:
     async def _poll_load(self) -> None:
         while True:
             with contextlib.suppress(Exception):
+                assert self._engine is not None and self._loop is not None, "polled before start"
                 tm = self._engine.tokenizer_manager
+                assert tm is not None, "sglang's engine starts with its tokenizer manager"
                 snaps = await self._loop.call(tm.get_loads)
                 self._load = ReplicaLoad(
                     num_waiting=sum(s.num_waiting_reqs for s in snaps),

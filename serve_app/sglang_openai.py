@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
@@ -28,12 +28,20 @@ from serve_app.engine_backend import JSON, SSE, ResponseBody, ResponsePart, Resp
 from serve_app.errors import OpenAIError
 from serve_app.request_rules import check_supported_fields, validation_error
 
+if TYPE_CHECKING:
+    from sglang.srt.entrypoints.engine import Engine
+    from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
+    from sglang.srt.entrypoints.openai.serving_base import OpenAIServingBase
+    from sglang.srt.managers.tokenizer_manager import TokenizerManager
+
+    SglangRequest = ChatCompletionRequest | CompletionRequest | EmbeddingRequest
+
 OpenAIKind = Literal["chat", "completions", "embeddings"]
 ROUTING_ONLY_FIELDS = frozenset({"rid"})
 """Fields routing sets on the request; a client may not set them (its own id would break abort)."""
 
 
-def request_models() -> dict[OpenAIKind, type[BaseModel]]:
+def request_models() -> dict[OpenAIKind, type[SglangRequest]]:
     from sglang.srt.entrypoints.openai import protocol  # imported with the engine: sglang takes seconds to import
 
     return {
@@ -43,17 +51,23 @@ def request_models() -> dict[OpenAIKind, type[BaseModel]]:
     }
 
 
-def serving_classes(engine: Any) -> dict[OpenAIKind, Any]:
+def serving_classes(engine: Engine) -> dict[OpenAIKind, OpenAIServingBase]:
     """sglang's serving objects for `engine`, as its HTTP server builds them."""
     from sglang.srt.entrypoints.openai.serving_completions import OpenAIServingCompletion
     from sglang.srt.entrypoints.openai.serving_embedding import OpenAIServingEmbedding
 
-    tm, templates = engine.tokenizer_manager, engine.template_manager
+    tm, templates = tokenizer_manager(engine), engine.template_manager
     return {
         "chat": tm.serving_chat_class(tm, templates),
         "completions": OpenAIServingCompletion(tm, templates),
         "embeddings": OpenAIServingEmbedding(tm, templates),
     }
+
+
+def tokenizer_manager(engine: Engine) -> TokenizerManager:
+    tm: TokenizerManager | None = engine.tokenizer_manager
+    assert tm is not None, "sglang's engine starts with its tokenizer manager"
+    return tm
 
 
 def check_fields(kind: OpenAIKind, body: dict[str, Any], model: type[BaseModel]) -> None:
@@ -118,12 +132,12 @@ class DisconnectableRequest:
 class SglangOpenAI:
     """The serving classes of one engine; `respond` must run on the engine's own loop (`EngineLoop.stream`)."""
 
-    def __init__(self, engine: Any) -> None:
+    def __init__(self, engine: Engine) -> None:
         self._engine = engine
-        self._models: dict[OpenAIKind, type[BaseModel]] = {}
-        self._serving: dict[OpenAIKind, Any] = {}
+        self._models: dict[OpenAIKind, type[SglangRequest]] = {}
+        self._serving: dict[OpenAIKind, OpenAIServingBase] = {}
 
-    async def respond(self, kind: OpenAIKind, body: dict[str, Any], rid: str) -> AsyncIterator[Any]:
+    async def respond(self, kind: OpenAIKind, body: dict[str, Any], rid: str) -> AsyncIterator[ResponsePart]:
         if not self._serving:  # built on first use, on the engine's loop, as sglang's HTTP server does at start
             self._models, self._serving = request_models(), serving_classes(self._engine)
         model = self._models[kind]
@@ -150,7 +164,7 @@ class SglangOpenAI:
                 raw.disconnect()
                 self._abort(rid, max(getattr(request, "n", 1) or 1, len(getattr(request, "input", None) or ())))
 
-    async def _items(self, result: Any) -> AsyncIterator[ResponsePart]:
+    async def _items(self, result: object) -> AsyncIterator[ResponsePart]:
         from starlette.responses import Response, StreamingResponse
 
         if isinstance(result, StreamingResponse):
@@ -166,10 +180,11 @@ class SglangOpenAI:
                 yield ResponseStart(result.status_code, JSON)
                 yield ResponseBody(bytes(result.body))
         else:
+            assert isinstance(result, BaseModel), f"sglang answered with {type(result).__name__}"
             yield ResponseStart(200, JSON)
             yield ResponseBody(result.model_dump_json(exclude_none=False).encode())
 
     def _abort(self, rid: str, n: int) -> None:
-        tm = self._engine.tokenizer_manager
+        tm = tokenizer_manager(self._engine)
         for one in (rid, *(f"{rid}_{i}" for i in range(n))):
             tm.abort_request(rid=one)

@@ -47,7 +47,9 @@ class HFTokenizer:
         self._tok = AutoTokenizer.from_pretrained(model_path, local_files_only=True)
 
     def render_chat(self, messages: list[dict[str, str]]) -> str:
-        return self._tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        rendered = self._tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        assert isinstance(rendered, str)  # `tokenize=False`: the text
+        return rendered
 
     def count(self, text: str) -> int:
         return len(self._tok.encode(text, add_special_tokens=False))

@@ -25,7 +25,7 @@ import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from sglang.srt.managers.schedule_policy import CacheAgnosticPolicy
 
@@ -55,8 +55,12 @@ INIT_INFO_KEY = "fairshare"
 SMALL_CAP_TOKENS = 128
 """Below this F, contended passes prefill in slivers: worth a warning at start."""
 
+if TYPE_CHECKING:
+    from sglang.srt.managers.schedule_batch import ScheduleBatch
+    from sglang.srt.managers.scheduler import Scheduler
 
-def policy_config_for(sched: Any) -> PolicyConfig:
+
+def policy_config_for(sched: Scheduler) -> PolicyConfig:
     """`PolicyConfig` for one scheduler (raises pydantic's ValidationError on a bad ``FAIRSHARE_*`` value)."""
     explicit = explicit_policy_fields()
     chunking = sched.chunked_prefill_size is not None
@@ -68,7 +72,8 @@ def policy_config_for(sched: Any) -> PolicyConfig:
         engine["max_running_requests"] = sched.max_running_requests
     if "chunk_budget_tokens" not in explicit:
         engine["chunk_budget_tokens"] = sched.chunked_prefill_size if chunking else sched.max_prefill_tokens
-    budget = engine.get("chunk_budget_tokens") or explicit_policy_value("chunk_budget_tokens")
+    # An explicit value is the field's own type (`env`: parsed as `PolicyConfig` declares it).
+    budget = cast(int, engine.get("chunk_budget_tokens") or explicit_policy_value("chunk_budget_tokens"))
     if "interactive_pass_tokens" not in explicit:
         engine["interactive_pass_tokens"] = default_interactive_pass_tokens(budget)
     if sched.enable_priority_scheduling:
@@ -78,14 +83,14 @@ def policy_config_for(sched: Any) -> PolicyConfig:
     return PolicyConfig(**engine)
 
 
-def inactive_reason(sched: Any) -> str | None:
+def inactive_reason(sched: Scheduler) -> str | None:
     """Why the plugin leaves this scheduler to upstream entirely (checked at start)."""
     if sched.dllm_config is not None:
         return "dLLM scheduling has its own adder"
     return None
 
 
-def pass_exclusion(sched: Any, running_batch: Any) -> str | None:
+def pass_exclusion(sched: Scheduler, running_batch: ScheduleBatch | None) -> str | None:
     """Why this pass runs upstream's rules (these settings can change while serving)."""
     if sched.enable_hicache_storage or sched.enable_lmcache:
         return "hierarchical-cache storage / LMCache prefetch is on"
@@ -94,7 +99,7 @@ def pass_exclusion(sched: Any, running_batch: Any) -> str | None:
     return None
 
 
-def preemption_possible(sched: Any, running_batch: Any) -> bool:
+def preemption_possible(sched: Scheduler, running_batch: ScheduleBatch | None) -> bool:
     """Upstream's scan preempts only once the batch is full: when the waiting requests outnumber the free
     running slots. Other passes admit within the free slots and run the policy."""
     running_batch = sched.running_batch if running_batch is None else running_batch
@@ -121,7 +126,7 @@ class SchedulerPolicy:
     short_index: ShortIndex = field(default_factory=ShortIndex)
     """The short waiting requests, so one queued past the lookahead is still found (issue 8)."""
     _run: PassRun | None = None
-    _running_batch: Any = None
+    _running_batch: ScheduleBatch | None = None
     _idle_scan: IdleScan | None = None
     _warned: set[str] = field(default_factory=set)
 
@@ -129,7 +134,7 @@ class SchedulerPolicy:
     def cfg(self) -> PolicyConfig:
         return self.planner.cfg
 
-    def begin_pass(self, sched: Any, running_batch: Any) -> None:
+    def begin_pass(self, sched: Scheduler, running_batch: ScheduleBatch | None) -> None:
         """The pass boundary (`_get_new_batch_prefill_raw`), before sglang builds the adder."""
         self._running_batch = running_batch
         if self.clock is not None:
@@ -137,7 +142,7 @@ class SchedulerPolicy:
         if self.inactive_reason is None and self.cfg.skip_ahead:
             self._timed(self._refresh_short_index, sched)
 
-    def _refresh_short_index(self, sched: Any) -> None:
+    def _refresh_short_index(self, sched: Scheduler) -> None:
         in_order = sched.policy.policy is CacheAgnosticPolicy.FCFS and not sched.enable_priority_scheduling
         self.short_index.refresh(sched.waiting_queue, self.cfg, in_order)
 
@@ -145,14 +150,14 @@ class SchedulerPolicy:
         """`section` timed by the plugin clock when it is on (`clock`); nothing is read when it is off."""
         return section(*args) if self.clock is None else self.clock.timed(section, *args)
 
-    def idle_pass(self, sched: Any, running_batch: Any) -> bool:
+    def idle_pass(self, sched: Scheduler, running_batch: ScheduleBatch) -> bool:
         """True when this pass can admit nobody and is planned already, on the last idle scan, without sglang
         building an adder: `_get_new_batch_prefill_raw` then returns at once, as upstream's does while
         ``batch_is_full`` (`idle_scan`). Only where the rest of that call would change nothing: no continuing
         chunk, no grammar ready, no preemption, FCFS order (no queue reordering), free slots left."""
         return self._timed(self._idle_pass, sched, running_batch)
 
-    def _idle_pass(self, sched: Any, running_batch: Any) -> bool:
+    def _idle_pass(self, sched: Scheduler, running_batch: ScheduleBatch) -> bool:
         scan = self._idle_scan
         if (
             scan is None
@@ -190,11 +195,11 @@ class SchedulerPolicy:
             and self.planner.repeat_idle(last.plan, state.pass_index, state.num_decoding, state.num_short_decoding)
         )
 
-    def start_pass(self, sched: Any) -> PassRun | None:
+    def start_pass(self, sched: Scheduler) -> PassRun | None:
         """A new pass to plan, or None when upstream's rules apply to it."""
         return self._timed(self._start_pass, sched)
 
-    def _start_pass(self, sched: Any) -> PassRun | None:
+    def _start_pass(self, sched: Scheduler) -> PassRun | None:
         self._run = None
         reason = self.inactive_reason or pass_exclusion(sched, self._running_batch)
         if reason is not None:
@@ -211,7 +216,7 @@ class SchedulerPolicy:
     def status(self) -> str:
         return "active" if self.inactive_reason is None else f"inactive: {self.inactive_reason}"
 
-    def decode_due(self, running_batch: Any) -> bool:
+    def decode_due(self, running_batch: ScheduleBatch | None) -> bool:
         """Should this iteration run decode only (no prefill batch), for the short streams' sake?"""
         if self.inactive_reason is not None or running_batch is None:
             return False
@@ -254,7 +259,7 @@ class SchedulerPolicy:
         return pass_record(self.num_planned_passes, run.snapshot, [*judged, *shorts], run.plan, admitted, rows)
 
 
-def attach_policy(sched: Any, missing_targets: list[str] | tuple[str, ...] = ()) -> SchedulerPolicy:
+def attach_policy(sched: Scheduler, missing_targets: list[str] | tuple[str, ...] = ()) -> SchedulerPolicy:
     """Create the scheduler's policy and log it (F first, in the article's wording); called once, at the end
     of `Scheduler.__init__`."""
     if logging.getLogger("fairshare").level == logging.NOTSET:
@@ -281,11 +286,12 @@ def attach_policy(sched: Any, missing_targets: list[str] | tuple[str, ...] = ())
     return policy
 
 
-def policy_of(sched: Any) -> SchedulerPolicy | None:
-    return getattr(sched, POLICY_ATTR, None)
+def policy_of(sched: Scheduler) -> SchedulerPolicy | None:
+    policy: SchedulerPolicy | None = getattr(sched, POLICY_ATTR, None)
+    return policy
 
 
-def log_startup(cfg: PolicyConfig, sched: Any) -> None:
+def log_startup(cfg: PolicyConfig, sched: Scheduler) -> None:
     """The rest of the start-up log; `PassPlanner` itself logs F in the article's wording
     (``Prefill concurrency N=20: long_prefill_token_threshold=409``)."""
     explicit = explicit_policy_fields()

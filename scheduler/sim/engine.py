@@ -19,7 +19,8 @@ from scheduler.sim.step_plan import StepPlan
 
 
 class StepScheduler(Protocol):
-    max_running_requests: int
+    @property
+    def max_running_requests(self) -> int: ...
 
     def plan_step(self, engine: SimEngine) -> StepPlan: ...
 

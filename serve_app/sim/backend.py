@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from scheduler.config import PolicyConfig
@@ -89,7 +89,7 @@ class SimBackend:
         return EngineCapacity(context, prefill_tokens_per_s=rate, wall_prefill_tokens_per_s=wall_rate)
 
     # -- requests --------------------------------------------------------------------------
-    def respond(self, request: OpenAIRequest) -> AsyncIterator[list[ResponsePart]]:
+    def respond(self, request: OpenAIRequest) -> AsyncGenerator[list[ResponsePart], None]:
         return self.serving.respond(request)
 
     def output_plan(self, max_tokens: int) -> tuple[int, FinishReason]:
@@ -117,7 +117,7 @@ class SimBackend:
             raise RequestError(400, str(e)) from None
         return sim_req
 
-    async def generate(self, request: GenerateRequest) -> AsyncIterator[Chunk]:
+    async def generate(self, request: GenerateRequest) -> AsyncGenerator[Chunk, None]:
         sim_req = self._admit(request)
         queue = self.streams.open(request.rid)
         self.loop.wake()

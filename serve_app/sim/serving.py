@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 
 from pydantic import BaseModel
 
@@ -33,7 +33,7 @@ from serve_app.tokenizer import PromptTokenizer
 
 ENDPOINTS: dict[EngineKind, Endpoint] = {CHAT.name: CHAT, COMPLETIONS.name: COMPLETIONS}
 
-Generate = Callable[[GenerateRequest], AsyncIterator[Chunk]]
+Generate = Callable[[GenerateRequest], AsyncGenerator[Chunk, None]]
 
 
 def json_bytes(model: BaseModel) -> bytes:
@@ -71,7 +71,7 @@ class SimServing:
         self.default_max_tokens = default_max_tokens
         self._generate = generate
 
-    async def respond(self, request: OpenAIRequest) -> AsyncIterator[list[ResponsePart]]:
+    async def respond(self, request: OpenAIRequest) -> AsyncGenerator[list[ResponsePart], None]:
         endpoint = ENDPOINTS[request.kind]
         try:
             body: SamplingRequest = parse_request(
