@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SGLANG_STAMP := $(VENV)/.sglang-installed
 
-.PHONY: serve test typecheck test-sglang-cpu lint sim-reproduce sim-frontier sim-overload bench clean
+.PHONY: serve test test-fast typecheck test-sglang-cpu lint sim-reproduce sim-frontier sim-overload bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,12 @@ test: $(SGLANG_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
+
+# The quick loop for policy, simulator, plugin and routing changes: no servers, no Ray, no sglang processes.
+FAST_TESTS := -m "not serve and not sglang_cpu and not slow and not gpu"
+test-fast: $(SGLANG_STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q $(FAST_TESTS) tests
 
 # mypy as pyproject's [tool.mypy] sets it: strict on scheduler/ and serve_app/, the sglang plugin checked against
 # sglang's own classes (installed by the sglang stamp). A first run reads sglang's source: minutes; then cached.

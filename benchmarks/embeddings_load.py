@@ -25,6 +25,7 @@ import aiohttp
 
 from harness import local_serve as sc
 from harness.net import free_port
+from harness.results import records
 
 MODEL = "sim-embedding"
 CONCURRENCY = (1, 8, 64)
@@ -79,6 +80,7 @@ async def burst(url: str, n: int) -> dict[str, int]:
     return {"sent": n, "answered": answered, "shed": shed, "failed": n - answered - shed}
 
 
+@records("embeddings-load", "Embeddings under closed-loop load and a burst: throughput, latency, shed, failed")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.embeddings_load")
     parser.add_argument("--seconds", type=float, default=6.0, help="length of each closed-loop phase")

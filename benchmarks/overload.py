@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.table import Table
 from tqdm import tqdm
 
+from harness.results import records
 from scheduler.sim.experiments import added_waits
 from scheduler.sim.metrics import measure
 from scheduler.sim.presets import CARD12GB, H100_8B, PRESETS
@@ -141,6 +142,7 @@ def plot(rows: list[Row], path: Path) -> None:
     plt.close(fig)
 
 
+@records("overload", "The policy under overload on the simulator: short requests among long documents, every rule set")
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", action="append", choices=sorted(PRESETS), help="repeat; default both cards")

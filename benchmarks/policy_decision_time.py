@@ -41,6 +41,7 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
+from harness.results import records
 from scheduler.planner import PassPlanner
 from scheduler.sim.request import SimRequest
 from scheduler.sim.schedulers import CandidateView
@@ -180,6 +181,10 @@ def plugin_path_us(n: int, loops: int, repeats: int, blocked_by: str) -> dict[st
     return out
 
 
+@records(
+    "policy-decision-time",
+    "Policy decision time per pass against queue length (the core; the plugin on sglang's objects)",
+)
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer timed loops (CI scale)")

@@ -35,6 +35,7 @@ import httpx
 
 from harness import local_serve
 from harness.net import free_port
+from harness.results import records
 
 ANSWERED, SHED, FAILED, CANCELLED, LOST = "answered", "shed", "failed", "cancelled", "lost"
 CHARS_PER_TOKEN = 4
@@ -368,6 +369,7 @@ def print_report(tally: Tally, facts: dict[str, Any], elapsed_s: float) -> None:
     console.print(f"lost = {tally.lost}" + ("" if tally.lost == 0 else "  (must be 0)"))
 
 
+@records("reliability-report", "Reliability under faults and overload: every request answered, shed or failed")
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--url", help="base URL of a running app (loopback); default: start one here")

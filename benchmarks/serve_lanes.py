@@ -23,6 +23,7 @@ import httpx
 
 from harness import local_serve as sc
 from harness.net import free_port
+from harness.results import records
 
 MODEL = sc.CARD12GB_MODEL
 CONTENT = re.compile(r'"content":"[^"]')
@@ -94,6 +95,7 @@ async def lone_short(url: str, repeats: int = 5) -> list[float]:
     return out
 
 
+@records("serve-lanes", "Short-chat TTFT while long documents prefill, through the Serve app's lanes (sim engine)")
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=30.0)

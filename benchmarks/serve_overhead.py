@@ -45,6 +45,7 @@ from ray import serve
 
 from harness import local_serve as sc
 from harness.net import free_port
+from harness.results import records
 from serve_app.serve_path import SERVE_PATH_ENV
 
 MAX_TOKENS = 16
@@ -233,6 +234,7 @@ REFERENCES = ("echo", "echo-path", "echo-2hop")
 """The apps the app's throughput is compared with (module docstring); `echo` is the issue's target's."""
 
 
+@records("serve-overhead", "Serve app overhead: ingress and router latency and CPU per request against bare Serve apps")
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=8.0, help="length of each measured phase")

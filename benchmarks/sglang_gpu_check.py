@@ -48,6 +48,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.results import recording
 from harness.sglang_server import PLUGIN_START_LINE, LocalServer, launch_server_command
 from harness.tiny_model import TinyModelSpec, build_tiny_model
 
@@ -384,56 +385,61 @@ def main(argv: list[str] | None = None) -> int:
         if args.dry_run:
             print_plan(args, model_path)
             return 0
-        if args.tiny_model:
-            spec = dataclasses.replace(GPU_TINY_MODEL, max_position_embeddings=context_length(args))
-            build_tiny_model(Path(model_path), spec)
-        elif args.dummy_model:
-            write_dummy_model(Path(model_path), context_length(args))
-        log_dir = args.log_dir or tmp_dir
-        log_dir.mkdir(parents=True, exist_ok=True)
-        print_plan(args, model_path)
-        vocab = vocab_size(model_path)
-        results = [run_mode(args, mode, model_path, vocab, log_dir) for mode in args.modes]
-        print("\n".join(summary_lines(results)))
-        for r in results:
-            print(f"[{r.mode}] scheduler start-up line: {r.plugin_line or '(none)'}")
-            print(
-                f"[{r.mode}] document {r.doc_tokens} tokens, lone prefill {r.lone_doc.ttft_s:.2f} s; questions sent "
-                f"during the second document's prefill: {r.questions_during_prefill}/{len(r.questions)}"
+        with recording("sglang-gpu-check", "The plugin on a GPU: short TTFT and long prefill speed, plugin on and off"):
+            return run_check(args, model_path, tmp_dir)
+
+
+def run_check(args: argparse.Namespace, model_path: str, tmp_dir: Path) -> int:
+    if args.tiny_model:
+        spec = dataclasses.replace(GPU_TINY_MODEL, max_position_embeddings=context_length(args))
+        build_tiny_model(Path(model_path), spec)
+    elif args.dummy_model:
+        write_dummy_model(Path(model_path), context_length(args))
+    log_dir = args.log_dir or tmp_dir
+    log_dir.mkdir(parents=True, exist_ok=True)
+    print_plan(args, model_path)
+    vocab = vocab_size(model_path)
+    results = [run_mode(args, mode, model_path, vocab, log_dir) for mode in args.modes]
+    print("\n".join(summary_lines(results)))
+    for r in results:
+        print(f"[{r.mode}] scheduler start-up line: {r.plugin_line or '(none)'}")
+        print(
+            f"[{r.mode}] document {r.doc_tokens} tokens, lone prefill {r.lone_doc.ttft_s:.2f} s; questions sent "
+            f"during the second document's prefill: {r.questions_during_prefill}/{len(r.questions)}"
+        )
+    if args.out:
+        args.out.write_text(
+            json.dumps(
+                [
+                    {
+                        "mode": r.mode,
+                        "plugin_loaded": r.plugin_line is not None,
+                        "doc_tokens": r.doc_tokens,
+                        "lone_prefill_s": r.lone_doc.ttft_s,
+                        "questions_during_prefill": r.questions_during_prefill,
+                        "short_ttft_s": r.question_ttfts_s,
+                        "long_prefill_tok_per_s_alone": r.lone_tok_per_s,
+                        "long_prefill_tok_per_s_with_questions": r.company_tok_per_s,
+                    }
+                    for r in results
+                ],
+                indent=2,
             )
-        if args.out:
-            args.out.write_text(
-                json.dumps(
-                    [
-                        {
-                            "mode": r.mode,
-                            "plugin_loaded": r.plugin_line is not None,
-                            "doc_tokens": r.doc_tokens,
-                            "lone_prefill_s": r.lone_doc.ttft_s,
-                            "questions_during_prefill": r.questions_during_prefill,
-                            "short_ttft_s": r.question_ttfts_s,
-                            "long_prefill_tok_per_s_alone": r.lone_tok_per_s,
-                            "long_prefill_tok_per_s_with_questions": r.company_tok_per_s,
-                        }
-                        for r in results
-                    ],
-                    indent=2,
-                )
-            )
-        wrong = [r.mode for r in results if (r.plugin_line is not None) != (r.mode == "on")]
-        if wrong:
-            print(f"plugin loading did not match the mode in: {wrong}", file=sys.stderr)
-            return 2
-        late = [r.mode for r in results if r.questions_during_prefill < len(r.questions)]
-        short = [r.mode for r in results if r.lone_doc.ttft_s < args.min_lone_prefill_s]
-        if late or short:
-            print(
-                f"figures not meaningful: questions sent after the document's prefill in {late}; lone prefill "
-                f"shorter than {args.min_lone_prefill_s:g} s at {args.max_doc_tokens} tokens in {short} "
-                "(raise --max-doc-tokens or use a bigger model)",
-                file=sys.stderr,
-            )
-            return 3
+        )
+    wrong = [r.mode for r in results if (r.plugin_line is not None) != (r.mode == "on")]
+    if wrong:
+        print(f"plugin loading did not match the mode in: {wrong}", file=sys.stderr)
+        return 2
+    late = [r.mode for r in results if r.questions_during_prefill < len(r.questions)]
+    short = [r.mode for r in results if r.lone_doc.ttft_s < args.min_lone_prefill_s]
+    if late or short:
+        print(
+            f"figures not meaningful: questions sent after the document's prefill in {late}; lone prefill "
+            f"shorter than {args.min_lone_prefill_s:g} s at {args.max_doc_tokens} tokens in {short} "
+            "(raise --max-doc-tokens or use a bigger model)",
+            file=sys.stderr,
+        )
+        return 3
     return 0
 
 

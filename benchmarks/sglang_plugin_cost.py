@@ -63,6 +63,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.net import http_json
+from harness.results import records
 from harness.sglang_server import LocalServer
 from harness.tiny_model import TinyModelSpec, build_tiny_model
 from scheduler.sglang_plugin.clock import ClockPass, PassKind, read_clock
@@ -409,6 +410,7 @@ def report(modes: list[Mode], off: Mode, upstream: Mode, cases: list[str]) -> No
     )
 
 
+@records("sglang-plugin-cost", "The plugin's cost inside sglang's scheduler loop (real sglang on CPU, plugin on/off)")
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="CI scale: 5 runs per mode and case, 200-token window")

@@ -6,26 +6,36 @@ benchmark's own tables. Files go to ``docs/results/<benchmark>/<date>-<commit>.m
 ``docs/results/<benchmark>/latest.md``, which the docs link; ``docs/results/README.md`` indexes them. Figures are
 never retyped into prose.
 
-Benchmarks take ``--results-dir`` (default ``docs/results``): tests that run a benchmark point it elsewhere.
+``FAIRSHARE_RESULTS_DIR`` moves the folder: tests that run a benchmark point it at a temporary one.
 """
 
 from __future__ import annotations
 
-import argparse
+import contextlib
 import datetime as dt
+import functools
+import io
 import os
 import platform
 import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ParamSpec, TextIO, TypeVar
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS_DIR = REPO / "docs" / "results"
+RESULTS_DIR_ENV = "FAIRSHARE_RESULTS_DIR"
+DEFAULT_RESULTS_DIR = REPO / "docs" / "results"
 INDEX_NAME = "README.md"
 LATEST_NAME = "latest.md"
+
+
+def results_dir_now() -> Path:
+    """Where result files go: ``FAIRSHARE_RESULTS_DIR`` if set, else docs/results."""
+    return Path(os.environ.get(RESULTS_DIR_ENV) or DEFAULT_RESULTS_DIR)
 
 
 def git_commit(repo: Path = REPO) -> str:
@@ -71,8 +81,14 @@ class BenchmarkRun:
     started: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
     start_load: str = field(default_factory=load_average)
     start_monotonic_s: float = field(default_factory=time.monotonic)
+    sections: list[str] = field(default_factory=list)
+    """Markdown the benchmark adds after what it printed (a table, a plot's link)."""
 
-    def write(self, title: str, body_markdown: str, results_dir: Path = RESULTS_DIR) -> Path:
+    def add_markdown(self, text: str) -> None:
+        self.sections.append(text.rstrip())
+
+    def write(self, title: str, body_markdown: str, results_dir: Path | None = None) -> Path:
+        results_dir = results_dir or results_dir_now()
         commit = git_commit()
         stamp = self.started.strftime("%Y-%m-%dT%H%M%SZ")
         path = results_dir / self.name / f"{stamp}-{commit}.md"
@@ -94,6 +110,39 @@ class BenchmarkRun:
         return path
 
 
+class _Tee(io.TextIOBase):
+    """Writes go to the terminal and to a buffer."""
+
+    def __init__(self, out: TextIO, copy: io.StringIO) -> None:
+        self.out, self.copy = out, copy
+
+    def write(self, text: str) -> int:
+        self.copy.write(text)
+        return self.out.write(text)
+
+    def flush(self) -> None:
+        self.out.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+
+@contextlib.contextmanager
+def recording(
+    name: str, title: str, results_dir: Path | None = None, argv: list[str] | None = None
+) -> Iterator[BenchmarkRun]:
+    """Run a benchmark's body with its standard output kept: when the body finishes, the output (as a text block)
+    and whatever the body added with `BenchmarkRun.add_markdown` become the run's result file. A body that raises
+    writes nothing."""
+    run = BenchmarkRun(name) if argv is None else BenchmarkRun(name, argv=argv)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(_Tee(sys.stdout, printed)):
+        yield run
+    body = ["```text\n" + printed.getvalue().strip("\n") + "\n```", *run.sections]
+    path = run.write(title, "\n\n".join(body), results_dir)
+    print(f"result file: {path.relative_to(REPO) if path.is_relative_to(REPO) else path}")
+
+
 def command_line(argv: list[str]) -> str:
     """The command as one would type it from the repository root."""
     args = list(argv)
@@ -103,29 +152,33 @@ def command_line(argv: list[str]) -> str:
     where = script.relative_to(REPO) if script.is_relative_to(REPO) else Path(script.name)
     if where.name == "__main__.py":
         return shlex.join(["python", "-m", ".".join(where.parent.parts), *args[1:]])
+    if (script.parent / "__init__.py").exists():  # a module of a package: run from the repository root
+        return shlex.join(["python", "-m", ".".join(where.with_suffix("").parts), *args[1:]])
     return shlex.join(["python", str(where), *args[1:]])
 
 
 def write_result(
-    name: str, title: str, body_markdown: str, *, argv: list[str] | None = None, results_dir: Path = RESULTS_DIR
+    name: str, title: str, body_markdown: str, *, argv: list[str] | None = None, results_dir: Path | None = None
 ) -> Path:
     """Write one result file now (for a benchmark that did not keep a `BenchmarkRun` from its start)."""
     run = BenchmarkRun(name) if argv is None else BenchmarkRun(name, argv=argv)
     return run.write(title, body_markdown, results_dir)
 
 
-def runs(name: str, results_dir: Path = RESULTS_DIR) -> list[Path]:
+def runs(name: str, results_dir: Path | None = None) -> list[Path]:
     """A benchmark's result files, oldest first (their names start with the UTC start time)."""
-    return sorted(p for p in (results_dir / name).glob("*.md") if p.name != LATEST_NAME)
+    folder = (results_dir or results_dir_now()) / name
+    return sorted(p for p in folder.glob("*.md") if p.name != LATEST_NAME)
 
 
-def latest(name: str, results_dir: Path = RESULTS_DIR) -> Path | None:
-    found = runs(name, results_dir)
+def latest(name: str, results_dir: Path | None = None) -> Path | None:
+    found = runs(name, results_dir or results_dir_now())
     return found[-1] if found else None
 
 
-def write_index(results_dir: Path = RESULTS_DIR) -> Path:
+def write_index(results_dir: Path | None = None) -> Path:
     """``README.md`` of the results folder: the newest result of each benchmark."""
+    results_dir = results_dir or results_dir_now()
     rows = []
     for folder in sorted(p for p in results_dir.iterdir() if p.is_dir()):
         newest = latest(folder.name, results_dir)
@@ -148,11 +201,19 @@ def write_index(results_dir: Path = RESULTS_DIR) -> Path:
     return index
 
 
-def add_results_dir_argument(parser: argparse.ArgumentParser) -> None:
-    """The ``--results-dir`` option every benchmark takes."""
-    parser.add_argument(
-        "--results-dir",
-        type=Path,
-        default=RESULTS_DIR,
-        help="where the run's result file goes (default: docs/results; tests point it at a temporary folder)",
-    )
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def records(name: str, title: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Decorate a benchmark's ``main``: what it prints becomes a result file when it returns (see `recording`)."""
+
+    def wrap(main: Callable[P, R]) -> Callable[P, R]:
+        @functools.wraps(main)
+        def recorded(*args: P.args, **kwargs: P.kwargs) -> R:
+            with recording(name, title):
+                return main(*args, **kwargs)
+
+        return recorded
+
+    return wrap

@@ -15,16 +15,19 @@ def frontier():
     return sweep(CARD12GB)
 
 
+@pytest.mark.slow
 def test_our_frontier_dominates_the_forks(frontier):
     for point in frontier.curve("article-patch"):
         assert frontier.dominated(point, "fairshare"), point
 
 
+@pytest.mark.slow
 def test_at_95_percent_lone_speed_a_question_waits_under_a_second(frontier):
     fast = [p for p in frontier.curve("fairshare") if p.lone_fraction >= 0.95]
     assert min(p.short_ttft_s for p in fast) <= 1.0
 
 
+@pytest.mark.slow
 def test_at_the_forks_lone_speed_a_question_waits_less_than_in_the_fork(frontier):
     (patch,) = [p for p in frontier.curve("article-patch") if p.knob == 409]
     ours = [p for p in frontier.curve("fairshare") if p.lone_fraction >= patch.lone_fraction]

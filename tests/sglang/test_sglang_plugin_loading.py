@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # loads the plugin in a fresh Python process (sglang and Ray imports)
+
 HERE = Path(__file__).parent
 
 

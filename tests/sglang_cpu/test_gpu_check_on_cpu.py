@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from harness.cpu_env import CPU_SERVER_ARGS, REPO_ROOT, cpu_sglang_env
+from harness.results import RESULTS_DIR_ENV
 
 pytestmark = [pytest.mark.sglang_cpu, pytest.mark.timeout(1800)]  # two server starts on a loaded CPU
 
@@ -32,10 +33,9 @@ def test_gpu_check_script_runs_on_cpu_with_the_tiny_model(tmp_path):
         "--out", str(tmp_path / "r.json"),
     ]  # fmt: skip
     log = tmp_path / "check.log"
+    env = {**cpu_sglang_env(), RESULTS_DIR_ENV: str(tmp_path / "results")}
     with log.open("w") as sink:
-        proc = subprocess.Popen(
-            [*SCRIPT, *small], stdout=sink, stderr=subprocess.STDOUT, env=cpu_sglang_env(), cwd=REPO_ROOT
-        )
+        proc = subprocess.Popen([*SCRIPT, *small], stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT)
     try:
         rc = proc.wait(timeout=1500)
     finally:
@@ -49,3 +49,5 @@ def test_gpu_check_script_runs_on_cpu_with_the_tiny_model(tmp_path):
     assert {m: r["plugin_loaded"] for m, r in results.items()} == {"off": False, "on": True}
     for r in results.values():
         assert r["lone_prefill_s"] >= 0.6 and r["questions_during_prefill"] == 1
+    written = (tmp_path / "results" / "sglang-gpu-check" / "latest.md").read_text()
+    assert "-m benchmarks.sglang_gpu_check --tiny-model" in written and "on/off  short TTFT p50" in written
