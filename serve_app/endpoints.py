@@ -45,7 +45,7 @@ class Endpoint(Protocol):
     prompt_param: str
     """The request field named by a too-long-prompt error."""
     text_field: str
-    """The field of a streamed chunk's choice that carries the generated text (`protocol.token_events`)."""
+    """The field of a streamed chunk's choice that carries the generated text (`sse.token_events`)."""
 
     @property
     def request_model(self) -> type[SamplingRequest]:

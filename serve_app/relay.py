@@ -28,10 +28,10 @@ from serve_app.endpoints import Endpoint
 from serve_app.engine_backend import EngineError, ResponseBody, ResponseItem, ResponsePart, ResponseStart
 from serve_app.errors import OpenAIError
 from serve_app.metrics import IngressMetrics, StreamTimer
-from serve_app.protocol import sse, token_events
 from serve_app.request_count import counting
 from serve_app.route_records import RouteTicket
 from serve_app.routed_call import RoutedCall
+from serve_app.sse import sse, token_events
 
 logger = logging.getLogger(__name__)
 

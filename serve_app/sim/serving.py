@@ -26,9 +26,10 @@ from serve_app.engine_backend import (
     error_response,
 )
 from serve_app.errors import OpenAIError
-from serve_app.protocol import EventTemplate, SamplingRequest, Usage, now_s, sse
+from serve_app.protocol import SamplingRequest, Usage, now_s
 from serve_app.request_rules import check_context_window, parse_request
 from serve_app.sim.generation import Chunk, GenerateRequest, RequestError
+from serve_app.sse import EventTemplate, sse
 from serve_app.tokenizer import PromptTokenizer
 
 ENDPOINTS: dict[EngineKind, Endpoint] = {CHAT.name: CHAT, COMPLETIONS.name: COMPLETIONS}

@@ -15,10 +15,11 @@ import serve_app.relay as relay_module
 from serve_app.endpoints import CHAT, COMPLETIONS, ResponseIds
 from serve_app.engine_backend import JSON, SSE, OpenAIRequest, ResponseBody, ResponseStart
 from serve_app.metrics import StreamTimer
-from serve_app.protocol import EventTemplate, Usage, sse, token_events
+from serve_app.protocol import Usage
 from serve_app.routed_call import RoutedCall
 from serve_app.sim.generation import Chunk
 from serve_app.sim.serving import SimServing
+from serve_app.sse import EventTemplate, sse, token_events
 from serve_app.tokenizer import ApproxTokenizer
 from tests.serve.test_engine_replica import FakeCounter, FakeStream
 
