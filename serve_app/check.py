@@ -10,6 +10,7 @@ refused it), so check first.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 from typing import Any
@@ -98,15 +99,22 @@ def problems(raw: dict[str, Any]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m serve_app.check CONFIG.yaml", file=sys.stderr)
+    parser = argparse.ArgumentParser(prog="python -m serve_app.check", description=__doc__.splitlines()[0])
+    parser.add_argument("config", type=Path, help="a Serve config file (YAML)")
+    path = parser.parse_args(argv).config
+    try:
+        loaded = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        print(f"{path}: cannot read it as YAML: {e}", file=sys.stderr)
         return 2
-    found = problems(yaml.safe_load(Path(args[0]).read_text()))
+    if not isinstance(loaded, dict):
+        print(f"{path}: not a Serve config (a YAML mapping with `applications`)", file=sys.stderr)
+        return 2
+    found = problems(loaded)
     for line in found:
         print(line)
     if not found:
-        print(f"{args[0]}: ok")
+        print(f"{path}: ok")
     return 1 if found else 0
 
 

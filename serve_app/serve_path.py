@@ -2,7 +2,7 @@
 
 Serve's defaults put two thread hops on every request: the user code of a replica runs on its own
 thread's loop, and a handle's router on another; each hop is a cross-thread wake-up, which on a
-busy machine waits for the OS scheduler (measured: `benchmarks/serve_overhead.py`, README "Benchmarks").
+busy machine waits for the OS scheduler (measured: `python -m benchmarks.serve_overhead`, docs/benchmarks.md).
 Our replicas never block their loop (the sim engine is async, sglang runs on its own `EngineLoop`
 thread), so the hops buy nothing here. Handles send requests over Serve's inter-deployment gRPC
 instead of Ray actor calls by reference.

@@ -4,7 +4,7 @@ import pytest
 
 from scheduler.sim.reproduce import reproduce
 
-# Figures that cannot follow from the article's own rules (explained in the README):
+# Figures that cannot follow from the article's own rules (explained in docs/simulator.md):
 KNOWN_DEVIATIONS = {
     # 1.80 s is more than two whole F=1024 passes (0.84 s each by the sweep's own throughput), yet the
     # question waits for at most the rest of one pass plus its own.

@@ -1,6 +1,7 @@
 """Closed JSON schemas for every kind in `k8s/`, so a misspelled field or a wrong type fails validation.
 
-The RayService schema is KubeRay v1.7.0's CRD (`k8s/crd/`). A CRD accepts unknown fields unless it says
+The RayService schema is KubeRay v1.7.0's CRD: `k8s/crd/` holds the schema extracted from it, and the CRD
+itself is vendored in `tests/k8s/crd/` so a test can check the extraction. A CRD accepts unknown fields unless it says
 otherwise (the API server prunes them silently), so every object schema that lists its properties is
 closed here with `additionalProperties: false`. The other kinds reuse the Kubernetes schemas the CRD
 embeds: a Job's pod template is the head group's pod template, a PVC's spec is the one inside an
@@ -19,7 +20,7 @@ import jsonschema
 
 REPO = Path(__file__).resolve().parents[2]
 VENDORED = REPO / "k8s" / "crd" / "ray.io_rayservices.v1.7.0.schema.json"
-UPSTREAM = REPO.parent / "shared" / "k8s-schemas" / "ray.io_rayservices.v1.7.0.yaml"
+CRD = Path(__file__).resolve().parent / "crd" / "ray.io_rayservices.v1.7.0.yaml"
 
 
 def schema_from_crd(crd: dict[str, Any]) -> dict[str, Any]:
@@ -109,7 +110,7 @@ def validate(resource: dict[str, Any]) -> None:
         raise error
 
 
-def load_crd(path: Path = UPSTREAM) -> dict[str, Any]:
+def load_crd(path: Path = CRD) -> dict[str, Any]:
     """The CRD file (1 MB of YAML: libyaml's loader when PyYAML has it)."""
     import yaml
 

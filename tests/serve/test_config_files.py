@@ -112,6 +112,22 @@ def test_check_cli_accepts_the_shipped_files_and_names_bad_fields(tmp_path, caps
     assert "keys Serve would ignore: ['num_replica']" in out
 
 
+def test_check_cli_answers_bad_arguments_with_a_message_not_a_traceback(tmp_path, capsys) -> None:
+    from serve_app.check import main
+
+    with pytest.raises(SystemExit) as usage:
+        main(["--help"])
+    assert usage.value.code == 0 and "python -m serve_app.check" in capsys.readouterr().out
+    assert main([str(tmp_path / "missing.yaml")]) == 2
+    (tmp_path / "text.yaml").write_text("just text")
+    assert main([str(tmp_path / "text.yaml")]) == 2
+    (tmp_path / "broken.yaml").write_text("a: [b")
+    assert main([str(tmp_path / "broken.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "missing.yaml: cannot read it as YAML" in err and "text.yaml: not a Serve config" in err
+    assert "broken.yaml: cannot read it as YAML" in err and "Traceback" not in err
+
+
 @pytest.mark.parametrize("name", ["config.yaml", "config.card12gb.yaml", "config.gpu.yaml", "config.sglang-cpu.yaml"])
 def test_the_ingress_drains_as_long_as_the_engines_it_relays(name: str) -> None:
     from serve_app.check import drain_problems

@@ -128,7 +128,7 @@ def pass_view(record: dict[str, Any]) -> dict[str, Any]:
 
 
 OVERLAP_LAG = "overlap scheduler's finishing row"
-"""The known difference (README, "Limits of the simulator"): under sglang's overlap scheduler a pass is built
+"""The known difference (docs/simulator-agreement.md): under sglang's overlap scheduler a pass is built
 before the previous pass's results are processed, so a request whose last token the previous pass sampled still
 rides along as a decoding row (its extra token is discarded), taking one token of a mixed pass's budget; the
 simulator drops it at once. The cut request then gets that many tokens fewer, and its last chunk as many more."""
