@@ -250,8 +250,6 @@ class PassRun:
 
 
 if TYPE_CHECKING:
-    from sglang.srt.mem_cache.memory_pool import HybridReqToTokenPool
-
     _AdderBase = PrefillAdder  # checked against upstream's adder, which it is mixed in before
 else:
     _AdderBase = object
