@@ -33,10 +33,11 @@ test: $(SGLANG_STAMP)
 	$(BIN)/python -m pytest -q
 
 # The quick loop for policy, simulator, plugin and routing changes: no servers, no Ray, no sglang processes.
-FAST_TESTS := -m "not serve and not sglang_cpu and not slow and not gpu"
+# Policy core and simulator (tests/test_*.py), the plugin on sglang's classes (tests/sglang), routing.
+FAST_TESTS := tests/test_*.py tests/sglang tests/serve/test_routing.py tests/serve/test_lane_router.py
 test-fast: $(SGLANG_STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q $(FAST_TESTS) tests
+	$(BIN)/python -m pytest -q -m "not slow and not gpu" $(FAST_TESTS)
 
 # mypy as pyproject's [tool.mypy] sets it: strict on scheduler/ and serve_app/, the sglang plugin checked against
 # sglang's own classes (installed by the sglang stamp). A first run reads sglang's source: minutes; then cached.
