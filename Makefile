@@ -34,7 +34,7 @@ test: $(SGLANG_STAMP)
 
 # The quick loop for policy, simulator, plugin and routing changes: no servers, no Ray, no sglang processes.
 # Policy core and simulator (tests/test_*.py), the plugin on sglang's classes (tests/sglang), routing.
-FAST_TESTS := tests/test_*.py tests/sglang tests/serve/test_routing.py tests/serve/test_lane_router.py
+FAST_TESTS := tests/test_*.py tests/sglang tests/serve/test_routing.py tests/serve/test_placement.py tests/serve/test_lane_router.py
 test-fast: $(SGLANG_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -m "not slow and not gpu" $(FAST_TESTS)

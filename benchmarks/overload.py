@@ -4,8 +4,10 @@ For each overload scenario (sized for the preset: `python -m scheduler.sim compa
 each rule set, the workload runs twice, as is and with its long documents removed; a short request's
 *added wait* is its TTFT with the documents less its TTFT without them. The table gives added wait p99/max
 in interactive passes of the preset (a pass in flight cannot be interrupted: the floor is about one), short
-TTFT p50/p99/max, short-stream ITL p99 in decode-only steps, long prefill throughput relative to
-`baseline` and long TTFT p99 (the price paid). Writes a PNG of added wait and throughput.
+TTFT p50/p99/max, short-stream time between tokens p99 (seconds and decode-only steps), the short requests'
+SLO attainment and goodput (`scheduler.slo`, judged by the preset's interactive targets for every policy), long
+prefill throughput relative to `baseline` and long TTFT p99 (the price paid). Writes a PNG of added wait and
+throughput, and a result file under docs/results/overload/ (`harness.results`).
 
     python -m benchmarks.overload [--preset h100-8b --preset card12gb-27b] [--plot docs/overload.png]
 """
@@ -21,7 +23,7 @@ from rich.console import Console
 from rich.table import Table
 from tqdm import tqdm
 
-from harness.results import records
+from harness.results import recording
 from scheduler.sim.experiments import added_waits
 from scheduler.sim.metrics import measure
 from scheduler.sim.presets import CARD12GB, H100_8B, PRESETS
@@ -40,7 +42,10 @@ class Row(BaseModel):
     ttft_p50_s: float
     ttft_p99_s: float
     ttft_max_s: float
+    tbt_p99_s: float | None
     itl_p99_steps: float | None
+    slo_attainment: float | None
+    goodput_per_s: float | None
     long_tok_per_s: float | None
     long_vs_baseline: float | None = None
     long_ttft_p99_s: float | None
@@ -61,7 +66,10 @@ def measure_row(preset_name: str, name: str, policy: str) -> Row:
         ttft_p50_s=short.ttft_s.p50,
         ttft_p99_s=short.ttft_s.p99,
         ttft_max_s=short.ttft_s.max,
+        tbt_p99_s=short.itl_s.p99,
         itl_p99_steps=None if short.itl_s.p99 is None else short.itl_s.p99 / m.decode_only_step_s,
+        slo_attainment=short.slo_attainment,
+        goodput_per_s=short.goodput_per_s,
         long_tok_per_s=None if long_ is None else long_.long_prefill_tok_per_s,
         long_ttft_p99_s=None if long_ is None else long_.ttft_s.p99,
     )
@@ -82,34 +90,63 @@ def _f(v: float | None, digits: int = 3) -> str:
     return "—" if v is None else f"{v:.{digits}g}"
 
 
+def _pct(v: float | None) -> str:
+    return "—" if v is None else f"{100 * v:.1f}%"
+
+
+COLUMNS = [
+    "scenario",
+    "policy",
+    "added p99 / max (passes)",
+    "TTFT p50 / p99 / max s",
+    "TBT p99 s (steps)",
+    "SLO attainment",
+    "goodput req/s",
+    "long tok/s (× baseline)",
+    "long TTFT p99 s",
+]
+
+
+def cells(r: Row) -> list[str]:
+    return [
+        r.scenario,
+        r.policy,
+        f"{_f(r.added_p99_passes)} / {_f(r.added_max_passes)}",
+        f"{_f(r.ttft_p50_s)} / {_f(r.ttft_p99_s)} / {_f(r.ttft_max_s)}",
+        f"{_f(r.tbt_p99_s)} ({_f(r.itl_p99_steps)})",
+        _pct(r.slo_attainment),
+        _f(r.goodput_per_s),
+        f"{_f(r.long_tok_per_s, 4)} ({_f(r.long_vs_baseline)}×)",
+        _f(r.long_ttft_p99_s),
+    ]
+
+
+def heading(preset: str) -> str:
+    p = PRESETS[preset]
+    return (
+        f"{preset}: SLO TTFT ≤ {p.ttft_target_s:g} s, TBT p99 ≤ {p.tbt_target_s:g} s; interactive pass "
+        f"{p.interactive_pass_tokens} tokens = {p.interactive_pass_s():.3f} s, decode-only step {p.decode_step_s:.3f} s"
+    )
+
+
 def print_table(rows: list[Row], console: Console) -> None:
     for preset in dict.fromkeys(r.preset for r in rows):
-        p = PRESETS[preset]
-        table = Table(
-            title=f"{preset}: interactive pass {p.interactive_pass_tokens} tokens = {p.interactive_pass_s():.3f} s, "
-            f"decode-only step {p.decode_step_s:.3f} s"
-        )
-        cols = ["scenario", "policy", "added p99 (passes)", "added max (passes)", "TTFT p50 s", "TTFT p99 s"]
-        cols += ["TTFT max s", "ITL p99 (steps)", "long tok/s", "long vs baseline", "long TTFT p99 s"]
-        for c in cols:
+        table = Table(title=heading(preset))
+        for c in COLUMNS:
             table.add_column(c, justify="right")
         for r in rows:
-            if r.preset != preset:
-                continue
-            table.add_row(
-                r.scenario,
-                r.policy,
-                _f(r.added_p99_passes),
-                _f(r.added_max_passes),
-                _f(r.ttft_p50_s),
-                _f(r.ttft_p99_s),
-                _f(r.ttft_max_s),
-                _f(r.itl_p99_steps),
-                _f(r.long_tok_per_s, 4),
-                _f(r.long_vs_baseline),
-                _f(r.long_ttft_p99_s),
-            )
+            if r.preset == preset:
+                table.add_row(*cells(r))
         console.print(table)
+
+
+def markdown(rows: list[Row]) -> str:
+    out = []
+    for preset in dict.fromkeys(r.preset for r in rows):
+        out += [f"## {heading(preset)}", "", "| " + " | ".join(COLUMNS) + " |", "|" + " --- |" * len(COLUMNS)]
+        out += ["| " + " | ".join(cells(r)) + " |" for r in rows if r.preset == preset]
+        out.append("")
+    return "\n".join(out)
 
 
 def plot(rows: list[Row], path: Path) -> None:
@@ -142,19 +179,20 @@ def plot(rows: list[Row], path: Path) -> None:
     plt.close(fig)
 
 
-@records("overload", "The policy under overload on the simulator: short requests among long documents, every rule set")
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", action="append", choices=sorted(PRESETS), help="repeat; default both cards")
     parser.add_argument("--plot", type=Path, default=Path("docs/overload.png"))
     parser.add_argument("--json", type=Path, help="also write the rows as JSON")
     args = parser.parse_args(argv)
-    rows = run_all(args.preset or [H100_8B.name, CARD12GB.name])
-    print_table(rows, Console(width=200))
-    plot(rows, args.plot)
-    if args.json:
-        args.json.write_text("[" + ",".join(r.model_dump_json() for r in rows) + "]")
-    print(f"plot: {args.plot}")
+    with recording("overload", "Short requests under overload, per policy (simulator)") as run:
+        rows = run_all(args.preset or [H100_8B.name, CARD12GB.name])
+        print_table(rows, Console(width=200))
+        plot(rows, args.plot)
+        if args.json:
+            args.json.write_text("[" + ",".join(r.model_dump_json() for r in rows) + "]")
+        print(f"plot: {args.plot}")
+        run.add_markdown(markdown(rows))
 
 
 if __name__ == "__main__":

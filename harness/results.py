@@ -80,6 +80,8 @@ class BenchmarkRun:
     argv: list[str] = field(default_factory=lambda: list(sys.argv))
     started: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
     start_load: str = field(default_factory=load_average)
+    commit: str = field(default_factory=git_commit)
+    """Read when the run starts: the code that ran, even if the tree changes before it ends."""
     start_monotonic_s: float = field(default_factory=time.monotonic)
     sections: list[str] = field(default_factory=list)
     """Markdown the benchmark adds after what it printed (a table, a plot's link)."""
@@ -89,7 +91,7 @@ class BenchmarkRun:
 
     def write(self, title: str, body_markdown: str, results_dir: Path | None = None) -> Path:
         results_dir = results_dir or results_dir_now()
-        commit = git_commit()
+        commit = self.commit
         stamp = self.started.strftime("%Y-%m-%dT%H%M%SZ")
         path = results_dir / self.name / f"{stamp}-{commit}.md"
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -32,9 +32,13 @@ def run_engine(
     engine_kwargs: dict | None = None,
     server_info: bool = False,
     timeout_s: float = 900,
+    pass_trace: Path | None = None,
 ) -> dict:
-    """Run `batches` (each ``{"input_ids": [[...]], "sampling_params": [{...}]}``) through a fresh engine.
-    Returns ``{"outputs": [[{"output_ids", "meta_info"}, ...] per batch], "server_info": {...}}``."""
+    """Run `batches` (each ``{"input_ids": [[...]], "sampling_params": [{...}]}``, optionally with ``rid``, and
+    ``group`` / ``after_passes`` for batches that arrive while a group runs: `sglang_engine_driver`) through a fresh
+    engine. `pass_trace`: the trace file the engine writes, which staggered batches are timed by.
+    Returns ``{"outputs": [[{"output_ids", "meta_info"}, ...] per batch], "sent_idle": [bool per batch],
+    "server_info": {...}}``."""
     work_dir.mkdir(parents=True, exist_ok=True)
     job_path, result_path, log_path = work_dir / "job.json", work_dir / "result.json", work_dir / "engine.log"
     job = {
@@ -42,6 +46,7 @@ def run_engine(
         "engine": {**CPU_ENGINE_KWARGS, "log_level": "info", **(engine_kwargs or {})},
         "batches": batches,
         "server_info": server_info,
+        "pass_trace": None if pass_trace is None else str(pass_trace),
     }
     job_path.write_text(json.dumps(job))
     with log_path.open("w") as log:

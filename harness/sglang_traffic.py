@@ -1,7 +1,11 @@
-"""Requests to a real sglang server from tests: background generations and waiting on the pass trace."""
+"""Requests to a real sglang server from tests and benchmarks: background generations (whole or streamed) and
+waiting on the pass trace."""
 
 from __future__ import annotations
 
+import http.client
+import itertools
+import json
 import random
 import threading
 import time
@@ -52,6 +56,57 @@ class Generation(threading.Thread):
     @property
     def finish_reason(self) -> str:
         return self.finish()["meta_info"]["finish_reason"]["type"]
+
+
+class StreamedGeneration(threading.Thread):
+    """One streamed ``/generate`` in the background: when it was sent, and the arrival time (``time.monotonic()``)
+    and cumulative completion tokens of every streamed chunk."""
+
+    def __init__(self, port: int, rid: str, ids: list[int], max_new_tokens: int, timeout_s: float = 600) -> None:
+        super().__init__(daemon=True, name=f"stream-{rid}")
+        self.port, self.rid, self.ids, self.max_new_tokens, self.timeout_s = port, rid, ids, max_new_tokens, timeout_s
+        self.sent_s: float | None = None
+        self.chunks: list[tuple[float, int]] = []
+        self.error: str | None = None
+        self.start()
+
+    def run(self) -> None:
+        body = {"rid": self.rid, "input_ids": self.ids, "stream": True, "sampling_params": greedy(self.max_new_tokens)}
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=self.timeout_s)
+        try:
+            self.sent_s = time.monotonic()
+            conn.request("POST", "/generate", body=json.dumps(body), headers={"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            if resp.status != 200:
+                raise RuntimeError(f"HTTP {resp.status}: {resp.read()[:300]!r}")
+            for raw in resp:
+                line = raw.strip()
+                if line.startswith(b"data:") and line != b"data: [DONE]":
+                    self.chunks.append((time.monotonic(), json.loads(line[5:])["meta_info"]["completion_tokens"]))
+        except Exception as e:  # the caller reports it
+            self.error = repr(e)
+        finally:
+            conn.close()
+
+    def tokens(self) -> int:
+        return self.chunks[-1][1] if self.chunks else 0
+
+    @property
+    def ttft_s(self) -> float | None:
+        """Send to the first chunk that carries a token."""
+        first = next((t for t, n in self.chunks if n > 0), None)
+        return None if first is None or self.sent_s is None else first - self.sent_s
+
+    def gaps_s(self) -> list[float]:
+        """The time between tokens: each later chunk's gap since the one before, spread over its new tokens (one
+        figure per chunk, as the Serve app's `StreamTimer` observes them)."""
+        return [(t1 - t0) / (n1 - n0) for (t0, n0), (t1, n1) in itertools.pairwise(self.chunks) if n1 > n0 and n0 > 0]
+
+    def finish(self, timeout_s: float = 600) -> StreamedGeneration:
+        self.join(timeout_s)
+        if self.is_alive() or self.error is not None:
+            raise RuntimeError(f"{self.rid}: {self.error or f'no end after {timeout_s} s'}")
+        return self
 
 
 def wait_for(

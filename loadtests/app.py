@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -61,11 +62,22 @@ def load_config(path: Path, port: int, overrides: dict[str, Any]) -> dict[str, A
 class LocalApp:
     """Ray + Serve in this process, on a free loopback port; `with LocalApp(...) as app:` stops it on exit."""
 
-    def __init__(self, config_path: Path, overrides: dict[str, Any], num_cpus: int = 4) -> None:
+    def __init__(
+        self,
+        config_path: Path,
+        overrides: dict[str, Any],
+        num_cpus: int = 4,
+        edit: Callable[[dict[str, Any]], None] | None = None,
+        deploy_timeout_s: float = 180,
+    ) -> None:
+        """`edit`: changes the benchmark makes to the loaded config (in place) before it is deployed."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.config = load_config(config_path, self.port, overrides)
+        if edit is not None:
+            edit(self.config)
         self.num_cpus = num_cpus
+        self.deploy_timeout_s = deploy_timeout_s
 
     def __enter__(self) -> LocalApp:
         for attempt in range(START_ATTEMPTS):
@@ -81,7 +93,7 @@ class LocalApp:
                     raise
                 self._use_port(free_port())
         try:
-            sc.deploy(self.config)
+            sc.deploy(self.config, timeout_s=self.deploy_timeout_s)
             wait_ready(self.url)
         except BaseException:
             sc.stop()

@@ -33,7 +33,7 @@ from tqdm import tqdm
 from loadtests import app as appmod
 from loadtests.prediction import predict
 from loadtests.recording import read_samples
-from loadtests.report import METRICS, Run, figures, fmt, per_stage_short_ttft_p99, plot, ratio, to_engine_time
+from loadtests.report import Run, figures, fmt, per_stage_short_ttft_p99, plot, ratio, rows, slo_of, to_engine_time
 from loadtests.settings import LoadSettings, describe_error, register, to_flags
 from loadtests.stages import Stage, article_stages, ramp_stages, soak_stages, stage_index
 from scheduler.sim.presets import PRESETS
@@ -235,8 +235,10 @@ def main(argv: list[str] | None = None) -> None:
 
     if args.url:
         console.print(f"[bold]{args.shape}[/] against {args.url}: one run ({wall_s:.0f} s), policy as deployed")
+        slo = slo_of(appmod.engine_view(args.url, appmod.wait_ready(args.url))["policy"])
         samples, start, rc = run_locust(args.url, args.shape, values, extra, args.out, "run", wall_s)
-        served.append((args.label, None, Run(args.label, to_engine_time(samples, start, settings.time_scale)), rc))
+        run = Run(args.label, to_engine_time(samples, start, settings.time_scale), slo=slo)
+        served.append((args.label, None, run, rc))
     else:
         overrides = {
             "sim": {"preset": args.preset, "rules": "fairshare", "natural_output_tokens": 4096},
@@ -257,7 +259,8 @@ def main(argv: list[str] | None = None) -> None:
                 if args.sim_backend and view["policy"] != expected_policy(args.preset, rules):
                     raise SystemExit(f"bench: the replica runs {view['policy']}, not the {rules.value} rules")
                 samples, start, rc = run_locust(local.url, args.shape, values, extra, args.out, name, wall_s)
-                run = Run(name, to_engine_time(samples, start, args.time_scale), policy=name)
+                engine_samples = to_engine_time(samples, start, args.time_scale)
+                run = Run(name, engine_samples, policy=name, slo=slo_of(view["policy"]))
                 served.append((name, rules, run, rc))
 
     predictions: dict[str, Run] = {}
@@ -267,7 +270,7 @@ def main(argv: list[str] | None = None) -> None:
             continue
         ran = stages[: stages_reached(run, stages)]  # the ramp stops at its knee: predict what was run
         samples = predict(settings, ran, PRESETS[args.preset], spec, chat_users_fixed=chat_fixed)
-        predictions[name] = Run(f"{name} (sim)", samples, policy=name, simulated=True)
+        predictions[name] = Run(f"{name} (sim)", samples, policy=name, simulated=True, slo=run.slo)
 
     table = build_table(args, served, predictions)
     console.print(table)
@@ -295,9 +298,9 @@ def build_table(args, served, predictions) -> Table:
     compare = "upstream" in names and "fairshare" in names
     if compare:
         t.add_column("fairshare/\nupstream", justify="right")
-    figs = {n: figures(run.samples) for n, _, run, _ in served}
-    sims = {n: figures(r.samples) for n, r in predictions.items()}
-    for label, unit, _ in METRICS:
+    figs = {n: figures(run.samples, run.slo) for n, _, run, _ in served}
+    sims = {n: figures(r.samples, r.slo) for n, r in predictions.items()}
+    for label, unit in rows():
         row = [f"{label} ({unit})" if unit else label]
         for n in names:
             row.append(fmt(figs[n][label], unit))
@@ -330,8 +333,9 @@ def write_outputs(args, served, predictions, stages) -> None:
         "preset": args.preset,
         "time_scale": args.time_scale,
         "stages": [s.__dict__ for s in stages],
-        "served": {n: {"figures": figures(r.samples), "locust_exit_code": rc} for n, _, r, rc in served},
-        "sim": {n: figures(r.samples) for n, r in predictions.items()},
+        "served": {n: {"figures": figures(r.samples, r.slo), "locust_exit_code": rc} for n, _, r, rc in served},
+        "sim": {n: figures(r.samples, r.slo) for n, r in predictions.items()},
+        "slo": {n: [r.slo.ttft_s, r.slo.tbt_s] for n, _, r, _ in served},
     }
     (args.out / "table.json").write_text(json.dumps(data, indent=2))
     plot([r for _, _, r, _ in served] + list(predictions.values()), args.out / "plot.png")

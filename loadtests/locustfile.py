@@ -39,6 +39,8 @@ IDLE_POLL_S = 1.0
 _doc_index = itertools.count()
 """Documents started in this process: the index into a `--doc-tokens` cycle."""
 _last_doc_send_s = -float("inf")
+_users: dict[str, itertools.count] = {"chat": itertools.count(), "doc": itertools.count()}
+"""Users started in this process, by kind: each one's seed."""
 
 
 @events.init_command_line_parser.add_listener
@@ -93,7 +95,9 @@ class StreamingUser(HttpUser):
 
     def on_start(self) -> None:
         self.settings: LoadSettings = self.environment.loadtest_settings  # type: ignore[attr-defined]
-        self.rng = random.Random()
+        seed = self.settings.seed
+        # Seeded per user (its kind and its order among users of that kind): one workload for every front.
+        self.rng = random.Random(None if seed is None else f"{seed}-{self.kind}-{next(_users[self.kind])}")
         self.session = ""
         self.messages: list[dict[str, str]] = []
 
@@ -137,6 +141,7 @@ class StreamingUser(HttpUser):
                 status=resp.status_code,
                 sent_at_s=sent_at_s,
                 lane=resp.headers.get("X-Lane", ""),
+                replica=resp.headers.get("X-Replica", ""),
                 session=self.session,
             )
             if resp.status_code in SHED_STATUSES:

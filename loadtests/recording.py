@@ -38,6 +38,8 @@ class Sample:
     cached_tokens: int | None = None
     lane: str = ""
     session: str = ""
+    replica: str = ""
+    """The engine replica that served it (`X-Replica`; empty behind a front that does not say)."""
 
     @classmethod
     def of(cls, outcome: StreamOutcome, **kw: Any) -> Sample:

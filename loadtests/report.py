@@ -3,6 +3,8 @@
 Times are engine seconds: a served run's wall times are divided by the deployment's time scale.
 Long-document prefill throughput, measured the way a client can: uncached prompt tokens of the long
 requests / the time during which at least one of them was between its send and its first token.
+SLO attainment and goodput of the short requests (`scheduler.slo`), judged by the targets of the policy the
+replica ran (`Run.slo`): every short request sent counts, so one shed or failed has missed its SLO.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import numpy as np
 
 from loadtests.recording import Sample
 from loadtests.stages import Stage, stage_index
+from scheduler.slo import NOT_JUDGED, Attainment, SloTargets, attainment, meets_slo
 
 
 @dataclass(frozen=True)
@@ -24,6 +27,13 @@ class Run:
     policy: str = ""
     """Runs of one policy (served and simulated) share a colour in the plot."""
     simulated: bool = False
+    slo: SloTargets = NOT_JUDGED
+    """The short requests' targets: the policy's interactive ones (`slo_of`)."""
+
+
+def slo_of(policy: dict) -> SloTargets:
+    """The interactive targets of a replica's policy, as its admin view shows it (`PolicyConfig` fields)."""
+    return SloTargets(ttft_s=policy.get("ttft_target_s"), tbt_s=policy.get("tbt_target_s"))
 
 
 def to_engine_time(samples: Sequence[Sample], start_at_s: float, time_scale: float) -> list[Sample]:
@@ -81,8 +91,36 @@ METRICS: list[tuple[str, str, Callable[[Sequence[Sample]], float | None]]] = [
 ]
 
 
-def figures(samples: Sequence[Sample]) -> dict[str, float | None]:
-    return {label: get(samples) for label, _, get in METRICS}
+def short_attainment(samples: Sequence[Sample], slo: SloTargets) -> Attainment | None:
+    """Attainment and goodput of every short request sent (`scheduler.slo`), over the run's span; None when the
+    targets judge nothing."""
+    if slo.ttft_s is None and slo.tbt_s is None:
+        return None
+    shorts = [s for s in samples if s.traffic_class == "short"]
+    met = (meets_slo(slo, s.ttft_s if s.ok else None, s.itl_s if s.ok else ()) for s in shorts)
+    span = max((s.sent_at_s + (s.e2e_s or 0.0) for s in samples), default=0.0)
+    return attainment(met, span)
+
+
+SLO_METRICS: list[tuple[str, str, Callable[[Sequence[Sample], SloTargets], float | None]]] = [
+    (
+        "short SLO attainment",
+        "%",
+        lambda xs, slo: None if (a := short_attainment(xs, slo)) is None or a.fraction is None else 100 * a.fraction,
+    ),
+    ("short goodput", "req/s", lambda xs, slo: None if (a := short_attainment(xs, slo)) is None else a.goodput_per_s),
+]
+"""Rows judged by the run's targets."""
+
+
+def rows() -> list[tuple[str, str]]:
+    """(label, unit) of every figure, in table order."""
+    return [(label, unit) for label, unit, _ in (*METRICS, *SLO_METRICS)]
+
+
+def figures(samples: Sequence[Sample], slo: SloTargets = NOT_JUDGED) -> dict[str, float | None]:
+    judged = {label: get(samples, slo) for label, _, get in SLO_METRICS}
+    return {label: get(samples) for label, _, get in METRICS} | judged
 
 
 def ratio(a: float | None, b: float | None) -> float | None:

@@ -72,6 +72,9 @@ class LoadSettings(BaseModel):
     time_scale: float = Field(1.0, gt=0, description="Wall seconds per engine second (the sim's time_scale).")
     request_timeout_s: float = Field(900.0, gt=0, description="Client timeout of one request (wall s).")
     samples_file: str = Field("", description="Append one JSON line per request here (the bench reads them).")
+    seed: int | None = Field(
+        None, description="Seed of each user's random choices (lengths, think times, texts); None: unseeded."
+    )
     # Load shapes (loadtests/shapes/): lengths in engine seconds.
     article_single_s: float = Field(150.0, gt=0, description="Article shape: length of the one-document stage.")
     article_four_s: float = Field(270.0, gt=0, description="Article shape: length of the four-sessions stage.")
@@ -129,6 +132,7 @@ OPTIONS: list[tuple[str, str]] = [
     ("--time-scale", "time_scale"),
     ("--request-timeout-s", "request_timeout_s"),
     ("--samples-file", "samples_file"),
+    ("--seed", "seed"),
     ("--article-single-s", "article_single_s"),
     ("--article-four-s", "article_four_s"),
     ("--ramp-step-users", "ramp_step_users"),

@@ -57,8 +57,39 @@ class PolicyConfig(BaseSettings):
     )
     adaptive_pass: bool = Field(
         True,
-        description="Size passes by interactive activity: `interactive_pass_tokens` while short requests are "
-        "arriving or decoding, `quiet_pass_tokens` otherwise. Off = every pass may use the chunk budget.",
+        description="Size passes for interactive traffic: from the SLO targets and the engine's pass-cost model "
+        "(`slo_sizing`), else by the static knobs below. Off = every pass may use the chunk budget.",
+    )
+    slo_sizing: bool = Field(
+        True,
+        description="Each pass is the largest the engine's pass-cost model predicts keeps `ttft_target_s` and "
+        "`tbt_target_s` (scheduler.slo_sizing). Off, or with no usable cost model, the static knobs "
+        "`interactive_pass_tokens`, `quiet_pass_tokens`, `short_pass_extra_tokens` and `activity_window_passes`.",
+    )
+    ttft_target_s: float = Field(
+        0.5,
+        gt=0,
+        description="Interactive (short) requests' time-to-first-token target, p99, seconds: a chat arriving "
+        "mid-pass waits the rest of that pass and its own pass.",
+    )
+    tbt_target_s: float = Field(
+        0.3,
+        gt=0,
+        description="Interactive streams' time-between-tokens target, p99, seconds: bounds every pass while short "
+        "streams decode (they ride in it, or wait for it).",
+    )
+    slot_aware_passes: bool = Field(
+        True,
+        description="While short streams decoding hold more than the interactive reserve of running slots and a "
+        "short request waits for one (or no more than the reserve is free), passes carry no long prefill, so streams "
+        "finish at decode speed and give slots back. Off = passes ignore the slots, and past the slot limit chats "
+        "queue for a slot at the big passes' pace.",
+    )
+    long_pass_floor_tokens: int = Field(
+        128,
+        ge=0,
+        description="Long prefill tokens a pass keeps when no pass size can keep a target (the documents' progress "
+        "floor: about a third of prefill speed on the presets; such passes are counted as misses). 0 = none.",
     )
     short_request_tokens: int = Field(
         2048, ge=1, description="A request whose uncached prompt is at most this many tokens counts as short."
@@ -118,7 +149,7 @@ class PolicyConfig(BaseSettings):
 
     @model_validator(mode="after")
     def _check_budgets(self) -> Self:
-        for name in ("interactive_pass_tokens", "quiet_pass_tokens"):
+        for name in ("interactive_pass_tokens", "quiet_pass_tokens", "long_pass_floor_tokens"):
             value = getattr(self, name)
             if value is not None and value > self.chunk_budget_tokens:
                 raise ValueError(f"{name}={value} exceeds chunk_budget_tokens={self.chunk_budget_tokens}")

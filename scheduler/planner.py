@@ -3,6 +3,12 @@
 Engines call `PassPlanner.plan` once per scheduling step with a `QueueSnapshot`. The planner owns
 the state that lives across passes (starvation ledger, pass sizer); everything else is in the
 snapshot, so decisions are deterministic — every tensor-parallel rank takes the same ones.
+
+The engine gives the planner its pass-cost model (`scheduler.pass_cost.PassCost`), which SLO sizing reads:
+``PassPlanner(cfg, pass_cost=...)`` at start, or ``planner.pass_cost = ...`` whenever the engine has a better one
+(an online fit replacing its prior). None: the static pass knobs size every pass. `slo_counters` counts the passes
+in which a target could not be met, the passes sized down for a short request waiting for a slot, and the passes
+the model could not predict, for engines to export.
 """
 
 from __future__ import annotations
@@ -14,7 +20,9 @@ from scheduler.admission import AdmissionScan, StarvationLedger, fits
 from scheduler.config import PolicyConfig
 from scheduler.diagnostics import log_plan, logger
 from scheduler.fair_share import align, per_request_cap, sequential_fill, top_up, water_fill
-from scheduler.pass_budget import PassSizer
+from scheduler.pass_budget import PassBudget, PassSizer
+from scheduler.pass_cost import PassCost, chunk_ctx_pairs
+from scheduler.slo_sizing import PassLoad, SloCounters, UnusableCost, predict
 from scheduler.snapshot import Candidate, Grant, PassPlan, QueueSnapshot, Rejection
 
 RESCANS = 2
@@ -22,10 +30,13 @@ RESCANS = 2
 
 
 class PassPlanner:
-    def __init__(self, cfg: PolicyConfig | None = None) -> None:
+    def __init__(self, cfg: PolicyConfig | None = None, pass_cost: PassCost | None = None) -> None:
         self.cfg = cfg or PolicyConfig()
+        self.pass_cost = pass_cost
+        """The engine's pass-cost model for SLO sizing; None = the static pass knobs."""
         self.ledger = StarvationLedger()
         self.sizer = PassSizer()
+        self.slo_counters = SloCounters()
         self.num_skip_ahead = 0
         """Requests admitted by skip-ahead since start (for metrics)."""
         self.num_plans = 0
@@ -46,7 +57,7 @@ class PassPlanner:
         deferred: list[str] = []
         longs: set[str] | None = None
         for attempt in range(RESCANS + 1):
-            plan, admitted, past_rejection, short_tokens = self._plan_once(snap, pass_index, set(deferred), longs)
+            plan, admitted, past_rejection, budget = self._plan_once(snap, pass_index, set(deferred), longs)
             granted = {g.rid for g in plan.grants}
             dropped = [c.rid for c in admitted if c.rid not in granted]
             if not dropped or not self.cfg.skip_ahead:
@@ -59,7 +70,9 @@ class PassPlanner:
         plan.num_sharing = len(plan.grants)
         plan.num_skip_ahead = sum(g.rid in past_rejection for g in plan.grants)
         self.num_skip_ahead += plan.num_skip_ahead
-        self._commit(plan, pass_index, short_tokens)
+        self._predict(plan, snap, [*snap.continuing, *admitted])
+        self._commit(plan, pass_index, [c.extend_tokens for c in admitted if self.cfg.is_short(c.extend_tokens)])
+        self.slo_counters.record(self.cfg, budget.size, budget.unusable_cost)
         log_plan(self.cfg, plan)
         return plan
 
@@ -88,7 +101,10 @@ class PassPlanner:
         plan = PassPlan(rejections=rejections)
         plan.pass_budget_tokens = self.sizer.budget(self.cfg, pass_index, 0, snap.num_decoding, snap.num_short_decoding)
         plan.grants, plan.cap_tokens = self._allocate([], plan.pass_budget_tokens, snap)
-        self._commit(plan, pass_index, 0)
+        plan.sized_by = "idle"
+        # As the walk finds it: with no slot free it stops at once, leaving the short index's requests waiting.
+        plan.short_left_waiting = snap.free_running_slots <= 0 and _short_left_waiting(snap, [], set(), [])
+        self._commit(plan, pass_index, [])
         log_plan(self.cfg, plan)
         return plan
 
@@ -104,36 +120,84 @@ class PassPlanner:
         if self.sizer.budget(self.cfg, pass_index, 0, num_decoding, num_short_decoding) != plan.pass_budget_tokens:
             return False
         self.num_plans += 1
-        self._commit(plan, pass_index, 0)
+        self._commit(plan, pass_index, [])
         return True
 
     def _plan_once(
         self, snap: QueueSnapshot, pass_index: int, deferred: set[str], longs: set[str] | None
-    ) -> tuple[PassPlan, list[Candidate], set[str], int]:
+    ) -> tuple[PassPlan, list[Candidate], set[str], PassBudget]:
         plan = PassPlan()
-        admitted, past_rejection = self._scan(snap, plan, pass_index, deferred, longs)
-        short_tokens = sum(c.extend_tokens for c in admitted if self.cfg.is_short(c.extend_tokens))
-        plan.pass_budget_tokens = self.sizer.budget(
-            self.cfg, pass_index, short_tokens, snap.num_decoding, snap.num_short_decoding
-        )
+        admitted, past_rejection, slot_wait = self._scan(snap, plan, pass_index, deferred, longs)
         sharers = [*snap.continuing, *admitted]
+        cost = self.pass_cost
+        load = self._load(snap, sharers, admitted, slot_wait, with_ctx=cost is not None)
+        budget = self.sizer.size(self.cfg, cost, load, pass_index)
+        plan.pass_budget_tokens = budget.tokens
+        plan.sized_by = budget.size.by.value
+        plan.pass_bound_s = budget.size.bound_s
+        plan.missed_targets = tuple(t.value for t in budget.size.missed)
+        plan.short_left_waiting = slot_wait
         plan.grants, plan.cap_tokens = self._allocate(sharers, plan.pass_budget_tokens, snap)
-        return plan, admitted, past_rejection, short_tokens
+        return plan, admitted, past_rejection, budget
 
-    def _commit(self, plan: PassPlan, pass_index: int, short_tokens: int) -> None:
-        """State across passes changes once per pass, from the plan that runs."""
-        self.sizer.commit(pass_index, short_tokens)
+    def _load(
+        self, snap: QueueSnapshot, sharers: list[Candidate], admitted: list[Candidate], slot_wait: bool, with_ctx: bool
+    ) -> PassLoad:
+        """What the pass costs besides its long prefill; contexts are read only when a cost model will use them."""
+        cfg = self.cfg
+        shorts = [c for c in admitted if cfg.is_short(c.extend_tokens)]
+        short_ids = {c.rid for c in shorts}
+        long_sharers = [c for c in sharers if c.rid not in short_ids]
+        short_tokens = sum(c.extend_tokens for c in shorts)
+        rows = snap.num_decoding if cfg.mixed_decode else 0
+        return PassLoad(
+            short_tokens=short_tokens,
+            short_ctx_pairs=sum(chunk_ctx_pairs(c.ctx_tokens, c.extend_tokens) for c in shorts) if with_ctx else 0.0,
+            long_ctx_tokens=max((c.ctx_tokens for c in long_sharers), default=0) if with_ctx else 0,
+            num_decoding=snap.num_decoding,
+            decode_ctx_tokens=snap.decode_ctx_tokens,
+            rows_ride=cfg.mixed_decode,
+            num_short_decoding=snap.num_short_decoding,
+            admission_lag_passes=snap.admission_lag_passes,
+            limit_long_tokens=max(0, cfg.chunk_budget_tokens - rows - short_tokens),
+            num_long_sharers=len(long_sharers),
+            free_running_slots=snap.free_running_slots - len(admitted),
+            short_waits_for_slot=slot_wait,
+        )
+
+    def _predict(self, plan: PassPlan, snap: QueueSnapshot, sharers: list[Candidate]) -> None:
+        """The model's seconds for the pass as planned (its grants at their contexts, the decode rows riding)."""
+        if self.pass_cost is None or not plan.grants:
+            return
+        ctx = {c.rid: c.ctx_tokens for c in sharers}
+        rows = snap.num_decoding if self.cfg.mixed_decode else 0
+        try:
+            plan.predicted_pass_s = predict(
+                self.pass_cost,
+                plan.num_prefill_tokens,
+                sum(chunk_ctx_pairs(ctx[g.rid], g.tokens) for g in plan.grants),
+                rows,
+                snap.decode_ctx_tokens if rows else 0,
+            )
+        except UnusableCost:
+            plan.predicted_pass_s = None
+
+    def _commit(self, plan: PassPlan, pass_index: int, short_tokens: list[int]) -> None:
+        """State across passes changes once per pass, from the plan that runs. `short_tokens`: the prompts of the
+        short requests it admits."""
+        self.sizer.commit(pass_index, short_tokens, plan.predicted_pass_s, plan.short_left_waiting)
         self.ledger.record_skips(plan.rejections, pass_index)
         for g in plan.grants:
             self.ledger.forget(g.rid)
 
     def _scan(
         self, snap: QueueSnapshot, plan: PassPlan, pass_index: int, deferred: set[str], longs: set[str] | None
-    ) -> tuple[list[Candidate], set[str]]:
+    ) -> tuple[list[Candidate], set[str], bool]:
         """Admission: walk the queue in order, collecting requests that fit in KV and slots (long ones
         leaving the interactive reserve), then the engine's index of short waiting requests past where the
         walk stopped. `deferred`: not admitted this pass; `longs`: the only long requests that may be
-        admitted (None = any). Also returns the rids admitted past a capacity rejection."""
+        admitted (None = any). Also returns the rids admitted past a capacity rejection, and whether a short
+        request is left waiting with no running slot free."""
         cfg = self.cfg
         scan = AdmissionScan(cfg, self.ledger, pass_index)
         free_kv = snap.free_kv_tokens
@@ -144,12 +208,15 @@ class PassPlanner:
         admitted: list[Candidate] = []
         past_rejection: set[str] = set()
         examined: set[str] = set()
+        judged_shorts: list[str] = []
 
         def consider(cand: Candidate) -> bool:
             """Admit `cand` if it fits; False when the walk must stop."""
             nonlocal free_kv, free_slots, demand_left
             if cand.rid in deferred:
                 return True
+            if cfg.is_short(cand.extend_tokens):
+                judged_shorts.append(cand.rid)
             if not fits(cfg, cand.extend_tokens, cand.need_tokens, free_kv, free_slots, idle and not admitted):
                 goes_on = scan.on_capacity_rejection(cand.rid)
                 plan.rejections.append(
@@ -190,7 +257,8 @@ class PassPlanner:
                     break
                 if cand.rid not in examined and cfg.is_short(cand.extend_tokens):  # the index may predate a reconfigure
                     consider(cand)
-        return admitted, past_rejection
+        slot_wait = free_slots <= 0 and _short_left_waiting(snap, admitted, deferred, judged_shorts)
+        return admitted, past_rejection, slot_wait
 
     def _want(self, cand: Candidate) -> int:
         """What a request can take at most in a contended pass."""
@@ -239,6 +307,16 @@ class PassPlanner:
         shares = [a + b for a, b in zip(first, rest, strict=True)]
         top_up(shares, demands, budget, [i for i, w in enumerate(whole) if not w])
         return align(shares, demands, snap.granule_tokens)
+
+
+def _short_left_waiting(
+    snap: QueueSnapshot, admitted: list[Candidate], deferred: set[str], judged_shorts: list[str]
+) -> bool:
+    """Is a short request left waiting? The engine's short index says (its requests counted as short without
+    reading their figures, which costs a prefix match in sglang); without one, the short requests judged."""
+    taken = deferred.union(c.rid for c in admitted)
+    shorts = judged_shorts if snap.waiting_short is None else (c.rid for c in snap.waiting_short)
+    return any(rid not in taken for rid in shorts)
 
 
 def _finishable(grants: list[Grant], budget: int, continuing: Sequence[Candidate], finish: set[str]) -> str | None:

@@ -19,6 +19,9 @@ class Candidate:
     """Prompt tokens still to prefill (after prefix-cache hits)."""
     need_tokens: int
     """KV tokens admission must find free: the engine's own estimate (sglang: whole prompt + reserved output)."""
+    ctx_tokens: int = 0
+    """Tokens already in the request's KV that its next chunk attends to (cached prefix and what is prefilled):
+    what the pass-cost model charges its attention by."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +38,12 @@ class QueueSnapshot:
     """Streams decoding now; they ride along in the pass when mixed decode is on."""
     num_short_decoding: int = 0
     """Of those, streams of short requests (interactive chats whose inter-token latency matters)."""
+    decode_ctx_tokens: int = 0
+    """The decoding streams' contexts, summed (what their rows attend to, for the pass-cost model)."""
+    admission_lag_passes: int = 0
+    """Passes that start between a request's arrival and the pass that can admit it, besides the one in flight:
+    1 for an engine that plans each pass before it reads the arrivals of the pass in flight (sglang's overlap
+    scheduler), 0 for one that reads them at the pass boundary (the simulator). The TTFT bound counts them."""
     max_cut_requests: int = 1
     """How many requests may be half-prefilled after this pass (sglang: one; the article's patch: eight)."""
     granule_tokens: int = 1
@@ -82,6 +91,16 @@ class PassPlan:
     deferred: list[str] = field(default_factory=list)
     """Requests the scan found room for but the pass could not run (a second cut request, no share left):
     they were re-scanned as not admitted, so they hold no KV or slot this pass."""
+    sized_by: str = "static"
+    """What set the pass budget (`scheduler.slo_sizing.SizedBy`)."""
+    pass_bound_s: float | None = None
+    """The most seconds the targets allow this pass (SLO sizing); None when not sized from them."""
+    predicted_pass_s: float | None = None
+    """The pass-cost model's seconds for the plan's grants and decode rows; None without a usable model."""
+    missed_targets: tuple[str, ...] = ()
+    """Targets even the smallest pass breaks (`scheduler.slo_sizing.Target`)."""
+    short_left_waiting: bool = False
+    """The pass leaves a short request waiting with no running slot free."""
 
     @property
     def num_prefill_tokens(self) -> int:

@@ -1,8 +1,10 @@
 """The engine replica deployment: one engine (sim or sglang) per replica, one lane per replica.
 
-A replica's lane follows its Serve rank: ranks below `long_lane_replicas` serve long documents,
-the others chats; a lone replica serves both. It publishes lane, load and recently cached
-sessions through `record_routing_stats`, which Serve forwards to every `LaneRouter`.
+By default every replica serves both lanes and the router gives each request the role the load needs
+(`serve_app.routing`); with static lanes (`long_lane_replicas` set) a replica's lane follows its Serve rank:
+ranks below it serve long documents, the others chats; a lone replica serves both. It publishes lane, load
+(with its pass cost and whether its engine is ready), recently cached sessions and its TTFT target through
+`record_routing_stats`, which Serve forwards to every `LaneRouter`.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 from ray import serve
 
 from scheduler.config import PolicyConfig
+from scheduler.slo import SloTargets
 from serve_app.backpressure import Admit, BackpressureLimits, decide, derive_limits
 from serve_app.config import AppConfig, EngineKnobs, validate
 from serve_app.engine_backend import EngineBackend, EngineCapacity, EngineError, OpenAIRequest, ResponseItem
@@ -29,8 +32,8 @@ PUBLISHED_PENDING = 256
 """Most pending request ids a replica publishes (routers correct stale loads with them)."""
 
 
-def lane_for(rank: int, world_size: int, long_lane_replicas: int) -> Lane:
-    if world_size <= 1:
+def lane_for(rank: int, world_size: int, long_lane_replicas: int | None) -> Lane:
+    if world_size <= 1 or long_lane_replicas is None:
         return Lane.BOTH
     return Lane.LONG if rank < long_lane_replicas else Lane.CHAT
 
@@ -110,14 +113,16 @@ class Engine:
         return lane_for(ctx.rank.rank, ctx.world_size, self.knobs.long_lane_replicas)
 
     def record_routing_stats(self) -> dict[str, Any]:
+        policy = self.backend.policy
         stats = RoutingStats(
             lane=self.lane,
             load=self.backend.load(),
-            short_request_tokens=self.backend.policy.short_request_tokens,
+            short_request_tokens=policy.short_request_tokens,
             time_s=time.time(),
             sessions=self.backend.recent_sessions(self.knobs.published_sessions),
             pending=self.backend.pending_requests(PUBLISHED_PENDING),
             limits=self.limits,
+            interactive_slo=SloTargets(ttft_s=policy.ttft_target_s, tbt_s=policy.tbt_target_s),
         )
         self._metrics.publish(stats.lane.value, stats.load, self.backend.counters())
         return stats.to_dict()

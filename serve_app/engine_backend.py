@@ -130,19 +130,34 @@ class ReplicaLoad:
     max_running_requests: int = 0
     kv_used_tokens: int = 0
     kv_total_tokens: int = 0
+    ready: bool = True
+    """The engine is up. A replica whose engine is loading or restarting publishes False and gets no request."""
+    prefill_tok_per_s: float = 0.0
+    """The engine's prefill rate, uncached tokens per second of prefill work (0: not known)."""
+    pass_fixed_s: float = 0.0
+    """What a forward pass costs beyond its tokens (0 when the rate already includes it)."""
+    pass_tokens: int = 0
+    """Most prefill tokens in the pass a request arriving now may have to wait for (the pass in flight)."""
+    interactive_pass_tokens: int = 0
+    """The smaller pass the engine runs while short requests are pending or decoding (0: it has none)."""
+    short_first: bool = False
+    """A short request rides the engine's next pass, ahead of queued prefill (the policy's fair share); without
+    it (upstream sglang) every prefill token queued before it goes first."""
 
     @property
     def num_pending(self) -> int:
         """Requests that have not produced their first token."""
         return self.num_waiting + self.num_prefilling
 
-    def to_dict(self) -> dict[str, int]:
+    def to_dict(self) -> dict[str, int | float | bool]:
         return {f: getattr(self, f) for f in self.__dataclass_fields__}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> ReplicaLoad:
         d = d or {}
-        return cls(**{f: int(d.get(f, 0)) for f in cls.__dataclass_fields__})
+        defaults = cls()
+        # Each field parsed as its default's type; a field a replica did not publish keeps the default.
+        return cls(**{f: type(getattr(defaults, f))(d.get(f, getattr(defaults, f))) for f in cls.__dataclass_fields__})
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,11 +20,13 @@ from serve_app.config_model import ConfigError, StrictConfig, describe_validatio
 class EngineKnobs(StrictConfig):
     """The `Engine` deployment's `user_config`: applied live by `reconfigure()`."""
 
-    long_lane_replicas: int = Field(
-        1,
+    long_lane_replicas: int | None = Field(
+        None,
         ge=0,
-        description="Replicas of rank < this serve the long-document lane, the others the chat lane. With one "
-        "replica it serves both; 0 = no long lane; >= num_replicas = no chat lane.",
+        description="Static lanes: replicas of rank < this serve the long-document lane, the others the chat lane "
+        "(0 = no long lane; >= num_replicas = no chat lane). None (default): lanes follow the load, every replica "
+        "takes either class and the router places each request by predicted TTFT (`serve_app.routing`). A lone "
+        "replica serves both.",
     )
     time_scale: float = Field(
         1.0, ge=0, description="sim only: wall seconds per simulated second (1 = real time, 0 = zero cost)."

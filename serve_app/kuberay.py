@@ -6,8 +6,9 @@ Each kustomize overlay in `k8s/overlays/` serves one config file (`gpu`: `config
 - `http_options.host: 0.0.0.0`: the proxy must accept traffic from the pod network; the Kubernetes Service
   in front of it is the boundary, not the loopback interface.
 - the `Engine` deployment's fixed `num_replicas` becomes Serve autoscaling from that many replicas up to the
-  overlay's maximum. A replica's lane follows its rank (ranks below `long_lane_replicas` serve documents),
-  so the long lane keeps the size the file gives it and the replicas the autoscaler adds join the chat lane.
+  overlay's maximum. With lanes that follow the load (`long_lane_replicas: null`) the replicas the autoscaler
+  adds take whatever role the load needs; with static lanes a replica's lane follows its rank (ranks below
+  `long_lane_replicas` serve documents), so the long lane keeps its size and added replicas join the chat lane.
 
 A generated config must pass `serve_app.check` (Serve's schema, our typed sections) before it is written.
 `--check` writes nothing and exits 1 when a patch is stale (the config file changed since it was written).

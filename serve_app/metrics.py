@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from ray.util import metrics as ray_metrics
 
+from scheduler.slo import NOT_JUDGED, SloTargets, meets_slo
 from serve_app.engine_backend import EngineCounters, ReplicaLoad
 from serve_app.route_records import RouteDecision
 
@@ -37,6 +38,13 @@ class IngressMetrics:
             description="Requests refused for overload (429), by reason.",
             tag_keys=("reason",),
         )
+        self.slo = ray_metrics.Counter(
+            "fairshare_slo_requests_total",
+            description="Requests whose tokens the ingress timed, judged when they ended normally against their "
+            "class's targets on the replica that served them, by target (ttft, tbt, all: scheduler.slo.meets_slo) "
+            "and outcome (within, over).",
+            tag_keys=("lane", "traffic_class", "target", "outcome"),
+        )
 
     def observe_ttft(self, lane: str, cls: str, seconds: float) -> None:
         self.ttft_s.observe(seconds, tags={"lane": lane, "traffic_class": cls})
@@ -48,23 +56,49 @@ class IngressMetrics:
 class StreamTimer:
     """TTFT and inter-token latency of one response as the ingress sees it, one rule for every backend: the first
     arrival of tokens observes TTFT (from the request's receipt); each later arrival of `n` tokens observes one ITL,
-    its gap since the previous arrival spread over its tokens (gap / n). Arrivals without tokens observe nothing."""
+    its gap since the previous arrival spread over its tokens (gap / n). Arrivals without tokens observe nothing.
+    When the stream ends normally (`finish`), the request is judged against `slo`, its class's targets on the
+    replica that served it (`scheduler.slo.meets_slo`), and counted within or over each."""
 
-    def __init__(self, metrics: IngressMetrics, lane: str, traffic_class: str, received_s: float) -> None:
+    def __init__(
+        self, metrics: IngressMetrics, lane: str, traffic_class: str, received_s: float, slo: SloTargets = NOT_JUDGED
+    ) -> None:
         self._metrics = metrics
         self._tags = (lane, traffic_class)
         self._received_s = received_s
         self._last_s: float | None = None
+        self._slo = slo
+        self._ttft_s: float | None = None
+        self._gaps_s: list[float] = []
 
     def tokens(self, n: int, at_s: float) -> None:
         """`n` tokens arrived at `at_s` (`time.perf_counter()`)."""
         if n <= 0:
             return
         if self._last_s is None:
-            self._metrics.observe_ttft(*self._tags, at_s - self._received_s)
+            self._ttft_s = at_s - self._received_s
+            self._metrics.observe_ttft(*self._tags, self._ttft_s)
         else:
-            self._metrics.observe_itl(*self._tags, (at_s - self._last_s) / n)
+            gap_s = (at_s - self._last_s) / n
+            self._metrics.observe_itl(*self._tags, gap_s)
+            if self._slo.tbt_s is not None:
+                self._gaps_s.append(gap_s)
         self._last_s = at_s
+
+    def finish(self) -> None:
+        """The stream ended normally: count the request within or over its targets (none: not counted)."""
+        slo = self._slo
+        if slo.ttft_s is None and slo.tbt_s is None:
+            return
+        lane, cls = self._tags
+        verdicts = {"all": meets_slo(slo, self._ttft_s, self._gaps_s)}
+        if slo.ttft_s is not None:
+            verdicts["ttft"] = meets_slo(SloTargets(ttft_s=slo.ttft_s), self._ttft_s, ())
+        if slo.tbt_s is not None:
+            verdicts["tbt"] = meets_slo(SloTargets(tbt_s=slo.tbt_s), self._ttft_s, self._gaps_s)
+        for target, within in verdicts.items():
+            outcome = "within" if within else "over"
+            self._metrics.slo.inc(tags={"lane": lane, "traffic_class": cls, "target": target, "outcome": outcome})
 
 
 class RouterMetrics:

@@ -6,8 +6,9 @@ Errors: a refusal before the response started is an OpenAI error response (the r
 backpressure 429 with `Retry-After`, 503 with no replica or a replica lost twice); once a stream started, a
 replica lost or an engine failure ends it with an SSE error event and `[DONE]`, never a cut. Metrics: TTFT and
 ITL are observed from the relayed bytes (`StreamTimer`, counting the events that carry text); each request is
-counted once, with the status it ended with. Cancellation: a client gone cancels the engine call, which
-aborts the request in the engine.
+counted once, with the status it ended with; a response that ended normally is judged once against its class's
+SLO targets on the replica that served it, from the same observations. Cancellation: a client gone cancels the
+engine call, which aborts the request in the engine.
 """
 
 from __future__ import annotations
@@ -160,7 +161,7 @@ async def relay(
 ) -> AsyncIterator[bytes]:
     """A streamed response's bytes as they come. A replica lost or an engine failure mid-stream ends it with an
     SSE error event and `[DONE]`; the client going away cancels the engine call."""
-    timer = StreamTimer(metrics, call.lane, call.traffic_class, call.received_s)
+    timer = StreamTimer(metrics, call.lane, call.traffic_class, call.received_s, call.slo)
     with counting(metrics, endpoint.name, unfinished="499") as outcome:
         try:
             status = 200
@@ -184,6 +185,8 @@ async def relay(
                 yield (sse(failed.body()) + sse("[DONE]")).encode()
                 return
             outcome.status = str(status)
+            if status == 200:
+                timer.finish()
         finally:
             if outcome.status == "499":
                 cancel(stream)
@@ -199,7 +202,8 @@ async def whole_body(
     timed: bool,
 ) -> bytes:
     """A whole response's bytes. Its tokens reach the client with it: with `timed` (a 2xx answer), TTFT is
-    observed at its arrival, as for a stream's first text. A replica lost or an engine failure before it is
+    observed at its arrival, as for a stream's first text, and the request is judged against its targets (its
+    tokens arrive together: no gap between them). A replica lost or an engine failure before it is
     complete is a 503 or a 500."""
     parts: list[bytes] = []
     arrived_s = call.first_item_s or call.received_s
@@ -217,8 +221,9 @@ async def whole_body(
         raise OpenAIError.of_status(500, FAILED_MESSAGE) from None
     data = b"".join(parts)
     if timed:
-        timer = StreamTimer(metrics, call.lane, call.traffic_class, call.received_s)
+        timer = StreamTimer(metrics, call.lane, call.traffic_class, call.received_s, call.slo)
         timer.tokens(token_events(data, endpoint.text_field), arrived_s)
+        timer.finish()
     return data
 
 

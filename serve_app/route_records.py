@@ -14,10 +14,12 @@ from functools import lru_cache
 from typing import Any
 
 from scheduler.config import PolicyConfig
+from scheduler.slo import NOT_JUDGED, SloTargets, targets_for
 from scheduler.traffic import TrafficClass
 from serve_app.backpressure import BackpressureLimits
 from serve_app.config import RoutingKnobs
 from serve_app.engine_backend import ReplicaLoad
+from serve_app.ttft_prediction import DEFAULT_TTFT_TARGET_S
 
 
 class Lane(StrEnum):
@@ -63,6 +65,8 @@ class RouteDecision:
     reason: RouteReason
     uncached_tokens: int
     session_id: str | None
+    slo: SloTargets = NOT_JUDGED
+    """The targets the request is judged by: its class's on the chosen replica (`ReplicaView.slo_for`)."""
 
 
 @dataclass(slots=True)
@@ -100,6 +104,8 @@ class RoutingStats:
     """Pending requests (no first token yet): request id -> uncached tokens still to prefill."""
     limits: BackpressureLimits | None = None
     """The replica's backpressure limits (None: not published yet; the replica's own check still applies)."""
+    interactive_slo: SloTargets = NOT_JUDGED
+    """The replica's policy's targets for interactive requests (`PolicyConfig.ttft_target_s`, `tbt_target_s`)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -110,6 +116,7 @@ class RoutingStats:
             "sessions": dict(self.sessions),
             "pending": dict(self.pending),
             "limits": self.limits.model_dump() if self.limits is not None else None,
+            "interactive_slo": [self.interactive_slo.ttft_s, self.interactive_slo.tbt_s],
         }
 
     @classmethod
@@ -124,6 +131,7 @@ class RoutingStats:
             sessions=dict(d.get("sessions") or {}),
             pending=dict(d.get("pending") or {}),
             limits=_limits_from(tuple(sorted(d["limits"].items()))) if d.get("limits") else None,
+            interactive_slo=SloTargets(*(d.get("interactive_slo") or (None, None))),
         )
 
 
@@ -149,6 +157,16 @@ class ReplicaView:
     short_request_tokens: int = DEFAULT_SHORT_REQUEST_TOKENS
     limits: BackpressureLimits | None = None
     """Published backpressure limits (None: unknown, the replica is taken to admit)."""
+    interactive_slo: SloTargets = NOT_JUDGED
+    """Published interactive targets (none judged until the replica publishes)."""
+
+    def slo_for(self, cls: TrafficClass) -> SloTargets:
+        return targets_for(cls, self.interactive_slo)
+
+    @property
+    def ttft_target_s(self) -> float:
+        """The TTFT target chats are placed within: the one the replica published, the policy's default before."""
+        return self.interactive_slo.ttft_s or DEFAULT_TTFT_TARGET_S
 
     @classmethod
     def from_stats(cls, replica_id: str, stats: RoutingStats, full: bool = False) -> ReplicaView:
@@ -162,6 +180,7 @@ class ReplicaView:
             full,
             stats.short_request_tokens,
             stats.limits,
+            stats.interactive_slo,
         )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+from scheduler.slo import NOT_JUDGED, SloTargets
 from serve_app.route_records import RouteDecision, RouteTicket
 
 
@@ -24,6 +25,11 @@ class RoutedCall:
     @property
     def traffic_class(self) -> str:
         return self.decision.traffic_class.value if self.decision else ""
+
+    @property
+    def slo(self) -> SloTargets:
+        """The targets the request is judged by: its class's on the replica that serves it."""
+        return self.decision.slo if self.decision else NOT_JUDGED
 
     def routed(self, ticket: RouteTicket) -> None:
         """The engine's first item arrived, on the route `ticket` records."""

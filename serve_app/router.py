@@ -7,7 +7,8 @@ lane, class and reason from its own ticket and the replica receives them with th
 
 `choose_replicas` returns one rank holding one replica: the policy has already weighed load and
 affinity. If that replica is at Serve's `max_ongoing_requests`, Serve backs off and asks again,
-and the policy (which sees the replica as full) chooses anew.
+and the policy (which sees the replica as full) chooses anew. A replica whose engine is not ready gets
+nothing: with none ready the router returns no rank, and Serve backs off and asks again.
 
 When the policy sheds the request (every replica its lanes allow is over a backpressure limit), the
 router fails the request's pending future with `LanesFull`: Serve hands that exception to the caller
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, RunningReplica
 
@@ -32,7 +34,7 @@ ROUTE_KWARG = "route"
 
 
 class LaneRouter(RequestRouter):
-    def initialize_state(self, **kwargs) -> None:
+    def initialize_state(self, **kwargs: Any) -> None:
         self.policy = LanePolicy()
         self._metrics = metrics.RouterMetrics()
 
@@ -59,6 +61,9 @@ class LaneRouter(RequestRouter):
             return []
         if pending_request is None:
             return [candidate_replicas]
+        # Serve's loop asks again at once unless told to back off (its locality mixins set this; we have none):
+        # without it, a request no replica may take yet (all loading, or the chosen one full) spins a core.
+        pending_request.routing_context.should_backoff = True
         ticket = pending_request.kwargs.get(ROUTE_KWARG)
         hint: RouteHint | None = ticket.hint if isinstance(ticket, RouteTicket) else None
         by_id = {r.replica_id.unique_id: r for r in candidate_replicas}

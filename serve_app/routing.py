@@ -3,30 +3,39 @@
 Inputs are plain records (`RouteHint` from the ingress, a `ReplicaView` per replica built from
 the `RoutingStats` replicas publish), the clock is passed in, so the policy is tested without Ray.
 
-The rules, in order:
+Replicas serve in lanes: `Lane.BOTH` (the default: every replica takes either class, and its role follows
+the load) or static ones (`EngineKnobs.long_lane_replicas`: ranks below it the long lane, the others the chat
+lane). The rules, in order (each is a method of `placement.Candidates`):
 
-1. **Traffic class from uncached work.** A request's uncached prompt is what its session does
-   not already hold on the replica: `prompt - cached(session, replica)`. The class is the policy
-   core's (`scheduler.traffic.classify`) with the engines' `short_request_tokens` (the knob their
-   planners use, published with their loads): above it a long document, else a chat. A
-   session classed long stays long until its uncached prompt falls below
-   `short_request_tokens * (1 - class_hysteresis)`.
-2. **Lanes.** Long documents go to the long lane (to the chat lane only if there is no long
-   lane). Chats go to the chat lane; they may run in the long lane when their session's cache is
-   there, or when every chat replica is busy (spill: the policy core keeps a chat fast beside a
-   long prefill). A single replica serves both lanes.
-3. **Affinity with a load bound.** A session stays on the replica that holds its cache unless
-   that replica is busy for this request *and* some other allowed replica is not ("busy" for a chat:
-   `busy_pending_requests` requests waiting for a first token; for a long document:
-   `busy_prefill_tokens` uncached tokens waiting). The class is recomputed for the alternative
-   (its cache differs), so a follow-up question to a document never lands, uncached, in the chat lane.
-4. **Least loaded otherwise.** Chats compare pending requests first (what a chat waits for under
-   fair-share chunking), long documents outstanding prefill tokens.
-5. **Backpressure limits.** A replica over one of the limits it publishes (`backpressure.assess` on
-   the load it published, with this request's uncached tokens; requests waiting for a first token and queued
-   prefill tokens: the in-flight limit is Serve's own, `full`) is never chosen: it counts as busy (so affinity gives
-   way and chats spill), and when no replica the rules above allow admits the request, the decision
-   is a `Shed` (429 at the ingress) instead of a replica. The replica checks again on arrival.
+0. **Ready replicas only.** A replica whose engine is loading or restarting (it publishes `ready: false`) gets
+   nothing; with none ready the router chooses nothing and Serve asks again, so placement recovers as soon
+   as one is up.
+1. **Traffic class from uncached work.** A request's uncached prompt is what its session does not already
+   hold on the replica: `prompt - cached(session, replica)`. The class is the policy core's
+   (`scheduler.traffic.classify`) with the engines' `short_request_tokens` (published with their loads);
+   a session classed long stays long until its uncached prompt falls below `short_request_tokens * (1 -
+   class_hysteresis)`.
+2. **Lanes.** With static lanes, documents go to the long lane and chats to the chat lane; a chat may run
+   in the long lane where its session's cache is, or when every chat replica is busy (`chat_spill`).
+3. **Chats where their first token comes soonest.** Each replica's TTFT for this request is predicted from
+   what it published (`ttft_prediction.predict_ttft_s`: outstanding prefill, pass cost, whether a short
+   request overtakes queued prefill there). A chat replica is busy when, behind a document, that prediction
+   is over the engines' TTFT target (or `busy_pending_requests` wait there); a chat goes to the lowest
+   prediction.
+4. **Documents anywhere the chat SLO survives.** A document may use any replica as long as, with it there,
+   some replica chats may use still predicts a chat (of the class's largest size) within the TTFT target;
+   among those, the one that drains soonest (`busy_prefill_tokens` bounds how much waits on one). A long
+   lane is so reserved only when the SLO needs it: an engine whose chats wait behind its documents
+   (upstream's first come, first served) keeps its documents off a replica chats need.
+5. **Affinity.** A session stays on the replica that holds its cache unless that replica is busy for this
+   request *and* another allowed replica is not, and is predicted faster (the class is recomputed there:
+   a document's follow-up elsewhere is a whole document again, so it stays unless that is sooner). A chat
+   behind a document (more than a chat's worth of prefill queued) moves to any replica not busy for it that
+   is predicted faster, busy or not where it is: its cache is already in the prediction.
+6. **Backpressure limits.** A replica over one of the limits it publishes (`backpressure.assess` on the load
+   it published, with this request's uncached tokens; the in-flight limit is Serve's own, `full`) is never
+   chosen: it counts as busy, and when no replica the rules above allow admits the request, the decision is a
+   `Shed` (429 at the ingress) instead of a replica. The replica checks again on arrival.
 
 Loads are what replicas last published plus what this router sent them since (published loads are
 up to one stats period old).
@@ -35,34 +44,17 @@ up to one stats period old).
 from __future__ import annotations
 
 import threading
-from collections import Counter, OrderedDict
-from collections.abc import Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from scheduler.traffic import TrafficClass, classify
-from serve_app.backpressure import BackpressureLimits, Shed, Verdict, assess, shed_of
+from serve_app.backpressure import Shed
 from serve_app.config import RoutingKnobs
 from serve_app.engine_backend import ReplicaLoad
-from serve_app.route_records import (
-    Lane,
-    ReplicaView,
-    RouteDecision,
-    RouteHint,
-    RouteReason,
-    serving_lane,
-)
-
-
-@dataclass(slots=True)
-class _Session:
-    replica_id: str
-    traffic_class: TrafficClass
-    cached_tokens: int
-    """This router's estimate of what the replica holds for the session."""
-    settled_s: float
-    """When the estimate was last made true (a request of the session finished there)."""
-    last_used_s: float
-
+from serve_app.placement import Candidates, SessionRecord
+from serve_app.route_records import ReplicaView, RouteDecision, RouteHint, RouteReason, serving_lane
+from serve_app.ttft_prediction import pass_s
 
 ARRIVAL_MARGIN_S = 0.05
 """A request sent this long before a load was published may not have reached the replica by then."""
@@ -77,13 +69,14 @@ class _InFlight:
     prompt_tokens: int
     uncached_tokens: int
     decided_s: float
+    short: bool
 
 
 class LanePolicy:
     """Session table, in-flight accounting and the decision. Thread-safe (Serve may call back from another thread)."""
 
     def __init__(self) -> None:
-        self._sessions: OrderedDict[str, _Session] = OrderedDict()
+        self._sessions: OrderedDict[str, SessionRecord] = OrderedDict()
         self._in_flight: dict[str, _InFlight] = {}
         self._completed: OrderedDict[str, float] = OrderedDict()
         """Engine request ids this router saw finish recently (published loads may still count them)."""
@@ -112,12 +105,27 @@ class LanePolicy:
             rec = self._sessions.get(session_id)
             return rec.replica_id if rec else None
 
-    def effective_load(self, view: ReplicaView) -> ReplicaLoad:
+    def effective_load(self, view: ReplicaView, now_s: float | None = None) -> ReplicaLoad:
         """The published load, corrected by what this router knows happened since it was published.
 
         Pending requests that finished since are taken out; requests sent after it (or just before,
-        possibly not yet arrived) and not in it are added as waiting.
+        possibly not yet arrived) and not in it are added as waiting. With `now_s`, the pass a new arrival
+        waits for is the interactive one where this router has a short request running (`_pass_in_flight`).
         """
+        return self._pass_in_flight(view.replica_id, self._counted(view), now_s)
+
+    def _pass_in_flight(self, replica_id: str, load: ReplicaLoad, now_s: float | None) -> ReplicaLoad:
+        """An engine with adaptive passes runs interactive passes while a short request is pending or decoding
+        there. Once one of this router's short requests has been there longer than a quiet pass, the pass in
+        flight is an interactive one (before that it may still be the quiet pass it arrived during)."""
+        if now_s is None or load.prefill_tok_per_s <= 0 or not 0 < load.interactive_pass_tokens < load.pass_tokens:
+            return load
+        settled_s = now_s - pass_s(load, load.pass_tokens)
+        if any(e.short and e.replica_id == replica_id and e.decided_s <= settled_s for e in self._in_flight.values()):
+            return replace(load, pass_tokens=load.interactive_pass_tokens)
+        return load
+
+    def _counted(self, view: ReplicaView) -> ReplicaLoad:
         gone = [rid for rid in view.pending if rid in self._completed]
         sent = [
             e
@@ -148,37 +156,51 @@ class LanePolicy:
         self, request_id: str, hint: RouteHint | None, views: Sequence[ReplicaView], now_s: float
     ) -> RouteDecision | Shed | None:
         """Choose a replica, record the choice, and say why; a `Shed` when every replica the lanes allow is over
-        a backpressure limit. None when there is no replica at all."""
+        a backpressure limit. None when there is no replica at all, or none is ready."""
         if not views:
             return None
         hint = hint or RouteHint(session_id=None, prompt_tokens=1)
         knobs = hint.knobs
         with self._lock:
             self._expire(now_s, knobs)
-            decision = self._decide(hint, views)
+            decision = self._decide(hint, views, now_s)
             if isinstance(decision, RouteDecision):  # a shed request is never sent: nothing to account for
                 self._record(request_id, hint, decision, now_s, knobs)
         return decision
 
-    def _decide(self, hint: RouteHint, views: Sequence[ReplicaView]) -> RouteDecision | Shed:
+    def _decide(self, hint: RouteHint, views: Sequence[ReplicaView], now_s: float) -> RouteDecision | Shed | None:
         by_id = {v.replica_id: v for v in views}
         if hint.target_replica is not None and hint.target_replica in by_id:
             v = by_id[hint.target_replica]
             cls = classify(hint.prompt_tokens, v.short_request_tokens)
-            return RouteDecision(v.replica_id, serving_lane(v.lane, cls), cls, RouteReason.TARGETED, 0, hint.session_id)
+            lane = serving_lane(v.lane, cls)
+            return RouteDecision(v.replica_id, lane, cls, RouteReason.TARGETED, 0, hint.session_id, v.slo_for(cls))
 
-        usable = [v for v in views if not v.full] or list(views)
+        ready = [v for v in views if v.load.ready]
+        if not ready:
+            return None
+        usable = [v for v in ready if not v.full] or ready
         sid = hint.session_id
         rec = self._sessions.get(sid) if sid else None
         pinned = self._pinned(sid, rec, usable)
-        c = _Candidates(hint, rec, usable, {v.replica_id: self.effective_load(v) for v in usable})
+        loads = {v.replica_id: self.effective_load(v, now_s) for v in usable}
+        c = Candidates(hint, rec, usable, loads)
         takers = [v for v in usable if c.takes(v)]
         if pinned is not None:
             pinned_cls = c.traffic_class(pinned)
             if c.allowed(pinned, pinned_cls, is_pinned=True):
                 others = [v for v in takers if v is not pinned and c.admits(v)]
-                better = [v for v in others if not c.busy(v, c.traffic_class(v))]
-                if c.admits(pinned) and (not c.busy(pinned, pinned_cls) or not better):
+                better = [v for v in others if not c.busy(v, c.traffic_class(v)) and c.faster(v, pinned)]
+                # A chat's cache is in its predicted TTFT already: behind a document it stays only where its first
+                # token comes soonest. Otherwise it stays (a published load up to a stats period old still shows its
+                # last turn: chasing that would move a session between idle replicas).
+                chases_ttft = (
+                    pinned_cls is TrafficClass.SHORT
+                    and c.behind_document(pinned)
+                    and c.predicted_ttft_s(pinned) is not None
+                )
+                stays = not better if chases_ttft else (not c.busy(pinned, pinned_cls) or not better)
+                if c.admits(pinned) and stays:
                     return c.decision(pinned, RouteReason.AFFINITY)
                 # Busy and another allowed replica is not, or over a limit: the session moves (its cache is lost).
                 if better or others:
@@ -187,7 +209,7 @@ class LanePolicy:
             return c.best_admitting(takers or usable, RouteReason.MOVED)
         return c.best_admitting(takers or usable, RouteReason.LEAST_LOADED)
 
-    def _pinned(self, sid: str | None, rec: _Session | None, usable: Sequence[ReplicaView]) -> ReplicaView | None:
+    def _pinned(self, sid: str | None, rec: SessionRecord | None, usable: Sequence[ReplicaView]) -> ReplicaView | None:
         if not sid:
             return None
         if rec is not None:
@@ -200,7 +222,13 @@ class LanePolicy:
 
     def _record(self, request_id: str, hint: RouteHint, d: RouteDecision, now_s: float, knobs: RoutingKnobs) -> None:
         self._in_flight[request_id] = _InFlight(
-            d.replica_id, hint.request_id, d.session_id, hint.prompt_tokens, d.uncached_tokens, now_s
+            d.replica_id,
+            hint.request_id,
+            d.session_id,
+            hint.prompt_tokens,
+            d.uncached_tokens,
+            now_s,
+            d.traffic_class is TrafficClass.SHORT,
         )
         sid = d.session_id
         if not sid or d.reason is RouteReason.TARGETED:
@@ -208,7 +236,7 @@ class LanePolicy:
         rec = self._sessions.get(sid)
         if rec is None or rec.replica_id != d.replica_id:
             cached = hint.prompt_tokens - d.uncached_tokens
-            self._sessions[sid] = _Session(d.replica_id, d.traffic_class, cached, now_s, now_s)
+            self._sessions[sid] = SessionRecord(d.replica_id, d.traffic_class, cached, now_s, now_s)
         else:
             rec.traffic_class = d.traffic_class
             rec.last_used_s = now_s
@@ -225,126 +253,3 @@ class LanePolicy:
             if now_s - rec.last_used_s <= knobs.session_ttl_s:
                 break
             del self._sessions[sid]
-
-
-def _cached_on(sid: str | None, rec: _Session | None, v: ReplicaView) -> int:
-    if not sid:
-        return 0
-    if rec is not None and rec.replica_id == v.replica_id and v.stats_time_s <= rec.settled_s:
-        # Published stats predate the session's last finished request there: trust our own estimate.
-        return rec.cached_tokens
-    return v.sessions.get(sid, 0)
-
-
-def _agreed_threshold(views: Sequence[ReplicaView]) -> int:
-    """The engines' `short_request_tokens` for one decision: what most replicas publish (the larger on a tie).
-
-    Replicas of one deployment share their policy; they disagree only for a stats period during a live
-    change. One value per decision keeps the class a property of the request's cache, not of which
-    replica happens to be on the old policy (two thresholds could make a document a chat on one replica
-    and a long document on the other, with no lane left that takes it)."""
-    votes = Counter(v.short_request_tokens for v in views)
-    return max(votes, key=lambda t: (votes[t], t))
-
-
-class _Candidates:
-    """One decision's view of the usable replicas: each rule of the module docstring as a named method."""
-
-    def __init__(
-        self, hint: RouteHint, rec: _Session | None, usable: Sequence[ReplicaView], loads: Mapping[str, ReplicaLoad]
-    ) -> None:
-        self.hint = hint
-        self.knobs = hint.knobs
-        self.rec = rec
-        self.loads = loads
-        self.short_request_tokens = _agreed_threshold(usable)
-        self.verdicts = {v.replica_id: self._verdict(v) for v in usable}
-        """Rule 5 for each usable replica, judged once per decision (every other rule asks it)."""
-        self.has_long_lane = any(v.lane is not Lane.CHAT for v in usable)
-        self.has_chat_lane = any(v.lane is not Lane.LONG for v in usable)
-        chat_lane = [v for v in usable if v.lane is not Lane.LONG]
-        self.chat_saturated = bool(chat_lane) and all(self.busy(v, TrafficClass.SHORT) for v in chat_lane)
-
-    def uncached_tokens(self, v: ReplicaView) -> int:
-        return max(1, self.hint.prompt_tokens - _cached_on(self.hint.session_id, self.rec, v))
-
-    def traffic_class(self, v: ReplicaView) -> TrafficClass:
-        """Rule 1: the class on this replica (its cache and its engine's threshold)."""
-        previous = self.rec.traffic_class if self.rec else None
-        return classify(self.uncached_tokens(v), self.short_request_tokens, previous, self.knobs.class_hysteresis)
-
-    def _verdict(self, v: ReplicaView) -> Verdict:
-        """Rule 5: may `v` take the request under the limits it published (unknown limits: yes)."""
-        if v.limits is None:
-            return Verdict(True)
-        # In-flight requests are Serve's limit (`full`, its own queue): shedding on them here would bypass that queue.
-        # Judged on the load the replica published, not the corrected one: the correction counts every request sent
-        # since as still waiting for its first token, which at high request rates sheds requests the replica could
-        # take (the engine's own check on arrival covers what a stale publication misses).
-        return assess(v.load, self.uncached_tokens(v), v.limits, count_ongoing=False)
-
-    def admits(self, v: ReplicaView) -> bool:
-        return self.verdicts[v.replica_id].admits
-
-    def busy(self, v: ReplicaView, cls: TrafficClass) -> bool:
-        """Rule 3's bound: what the class waits for on that replica (over a limit is busy too)."""
-        if not self.admits(v):
-            return True
-        load = self.loads[v.replica_id]
-        if cls is TrafficClass.LONG:
-            return load.prefill_tokens >= self.knobs.busy_prefill_tokens
-        return load.num_pending >= self.knobs.busy_pending_requests
-
-    def home(self, v: ReplicaView, cls: TrafficClass) -> bool:
-        """Rule 2: the class's own lane (or the other one when its own has no replica)."""
-        if v.lane is Lane.BOTH:
-            return True
-        if cls is TrafficClass.LONG:
-            return v.lane is Lane.LONG or not self.has_long_lane
-        return v.lane is Lane.CHAT or not self.has_chat_lane
-
-    def allowed(self, v: ReplicaView, cls: TrafficClass, is_pinned: bool = False) -> bool:
-        if self.home(v, cls):
-            return True
-        # A chat outside the chat lane: where its cache is, or as a spill when the chat lane is saturated.
-        return cls is TrafficClass.SHORT and (is_pinned or (self.knobs.chat_spill and self.chat_saturated))
-
-    def takes(self, v: ReplicaView) -> bool:
-        """Whether `v` may serve the request when it is not the session's pinned replica."""
-        return self.allowed(v, self.traffic_class(v))
-
-    def best(self, candidates: Sequence[ReplicaView], reason: RouteReason) -> RouteDecision:
-        """Rule 4: not busy first, then its own lane, then least loaded by what the class waits for."""
-
-        def key(v: ReplicaView):
-            cls = self.traffic_class(v)
-            load = self.loads[v.replica_id]
-            if cls is TrafficClass.LONG:
-                by_load = (load.prefill_tokens, load.num_pending, load.num_decoding)
-            else:
-                by_load = (load.num_pending, load.num_decoding, load.prefill_tokens)
-            return (self.busy(v, cls), not self.home(v, cls), by_load, v.replica_id)
-
-        chosen = min(candidates, key=key)
-        cls = self.traffic_class(chosen)
-        mismatched = chosen.lane is not Lane.BOTH and (chosen.lane is Lane.LONG) != (cls is TrafficClass.LONG)
-        if mismatched and reason is not RouteReason.GAVE_WAY:
-            # Outside its own lane: a chat spilled to a saturated chat lane's neighbour, or the lane is missing.
-            reason = RouteReason.NO_LANE if self.home(chosen, cls) else RouteReason.SPILL
-        return self.decision(chosen, reason)
-
-    def best_admitting(self, candidates: Sequence[ReplicaView], reason: RouteReason) -> RouteDecision | Shed:
-        """Rule 4 among the candidates under their limits; rule 5's shed when there is none."""
-        admitting = [v for v in candidates if self.admits(v)]
-        return self.best(admitting, reason) if admitting else self.shed(candidates)
-
-    def shed(self, over: Sequence[ReplicaView]) -> Shed:
-        """Every allowed replica is over a limit: the answer the most lenient of them would give."""
-        verdicts = {v.replica_id: self.verdicts[v.replica_id] for v in over}
-        return shed_of(verdicts, {v.replica_id: v.limits or BackpressureLimits() for v in over})
-
-    def decision(self, v: ReplicaView, reason: RouteReason) -> RouteDecision:
-        cls = self.traffic_class(v)
-        return RouteDecision(
-            v.replica_id, serving_lane(v.lane, cls), cls, reason, self.uncached_tokens(v), self.hint.session_id
-        )

@@ -12,17 +12,20 @@ Mixed decode has one switch, the policy's `mixed_decode`, passed as sglang's `en
 
 OpenAI requests are answered by sglang's own serving classes (`respond`, `sglang_openai`): the engine
 writes the response, this backend relays it. Besides them, kept to the calls checked against sglang
-0.5.23's source (unit tests drive a stand-in engine): `tokenizer_manager.abort_request(rid=...)` aborts
-one request; `tokenizer_manager.get_loads()` returns per-scheduler `LoadSnapshot`s. The engine is built
-and always called on its own loop (`EngineLoop`), never on the replica's.
+0.5.23's source (unit tests drive a stand-in engine): `tokenizer_manager.get_loads()` returns per-scheduler
+`LoadSnapshot`s (the published load, `sglang_load`); `get_internal_state()` each scheduler's state, where the
+plugin's live state is ``fairshare`` (the pass-cost fit): the admin view's `scheduler_policy`. The engine is
+built and always called on its own loop (`EngineLoop`), never on the replica's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import os
+import time
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, Callable
 from typing import TYPE_CHECKING, Any
@@ -34,10 +37,12 @@ from serve_app.engine_backend import (
     EngineCounters,
     OpenAIRequest,
     ReplicaLoad,
+    ResponseBody,
     ResponsePart,
     joined_bodies,
 )
 from serve_app.engine_loop import EngineLoop
+from serve_app.sglang_load import PRIOR_PREFILL_TOK_PER_S, PendingPrefill, PrefillRate, replica_load
 from serve_app.sglang_openai import SglangOpenAI
 
 if TYPE_CHECKING:
@@ -46,6 +51,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 LOAD_REFRESH_S = 0.25
+POLICY_STATE_POLLS = 8  # the plugin's state every 8th load poll (2 s): sglang assembles its whole internal state
 MAX_TRACKED_SESSIONS = 4096
 
 
@@ -70,7 +76,11 @@ class SglangBackend:
         self._engine: SglangEngine | None = None
         self._loop: EngineLoop | None = None
         self._openai: SglangOpenAI | None = None
-        self._load = ReplicaLoad()
+        self._load = ReplicaLoad(ready=False)
+        """Not ready until the first snapshot of a started engine: routers send a loading replica nothing."""
+        self._rate = PrefillRate(PRIOR_PREFILL_TOK_PER_S)
+        self._pending = PendingPrefill()
+        self._policy_state: list[Any] = []
         self._load_task: asyncio.Task[None] | None = None
         self._active: set[str] = set()
         self._sessions: OrderedDict[str, int] = OrderedDict()
@@ -110,6 +120,7 @@ class SglangBackend:
         self.engine_starts += 1
 
     async def shutdown(self) -> None:
+        self._load = ReplicaLoad(ready=False)
         if self._load_task is not None:
             self._load_task.cancel()
             self._load_task = None
@@ -158,16 +169,21 @@ class SglangBackend:
         assert self._loop is not None and self._openai is not None, "respond before start"
         openai, rid = self._openai, request.rid
         self._active.add(rid)
+        self._pending.sent(rid, request.prompt_tokens - self._sessions.get(request.session_id or "", 0))
         finished = False
         try:
             # sglang writes one SSE event per output; what is ready together goes to the ingress as one stream item.
             batches = self._loop.batches(lambda: openai.respond(request.kind, request.body, rid))
             async with contextlib.aclosing(batches):
                 async for batch in batches:
-                    yield joined_bodies(batch)
+                    parts = joined_bodies(batch)
+                    if any(isinstance(part, ResponseBody) for part in parts):
+                        self._pending.answered(rid)  # its first output: prefilled
+                    yield parts
             finished = True
         finally:
             self._active.discard(rid)
+            self._pending.answered(rid)
             if finished:
                 self._counters.num_finished += 1
                 self._remember(request.session_id, request.prompt_tokens)
@@ -175,20 +191,17 @@ class SglangBackend:
                 self._counters.num_aborted += 1
 
     async def _poll_load(self) -> None:
-        while True:
+        assert self._engine is not None and self._loop is not None, "polled before start"
+        loop, tm = self._loop, self._engine.tokenizer_manager
+        assert tm is not None, "sglang's engine starts with its tokenizer manager"
+        for poll in itertools.count():
             with contextlib.suppress(Exception):
-                assert self._engine is not None and self._loop is not None, "polled before start"
-                tm = self._engine.tokenizer_manager
-                assert tm is not None, "sglang's engine starts with its tokenizer manager"
-                snaps = await self._loop.call(tm.get_loads)
-                self._load = ReplicaLoad(
-                    num_waiting=sum(s.num_waiting_reqs for s in snaps),
-                    num_decoding=sum(s.num_running_reqs for s in snaps),
-                    prefill_tokens=sum(s.num_waiting_uncached_tokens for s in snaps),
-                    max_running_requests=sum(s.max_running_requests for s in snaps),
-                    kv_used_tokens=sum(s.num_used_tokens for s in snaps),
-                    kv_total_tokens=sum(s.max_total_num_tokens for s in snaps),
-                )
+                if poll % POLICY_STATE_POLLS == 0:
+                    self._policy_state = [s.get("fairshare") for s in await loop.call(tm.get_internal_state)]
+            with contextlib.suppress(Exception):
+                snaps = await loop.call(tm.get_loads)
+                chunk = self.cfg.sglang.chunked_prefill_size or self._policy.chunk_budget_tokens
+                self._load = replica_load(snaps, self._rate, time.monotonic(), self._policy, chunk, self._pending)
             await asyncio.sleep(LOAD_REFRESH_S)
 
     def _remember(self, session: str | None, tokens: int) -> None:
@@ -207,8 +220,7 @@ class SglangBackend:
         return dict(list(self._sessions.items())[-limit:]) if limit else {}
 
     def pending_requests(self, limit: int) -> dict[str, int]:
-        # sglang's load snapshot has counts, not ids: routers then rely on counts and their own sends.
-        return {}
+        return self._pending.ids(limit)
 
     def counters(self) -> EngineCounters:
         return self._counters
@@ -223,4 +235,5 @@ class SglangBackend:
             "active_request_ids": sorted(self._active),
             "kv_used_tokens": self._load.kv_used_tokens,
             "counters": {"finished": self._counters.num_finished, "aborted": self._counters.num_aborted},
+            "scheduler_policy": self._policy_state,
         }

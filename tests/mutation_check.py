@@ -1,4 +1,4 @@
-"""A small mutation check of the policy core and the lane router: does some test fail when a rule breaks?
+"""A small mutation check of the policy core, SLO sizing and the lane router: does some test fail when a rule breaks?
 
 Each mutant replaces one exact snippet of one source file (the snippet must occur exactly once) and
 runs the tests that guard that code in a scratch copy of the repository (the working tree is never
@@ -46,7 +46,8 @@ CORE_TESTS = (
     "tests/test_interleave.py",
     "tests/test_traffic.py",
 )
-ROUTING_TESTS = ("tests/serve/test_routing.py",)
+ROUTING_TESTS = ("tests/serve/test_routing.py", "tests/serve/test_placement.py")
+SLO_TESTS = ("tests/test_slo_sizing.py", "tests/test_slo.py")
 
 
 @dataclass(frozen=True)
@@ -59,12 +60,19 @@ class Mutant:
     tests: tuple[str, ...]
 
 
+PLACEMENT = "serve_app/placement.py"
+
+
 def _r(id: str, old: str, new: str, what: str, path: str = "serve_app/routing.py") -> Mutant:
     return Mutant(id, path, old, new, what, ROUTING_TESTS)
 
 
 def _c(id: str, path: str, old: str, new: str, what: str) -> Mutant:
     return Mutant(id, path, old, new, what, CORE_TESTS)
+
+
+def _s(id: str, old: str, new: str, what: str, path: str = "scheduler/slo_sizing.py") -> Mutant:
+    return Mutant(id, path, old, new, what, SLO_TESTS)
 
 
 MUTANTS = [
@@ -98,22 +106,61 @@ MUTANTS = [
         "load.prefill_tokens >= self.knobs.busy_prefill_tokens",
         "load.prefill_tokens > self.knobs.busy_prefill_tokens",
         "busy bound",
+        PLACEMENT,
     ),
-    _r("R12", "(self.knobs.chat_spill and self.chat_saturated)", "self.chat_saturated", "chat_spill=false ignored"),
-    _r("R13", "v.stats_time_s <= rec.settled_s", "True", "stale estimate beats fresh stats"),
+    _r(
+        "R12",
+        "(self.knobs.chat_spill and self.chat_saturated)",
+        "self.chat_saturated",
+        "chat_spill=false ignored",
+        PLACEMENT,
+    ),
+    _r("R13", "v.stats_time_s <= rec.settled_s", "True", "stale estimate beats fresh stats", PLACEMENT),
     _r(
         "R14",
-        "if c.admits(pinned) and (not c.busy(pinned, pinned_cls) or not better):",
-        "if c.admits(pinned) and not c.busy(pinned, pinned_cls):",
+        "else (not c.busy(pinned, pinned_cls) or not better)",
+        "else (not c.busy(pinned, pinned_cls))",
         "gives way to worse",
     ),
     _r("R15", "if now_s - rec.last_used_s <= knobs.session_ttl_s:", "if True:", "sessions never expire"),
-    _r("R16", "return v.lane is Lane.LONG or not self.has_long_lane", "return v.lane is Lane.LONG", "no lane fallback"),
+    _r(
+        "R16",
+        "return v.lane is Lane.LONG or not self.has_long_lane",
+        "return v.lane is Lane.LONG",
+        "no lane fallback",
+        PLACEMENT,
+    ),
     _r(
         "R17",
         "self.short_request_tokens = _agreed_threshold(usable)",
         "self.short_request_tokens = 2048",
         "the replica's published threshold ignored",
+        PLACEMENT,
+    ),
+    # -- lanes that follow the load ----------------------------------------------------------------------
+    _r(
+        "R18",
+        "return self.over_target(v) or load.num_pending",
+        "return load.num_pending",
+        "a chat's predicted TTFT never makes a replica busy",
+        PLACEMENT,
+    ),
+    _r("R19", "not self.keeps_chat_slo(v),", "False,", "documents ignore the chat SLO", PLACEMENT),
+    _r("R20", "ready = [v for v in views if v.load.ready]", "ready = list(views)", "loading replicas get requests"),
+    _r("R21", "and c.faster(v, pinned)]", "]", "a follow-up leaves its cache for a slower first token"),
+    _r(
+        "R24",
+        "pinned_cls is TrafficClass.SHORT\n                    and c.behind_document(pinned)",
+        "False\n                    and c.behind_document(pinned)",
+        "a chat stays beside a document while another replica would answer sooner",
+    ),
+    _r("R22", "if load.short_first:", "if True:", "every engine taken to overtake", "serve_app/ttft_prediction.py"),
+    _r(
+        "R23",
+        "by_load = (_or_inf(self.predicted_ttft_s(v)),",
+        "by_load = (0.0,",
+        "chats not placed by predicted TTFT",
+        PLACEMENT,
     ),
     # -- the policy core -------------------------------------------------------------------------------
     _c(
@@ -203,6 +250,46 @@ MUTANTS = [
         "self.engine[2] if True else",
         "the scan's short-stream count kept for other running requests",
         ("tests/sglang/test_sglang_idle_scan.py",),
+    ),
+    # -- SLO-driven pass sizing and the SLO definition -------------------------------------------------
+    _s(
+        "S1",
+        "if load.short_waits_for_slot and load.num_decoding:",
+        "if False:",
+        "a chat waiting for a running slot ignored",
+        "scheduler/pass_budget.py",
+    ),
+    _s(
+        "S2",
+        "in_flight_s = (cfg.ttft_target_s - own_s) / ahead - decode_pass_s",
+        "in_flight_s = cfg.ttft_target_s - own_s - decode_pass_s",
+        "the passes an engine plans ahead ignored",
+    ),
+    _s(
+        "S3",
+        "waited_s = ahead * (last_s if self.queued_s is None else self.queued_s)",
+        "waited_s = 0.0",
+        "the admitted chat's wait ignored",
+    ),
+    _s(
+        "S4",
+        "bounds.append(_Bound(cfg.tbt_target_s - decode_pass_s, SizedBy.TBT, Target.TBT))",
+        "pass",
+        "the TBT target ignored",
+    ),
+    _s(
+        "S5",
+        "math.ceil(CHAT_PROMPT_QUANTILE * len(ordered)) - 1",
+        "len(ordered) - 1",
+        "the TTFT reserve is the largest prompt seen",
+    ),
+    _s("S6", "if missed:", "if False:", "a target no pass keeps goes unreported"),
+    _s(
+        "S7",
+        "if worst is not None and worst > targets.tbt_s:",
+        "if False:",
+        "a stream's gaps not judged",
+        "scheduler/slo.py",
     ),
 ]
 

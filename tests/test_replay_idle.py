@@ -17,7 +17,8 @@ from tests.factories import cand, snap
 
 
 def state(p: PassPlanner) -> tuple:
-    return dict(p.ledger.first_skipped), p.sizer.last_short_pass, p.num_skip_ahead, p.num_plans
+    slo = p.sizer.slo
+    return dict(p.ledger.first_skipped), p.sizer.last_short_pass, p.num_skip_ahead, p.num_plans, slo.queued_s
 
 
 CFG = st.builds(
@@ -39,7 +40,7 @@ CANDS = st.lists(st.tuples(st.integers(1, 5000), st.integers(0, 3000)), min_size
 @given(
     cfg=CFG,
     raw=CANDS,
-    slots=st.integers(1, 16),
+    slots=st.integers(0, 16),
     decoding=st.integers(0, 8),
     short_decoding=st.integers(0, 2),
     short_index=st.booleans(),

@@ -2,14 +2,18 @@
 
 import pytest
 
+from scheduler.config import PolicyConfig
+from scheduler.interleave import PassKind
 from scheduler.sim.engine import SimEngine
 from scheduler.sim.experiments import run_spec
 from scheduler.sim.presets import CARD12GB, H100_8B
 from scheduler.sim.request import Phase, SimRequest
 from scheduler.sim.rules import make_scheduler
 from scheduler.sim.runner import run
+from scheduler.sim.schedulers import PolicyScheduler
 from scheduler.sim.workload import load_workload, mixed_poisson
 from scheduler.traffic import TrafficClass
+from tests.factories import FCFS
 
 
 @pytest.mark.parametrize("policy", ["baseline", "article-patch", "article-prepatch", "vllm", "fairshare"])
@@ -113,3 +117,86 @@ groups:
     assert kinds[first_doc_pass : first_doc_pass + 6] == ["prefill", "decode", "decode"] * 2
     plain = [s.kind.value for s in run_spec(wl, "baseline", CARD12GB).steps]
     assert plain[first_doc_pass : first_doc_pass + 3] == ["prefill"] * 3
+
+
+def overlap_engine(overlap: bool, mixed: bool = False, slots: int = 2) -> SimEngine:
+    """A small sglang-like engine (the fairshare policy off: upstream's FCFS rules) with or without the overlap
+    scheduler."""
+    cfg = PolicyConfig(
+        chunk_budget_tokens=256,
+        interactive_pass_tokens=256,
+        max_running_requests=slots,
+        mixed_decode=mixed,
+        short_decode_interleave=False,
+        **FCFS,
+    )
+    return SimEngine(CARD12GB.cost, PolicyScheduler(cfg, overlap_schedule=overlap))
+
+
+def admitted_at(engine: SimEngine, rid: str, max_passes: int = 50) -> int:
+    """The forward pass that admits `rid`."""
+    for _ in range(max_passes):
+        before = engine.num_passes
+        waiting = {r.rid for r in engine.waiting}
+        engine.step(0.0)
+        if rid in waiting and rid not in {r.rid for r in engine.waiting}:
+            return before
+    raise AssertionError(f"{rid} was not admitted in {max_passes} passes")
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_a_finishing_request_frees_its_slot_one_pass_later_under_the_overlap_scheduler(overlap):
+    engine = overlap_engine(overlap)
+    engine.add(SimRequest("long", 30, 40, 0.0))  # keeps decoding: no pass is empty
+    engine.add(SimRequest("q1", 30, 2, 0.0))  # first token in pass 0, last in pass 1
+    engine.add(SimRequest("q2", 30, 2, 0.0))  # waits for q1's slot
+    # sglang plans pass 2 before it processes pass 1's results: q1 still holds its slot then.
+    assert admitted_at(engine, "q2") == (3 if overlap else 2)
+
+
+def test_a_finishing_request_holds_its_kv_and_decodes_no_more():
+    engine = overlap_engine(True)
+    engine.add(SimRequest("long", 30, 40, 0.0))
+    engine.add(SimRequest("q1", 30, 2, 0.0))
+    engine.step(0.0)
+    engine.step(0.0)  # q1's last token
+    (q1,) = engine.finishing
+    assert q1.phase is Phase.FINISHED and q1.kv_held_tokens == 32 and q1 in engine.running
+    result = engine.step(0.0)
+    assert result.num_decode_rows == 1 and q1.num_generated == 2  # only `long` decoded
+    assert not engine.finishing and q1 not in engine.running and q1.kv_held_tokens == 0
+
+
+def test_a_finishing_row_takes_a_token_of_a_mixed_chunk():
+    """sglang's mixed chunk starts from the chunk less every row of the running batch, finishing ones included
+    (`PrefillAdder(num_mixed_decode_tokens=running_bs)`), and then leaves the finishing rows out."""
+    engine = overlap_engine(True, mixed=True, slots=3)
+    engine.add(SimRequest("q1", 30, 2, 0.0))
+    engine.add(SimRequest("q2", 30, 5, 0.0))
+    engine.step(0.0)  # both prefilled
+    engine.add(SimRequest("doc", 2000, 2, 0.0))
+    engine.step(0.0)  # doc's first chunk: q1 and q2 ride along, q1's last token
+    doc = next(r for r in engine.running if r.rid == "doc")
+    assert doc.num_prefilled == 256 - 2
+    result = engine.step(0.0)
+    assert result.num_decode_rows == 1  # q2 only
+    assert doc.num_prefilled == 2 * (256 - 2)
+
+
+def test_an_engine_with_only_finishing_requests_releases_them_in_an_iteration_without_a_pass():
+    engine = overlap_engine(True)
+    engine.add(SimRequest("q", 30, 1, 0.0))
+    engine.step(0.0)
+    assert engine.finishing and engine.drained and not engine.idle
+    result = engine.step(1.0)
+    assert result.kind is PassKind.IDLE and result.duration_s == 0.0
+    assert engine.idle and engine.kv_used_tokens == 0 and engine.num_passes == 2
+
+
+def test_aborting_a_finishing_request_releases_it_as_finished():
+    engine = overlap_engine(True)
+    engine.add(SimRequest("long", 30, 40, 0.0))
+    engine.add(SimRequest("q", 30, 1, 0.0))
+    engine.step(0.0)
+    assert not engine.abort("q")  # it was done already
+    assert not engine.finishing and engine.kv_used_tokens == 70

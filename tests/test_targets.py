@@ -34,13 +34,21 @@ def test_at_the_forks_lone_speed_a_question_waits_less_than_in_the_fork(frontier
     assert min(p.short_ttft_s for p in ours) <= 0.8 * patch.short_ttft_s
 
 
-def test_a_lone_document_keeps_98_percent_of_unchunked_speed():
-    lone = long_tok_per_s(run_spec(doc_lone(), "fairshare", CARD12GB))
-    assert lone >= 0.98 * long_tok_per_s(run_spec(doc_lone(), UNCHUNKED, CARD12GB))
+# A pass planned with no chat around is bounded by the TTFT target too (a chat may arrive during it), so what a
+# document alone gets follows from that target: the card's default 0.8 s leaves ~0.5 s passes. A target that leaves
+# room for the frontier's 1,792-token pass (2 s on this card) gives the speeds the static quiet pass gave.
+ROOMY_TTFT = "fairshare:ttft_target_s=2.0"
 
 
-def test_four_parallel_documents_keep_95_percent_of_unchunked_speed():
-    ours = long_tok_per_s(run_spec(doc_4parallel(), "fairshare", CARD12GB))
+def test_a_lone_document_speeds_up_with_the_ttft_target_up_to_98_percent_of_unchunked():
+    unchunked = long_tok_per_s(run_spec(doc_lone(), UNCHUNKED, CARD12GB))
+    speeds = [long_tok_per_s(run_spec(doc_lone(), f"fairshare:ttft_target_s={t}", CARD12GB)) for t in (0.8, 1.2, 2.0)]
+    assert speeds == sorted(speeds)
+    assert speeds[-1] >= 0.98 * unchunked
+
+
+def test_four_parallel_documents_keep_95_percent_of_unchunked_speed_at_a_roomy_ttft_target():
+    ours = long_tok_per_s(run_spec(doc_4parallel(), ROOMY_TTFT, CARD12GB))
     assert ours >= 0.95 * long_tok_per_s(run_spec(doc_4parallel(), UNCHUNKED, CARD12GB))
 
 

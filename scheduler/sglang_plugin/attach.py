@@ -16,7 +16,14 @@ scan stages prefetches that must not be matched early). With chunking off there 
 and pass sizing are off.
 
 The scheduler reports the policy's state in its start-up handshake (`init_info`), so the launcher can
-tell a scheduler that never loaded the plugin (sglang's Ray launcher does not call `load_plugins()`).
+tell a scheduler that never loaded the plugin (sglang's Ray launcher does not call `load_plugins()`), and live in
+sglang's internal state (``/server_info``, ``Engine.get_server_info``): the online pass-cost fit and the last pass.
+
+Every pass the engine runs is timed where its result lands (`pass_timer`) and fitted online
+(`scheduler.pass_cost_fit`): the planner sizes passes from that fit. Under tensor or pipeline parallelism each rank
+runs its own scheduler and times its own passes, and the ranks' timings differ, so their fits would too, and with
+them the pass sizes they plan: the ranks would run different batches. There the fit is frozen: it never fits, so
+it predicts nothing and every rank sizes passes with the static knobs, the same on each (`fit_frozen_reason`).
 """
 
 from __future__ import annotations
@@ -28,10 +35,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from sglang.srt.managers.schedule_policy import CacheAgnosticPolicy
+from sglang.srt.runtime_context import get_parallel
 
 from scheduler.config import PolicyConfig, default_interactive_pass_tokens, env_var_name
+from scheduler.diagnostics import log_pass_cost, pass_cost_line
 from scheduler.interleave import DecodeInterleave, short_decode_passes
-from scheduler.pass_trace import PassTraceWriter, pass_record
+from scheduler.pass_cost_fit import OnlinePassCost
+from scheduler.pass_trace import ArrivalLog, PassTraceWriter, pass_record, timing_record
 from scheduler.planner import PassPlanner
 from scheduler.sglang_plugin.adder import PassRun
 from scheduler.sglang_plugin.clock import PassKind, PluginClock
@@ -42,9 +52,11 @@ from scheduler.sglang_plugin.env import (
     plugin_clock_path,
 )
 from scheduler.sglang_plugin.idle_scan import IdleScan
+from scheduler.sglang_plugin.pass_timer import PassFigures, PassTimer
 from scheduler.sglang_plugin.server_args import POLICY_FIELD_TO_SERVER_ARG
 from scheduler.sglang_plugin.short_index import ShortIndex
-from scheduler.sglang_plugin.translate import EngineState
+from scheduler.sglang_plugin.translate import EngineState, finishing_rids, mixed_decode_rows
+from scheduler.snapshot import PassPlan
 
 logger = logging.getLogger("fairshare.sglang_plugin")
 T = TypeVar("T")
@@ -83,6 +95,14 @@ def policy_config_for(sched: Scheduler) -> PolicyConfig:
     return PolicyConfig(**engine)
 
 
+def fit_frozen_reason(sched: Scheduler) -> str | None:
+    """Why this scheduler's pass-cost fit must stay off (every rank must plan the same passes), or None."""
+    tp_size, pp_size = int(getattr(sched, "tp_size", 1) or 1), int(get_parallel().pp_size or 1)
+    if tp_size > 1 or pp_size > 1:
+        return f"tp_size={tp_size} pp_size={pp_size}: each rank times its own passes; a fit would differ by rank"
+    return None
+
+
 def inactive_reason(sched: Scheduler) -> str | None:
     """Why the plugin leaves this scheduler to upstream entirely (checked at start)."""
     if sched.dllm_config is not None:
@@ -115,6 +135,10 @@ class SchedulerPolicy:
     """The last pass planned (its snapshot and plan), for inspection; idle passes that repeat it keep it."""
     trace: PassTraceWriter | None = None
     clock: PluginClock | None = None
+    pass_cost: OnlinePassCost = field(default_factory=OnlinePassCost)
+    """The pass-cost model the planner sizes passes from, fitted online from `timer`'s passes."""
+    timer: PassTimer | None = None
+    """Times every pass the engine runs (None while the policy is inactive)."""
     num_planned_passes: int = 0
     interleave: DecodeInterleave = field(default_factory=DecodeInterleave)
     """Decode-only passes owed to short streams when sglang's mixed chunk is off (sglang's own
@@ -125,6 +149,10 @@ class SchedulerPolicy:
     """Planned passes that planned on the last idle scan's figures (`idle_scan`) instead of matching again."""
     short_index: ShortIndex = field(default_factory=ShortIndex)
     """The short waiting requests, so one queued past the lookahead is still found (issue 8)."""
+    arrivals: ArrivalLog = field(default_factory=ArrivalLog)
+    """With the pass trace on: which waiting requests each traced pass sees for the first time."""
+    _queue_at_begin: list[str] = field(default_factory=list)
+    _finishing_at_begin: list[str] = field(default_factory=list)
     _run: PassRun | None = None
     _running_batch: ScheduleBatch | None = None
     _idle_scan: IdleScan | None = None
@@ -139,6 +167,9 @@ class SchedulerPolicy:
         self._running_batch = running_batch
         if self.clock is not None:
             self.clock.begin_call()
+        if self.trace is not None:
+            self._queue_at_begin = [r.rid for r in sched.waiting_queue]
+            self._finishing_at_begin = finishing_rids(sched, running_batch)
         if self.inactive_reason is None and self.cfg.skip_ahead:
             self._timed(self._refresh_short_index, sched)
 
@@ -222,13 +253,14 @@ class SchedulerPolicy:
             return False
         return self.interleave.decode_due(len(running_batch.reqs))
 
-    def end_pass(self) -> None:
-        """The pass boundary's end (after upstream's scan), called whether or not sglang built an adder."""
-        kind = self._timed(self._end_pass)
+    def end_pass(self, batch: ScheduleBatch | None = None) -> None:
+        """The pass boundary's end (after upstream's scan), called whether or not sglang built an adder. `batch`:
+        the prefill batch sglang built, if any."""
+        kind = self._timed(self._end_pass, batch)
         if self.clock is not None:
             self.clock.end_pass(kind)
 
-    def _end_pass(self) -> PassKind:
+    def _end_pass(self, batch: ScheduleBatch | None) -> PassKind:
         run, self._run, self._running_batch = self._run, None, None
         if run is not None:  # else sglang returned before planning: the last idle scan may still hold
             self._idle_scan = run.idle_scan
@@ -238,7 +270,7 @@ class SchedulerPolicy:
                 run.finish()
             self.last_run = run
             if self.trace is not None:
-                self.trace.write(self._record(run))  # numbered from 0, as the simulator's trace (sim_vs_sglang)
+                self.trace.write(self._record(run, batch))  # numbered from 0, as the simulator's (sim_vs_sglang)
             self.num_planned_passes += 1
             if run.plan.grants and not self.cfg.decode_steps_per_prefill:
                 self.interleave.after_prefill(short_decode_passes(self.cfg, run.snapshot.num_short_decoding))
@@ -251,12 +283,74 @@ class SchedulerPolicy:
             return PassKind.SCAN
         return PassKind.REPLAY if run.adder is not None else PassKind.IDLE
 
-    def _record(self, run: PassRun) -> dict[str, Any]:
+    def pass_landed(
+        self, launched_s: float | None, figures: PassFigures | None, landed_s: float, forward_pass: int
+    ) -> None:
+        """A pass's result was processed (`pass_timer`): time it, fit it, trace it."""
+        fits = self.pass_cost.num_fits
+        timed = self.timer.landed(launched_s, figures, landed_s, forward_pass)
+        if timed is None:
+            return
+        if self.trace is not None:
+            f = timed.figures
+            self.trace.write(
+                timing_record(
+                    timed.forward_pass,
+                    f.prefill_tokens,
+                    f.prefill_ctx_pairs,
+                    f.decode_rows,
+                    f.decode_ctx_tokens,
+                    timed.measured_s,
+                    timed.predicted_s,
+                )
+            )
+        if self.pass_cost.num_fits != fits:
+            log_pass_cost(self.cfg, self.pass_cost.describe())
+
+    def describe(self) -> dict[str, Any]:
+        """The policy's live state (sglang's internal state: ``/server_info``): the targets, the pass-cost fit, the
+        last pass planned (its size, what set it, the seconds allowed and predicted) and the passes the targets could
+        not size as asked."""
+        last = self.last_run.plan if self.last_run is not None else None
+        counters = self.planner.slo_counters
+        return {
+            "status": self.status,
+            "targets": {"ttft_target_s": self.cfg.ttft_target_s, "tbt_target_s": self.cfg.tbt_target_s},
+            "pass_cost": self.pass_cost.describe(),
+            "timed_passes": self.timer.num_timed if self.timer is not None else 0,
+            "planned_passes": self.num_planned_passes,
+            "last_pass": None if last is None else last_pass(last),
+            "missed_passes": {target.value: n for target, n in counters.missed_passes.items()},
+            "slot_passes": counters.slot_passes,
+            "unusable_cost_passes": counters.unusable_cost_passes,
+        }
+
+    def _record(self, run: PassRun, batch: ScheduleBatch | None) -> dict[str, Any]:
         admitted = [(r.rid, int(r.extend_len)) for r in run.adder.can_run_list] if run.adder is not None else []
-        rows = run.snapshot.num_decoding if run.sched.is_mixed_chunk else 0
         judged = run.window.candidates
         shorts = run.judged_shorts()
-        return pass_record(self.num_planned_passes, run.snapshot, [*judged, *shorts], run.plan, admitted, rows)
+        arrived = self.arrivals.arrived(self._queue_at_begin)
+        return pass_record(
+            self.num_planned_passes,
+            run.snapshot,
+            [*judged, *shorts],
+            run.plan,
+            admitted,
+            mixed_decode_rows(batch),
+            arrived,
+            self._finishing_at_begin,
+            pass_cost=self.pass_cost.describe(),
+        )
+
+
+def last_pass(plan: PassPlan) -> dict[str, Any]:
+    return {
+        "pass_budget_tokens": plan.pass_budget_tokens,
+        "sized_by": plan.sized_by,
+        "pass_bound_s": plan.pass_bound_s,
+        "predicted_pass_s": plan.predicted_pass_s,
+        "prefill_tokens": plan.num_prefill_tokens,
+    }
 
 
 def attach_policy(sched: Scheduler, missing_targets: list[str] | tuple[str, ...] = ()) -> SchedulerPolicy:
@@ -270,7 +364,10 @@ def attach_policy(sched: Scheduler, missing_targets: list[str] | tuple[str, ...]
     if missing_targets:
         reason = f"hook targets not patched: {', '.join(missing_targets)}"
         logger.error("fairshare: %s; the plugin patches nothing and sglang runs unpatched", reason)
-    policy = SchedulerPolicy(PassPlanner(cfg), inactive_reason=reason)
+    fit = OnlinePassCost(frozen_reason=fit_frozen_reason(sched))
+    policy = SchedulerPolicy(PassPlanner(cfg, pass_cost=fit), inactive_reason=reason, pass_cost=fit)
+    if reason is None:
+        policy.timer = PassTimer(fit)
     trace_path = pass_trace_path()
     if trace_path is not None and reason is None:
         policy.trace = PassTraceWriter(trace_path, source=f"sglang-tp{getattr(sched, 'tp_rank', 0)}")
@@ -281,6 +378,11 @@ def attach_policy(sched: Scheduler, missing_targets: list[str] | tuple[str, ...]
     setattr(sched, POLICY_ATTR, policy)
     if reason is None:
         log_startup(cfg, sched)
+        logger.info("fairshare: %s (fitted online from every pass the engine runs)", pass_cost_line(fit.describe()))
+        if fit.frozen_reason is not None:
+            logger.warning(
+                "fairshare: the pass-cost fit is off (%s): the static pass knobs size every pass", fit.frozen_reason
+            )
     elif not missing_targets:
         logger.warning("fairshare: %s; upstream sglang scheduling applies", reason)
     return policy
@@ -305,7 +407,8 @@ def log_startup(cfg: PolicyConfig, sched: Scheduler) -> None:
     }
     logger.info(
         "fairshare policy: skip_ahead=%s lookahead=%d max_skipped_passes=%d fair_share=%s full_budget_when_alone=%s "
-        "adaptive_pass=%s interactive_pass_tokens=%d quiet_pass_tokens=%s short_request_tokens=%d "
+        "adaptive_pass=%s slo_sizing=%s ttft_target_s=%g tbt_target_s=%g interactive_pass_tokens=%d "
+        "quiet_pass_tokens=%s short_request_tokens=%d "
         "chunk_budget_tokens=%d (%s) max_running_requests=%d (%s) mixed_decode=%s decode_steps_per_prefill=%d "
         "(sglang enable_mixed_chunk / prefill_decode_interval) diagnostics=%s",
         cfg.skip_ahead,
@@ -314,6 +417,9 @@ def log_startup(cfg: PolicyConfig, sched: Scheduler) -> None:
         cfg.fair_share,
         cfg.full_budget_when_alone,
         cfg.adaptive_pass,
+        cfg.slo_sizing,
+        cfg.ttft_target_s,
+        cfg.tbt_target_s,
         cfg.interactive_pass_tokens,
         cfg.quiet_pass_tokens,
         cfg.short_request_tokens,

@@ -9,7 +9,11 @@
   a decode-only pass is owed to short streams (as sglang's own prefill-decode interval defers prefill).
   Before it, a pass that can admit nobody (the last idle scan still holds) is planned at once and upstream's
   call returns nothing, as while ``batch_is_full``.
+- ``Scheduler.process_batch_result`` (AROUND): a pass's result lands; time the pass and feed the online pass-cost
+  fit (`pass_timer`: why there, under sglang's overlap scheduler too).
 - ``Scheduler.get_init_info`` (AFTER): report the policy's state in the scheduler's start-up handshake.
+- ``Scheduler.get_internal_state`` (AFTER): the policy's live state (the pass-cost fit, the last pass)
+  in sglang's internal state, which ``/server_info`` and ``Engine.get_server_info`` return.
 - ``Engine._launch_subprocesses`` (AFTER, launcher side; `RayEngine` and ``launch_server`` use it too):
   refuse a launch in which a scheduler reported no policy state (it never loaded the plugin).
 - ``ServerArgs.resolve_once`` (BEFORE): map the mixed-decode and decode-interval switches onto sglang's
@@ -17,11 +21,13 @@
 
 With the plugin off (``FAIRSHARE_PLUGIN_ENABLED=0``) but its clock on (``FAIRSHARE_PLUGIN_CLOCK``), only
 `UPSTREAM_CLOCK_TARGETS` is patched: upstream's ``_get_new_batch_prefill_raw`` runs as is, timed, so a benchmark
-compares the whole call with and without the plugin (`clock`).
+compares the whole call with and without the plugin (`clock`). With the plugin off and the pass trace on
+(``FAIRSHARE_PASS_TRACE``), `UPSTREAM_TRACE_TARGETS` record upstream's own decisions (`upstream_trace`).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -32,9 +38,13 @@ from scheduler.sglang_plugin.attach import INIT_INFO_KEY, attach_policy, policy_
 from scheduler.sglang_plugin.clock import PassKind, PluginClock
 from scheduler.sglang_plugin.env import plugin_clock_path
 from scheduler.sglang_plugin.loading import check_scheduler_infos
+from scheduler.sglang_plugin.pass_timer import pass_figures
 from scheduler.sglang_plugin.server_args import apply_policy_env
+from scheduler.sglang_plugin.upstream_trace import around_get_new_batch_prefill_raw as around_upstream_prefill_traced
+from scheduler.sglang_plugin.upstream_trace import around_get_prefill_adder_class as around_upstream_adder_traced
 
 if TYPE_CHECKING:
+    from sglang.srt.managers.io_struct import GetInternalStateReqOutput
     from sglang.srt.managers.schedule_batch import ScheduleBatch
     from sglang.srt.managers.scheduler import Scheduler
     from sglang.srt.server_args import ServerArgs
@@ -63,12 +73,14 @@ def around_get_new_batch_prefill_raw(original: Original, sched: Scheduler, *args
     if policy.decode_due(running_batch):
         return None, running_batch  # no prefill this iteration: sglang runs the decode batch, as its interval does
     policy.begin_pass(sched, running_batch)
+    batch = None
     try:
         if policy.idle_pass(sched, running_batch):
             return None, running_batch  # nothing can be admitted: upstream's early return, as if batch_is_full
-        return original(sched, *args, **kwargs)
+        batch, running_batch = original(sched, *args, **kwargs)
+        return batch, running_batch
     finally:
-        policy.end_pass()
+        policy.end_pass(batch)
 
 
 def around_upstream_prefill_raw_clocked(original: Original, sched: Scheduler, *args: Any, **kwargs: Any) -> Any:
@@ -82,6 +94,24 @@ def around_upstream_prefill_raw_clocked(original: Original, sched: Scheduler, *a
         return original(sched, *args, **kwargs)
     finally:
         clock.end_pass(PassKind.NONE)
+
+
+def around_process_batch_result(
+    original: Original, sched: Scheduler, batch: ScheduleBatch, *args: Any, **kwargs: Any
+) -> Any:
+    policy = policy_of(sched)
+    if policy is None or policy.timer is None:
+        return original(sched, batch, *args, **kwargs)
+    figures = pass_figures(batch) if sched.is_generation else None  # as launched: processing may change the batch
+    result = original(sched, batch, *args, **kwargs)
+    policy.pass_landed(batch.launch_ts, figures, time.monotonic(), batch.forward_iter)
+    return result
+
+
+def after_get_internal_state(result: GetInternalStateReqOutput, sched: Scheduler, *args: Any, **kwargs: Any) -> None:
+    policy = policy_of(sched)
+    if policy is not None:
+        result.internal_state[INIT_INFO_KEY] = policy.describe()
 
 
 def after_get_init_info(result: dict[str, Any], sched: Scheduler) -> None:
@@ -111,7 +141,9 @@ TARGETS: tuple[HookSpec, ...] = (
     HookSpec(f"{_SCHEDULER}.__init__", HookType.AFTER, after_scheduler_init),
     HookSpec(f"{_SCHEDULER}.get_prefill_adder_class", HookType.AROUND, around_get_prefill_adder_class),
     HookSpec(f"{_SCHEDULER}._get_new_batch_prefill_raw", HookType.AROUND, around_get_new_batch_prefill_raw),
+    HookSpec(f"{_SCHEDULER}.process_batch_result", HookType.AROUND, around_process_batch_result),
     HookSpec(f"{_SCHEDULER}.get_init_info", HookType.AFTER, after_get_init_info),
+    HookSpec(f"{_SCHEDULER}.get_internal_state", HookType.AFTER, after_get_internal_state),
     HookSpec("sglang.srt.entrypoints.engine.Engine._launch_subprocesses", HookType.AFTER, after_launch_subprocesses),
     HookSpec("sglang.srt.server_args.ServerArgs.resolve_once", HookType.BEFORE, before_resolve_once),
 )
@@ -119,4 +151,8 @@ TARGETS: tuple[HookSpec, ...] = (
 UPSTREAM_CLOCK_ATTR = "_fairshare_upstream_clock"
 UPSTREAM_CLOCK_TARGETS: tuple[HookSpec, ...] = (
     HookSpec(f"{_SCHEDULER}._get_new_batch_prefill_raw", HookType.AROUND, around_upstream_prefill_raw_clocked),
+)
+UPSTREAM_TRACE_TARGETS: tuple[HookSpec, ...] = (
+    HookSpec(f"{_SCHEDULER}.get_prefill_adder_class", HookType.AROUND, around_upstream_adder_traced),
+    HookSpec(f"{_SCHEDULER}._get_new_batch_prefill_raw", HookType.AROUND, around_upstream_prefill_traced),
 )

@@ -44,7 +44,13 @@ from sglang.srt.mem_cache.prefill_budget import PrefillBudget
 from scheduler.admission import free_kv_to_fit
 from scheduler.config import PolicyConfig
 from scheduler.sglang_plugin.short_index import ShortIndex
-from scheduler.sglang_plugin.translate import EngineState, kv_allocator, num_short_decoding, prefix_cache
+from scheduler.sglang_plugin.translate import (
+    EngineState,
+    admission_lag_passes,
+    kv_allocator,
+    num_short_decoding,
+    prefix_cache,
+)
 from scheduler.snapshot import Candidate, PassPlan
 
 if TYPE_CHECKING:
@@ -184,4 +190,5 @@ class IdleScan:
             num_short_decoding=num_short,
             granule_tokens=self.engine[3],
             pass_index=sched.forward_ct,
+            admission_lag_passes=admission_lag_passes(sched),
         )

@@ -6,7 +6,8 @@ the registered hooks. Fail safe: on an sglang other than the tested version, or 
 does not resolve, `load()` logs one error and registers nothing, so sglang runs unpatched.
 ``FAIRSHARE_PLUGIN_FORCE=1`` overrides the version check (never a missing target: half a plugin is worse
 than none); ``FAIRSHARE_PLUGIN_ENABLED=0`` turns the plugin off (with ``FAIRSHARE_PLUGIN_CLOCK`` set as well,
-one timing hook stays: `hooks.UPSTREAM_CLOCK_TARGETS`, upstream's prefill scheduling call timed, unchanged).
+one timing hook stays: `hooks.UPSTREAM_CLOCK_TARGETS`, upstream's prefill scheduling call timed, unchanged; with
+``FAIRSHARE_PASS_TRACE`` set, `hooks.UPSTREAM_TRACE_TARGETS` trace upstream's own decisions, unchanged).
 
 The launcher checks the schedulers' start-up handshake (`check_scheduler_infos`): a scheduler process
 that never loaded the plugin (sglang's Ray launcher does not call `load_plugins()` in its actors) stops
@@ -20,9 +21,11 @@ import pkgutil
 from typing import Any
 
 from scheduler.sglang_plugin.env import (
+    PASS_TRACE_VAR,
     PLUGIN_CLOCK_VAR,
     PLUGIN_ENABLED_VAR,
     PLUGIN_FORCE_VAR,
+    pass_trace_path,
     plugin_clock_path,
     plugin_enabled,
     plugin_forced,
@@ -59,7 +62,7 @@ def load() -> None:
     if _registered:
         return
     enabled = plugin_enabled()
-    if not enabled and plugin_clock_path() is None:
+    if not enabled and plugin_clock_path() is None and pass_trace_path() is None:
         logger.info("fairshare: plugin disabled by %s=0; sglang runs unpatched", PLUGIN_ENABLED_VAR)
         return
     version = installed_sglang_version()
@@ -79,9 +82,13 @@ def load() -> None:
 
     from sglang.srt.plugins.hook_registry import HookRegistry
 
-    from scheduler.sglang_plugin.hooks import TARGETS, UPSTREAM_CLOCK_TARGETS
+    from scheduler.sglang_plugin.hooks import TARGETS, UPSTREAM_CLOCK_TARGETS, UPSTREAM_TRACE_TARGETS
 
-    targets = TARGETS if enabled else UPSTREAM_CLOCK_TARGETS
+    if enabled:
+        targets = TARGETS
+    else:
+        clock = UPSTREAM_CLOCK_TARGETS if plugin_clock_path() is not None else ()
+        targets = clock + (UPSTREAM_TRACE_TARGETS if pass_trace_path() is not None else ())
     missing = unresolved_targets([spec.target for spec in targets])
     if missing:
         logger.error(
@@ -95,10 +102,13 @@ def load() -> None:
     _registered = True
     if not enabled:
         logger.info(
-            "fairshare: plugin disabled by %s=0; upstream's prefill scheduling call timed -> %s (%s)",
+            "fairshare: plugin disabled by %s=0; upstream's prefill scheduling call timed -> %s (%s), its decisions "
+            "traced -> %s (%s)",
             PLUGIN_ENABLED_VAR,
             plugin_clock_path(),
             PLUGIN_CLOCK_VAR,
+            pass_trace_path(),
+            PASS_TRACE_VAR,
         )
 
 

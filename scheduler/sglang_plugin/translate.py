@@ -14,7 +14,12 @@ judges a request the way sglang's own admission does (sglang 0.5.23, `schedule_p
 - free slots are `Scheduler.get_num_allocatable_reqs` asked the way the scan asks it, less the continuing
   request (and `prefill_max_requests` when set);
 - ``granule_tokens`` is the least common multiple of every alignment a cut must respect: the page, the
-  KV-shard granule, ``truncation_align_size`` and the mamba chunk grid.
+  KV-shard granule, ``truncation_align_size`` and the mamba chunk grid;
+- for the pass-cost model: a request's ``ctx_tokens`` are the tokens its next chunk attends to besides itself
+  (the cached prefix it matched, host-tier hits included, or what a half-prefilled request has prefilled),
+  ``decode_ctx_tokens`` the decoding streams' sequence lengths summed (their attention), and
+  ``admission_lag_passes`` is 1 under sglang's overlap scheduler (it plans a pass before it has read the arrivals
+  of the pass in flight), else 0.
 
 Waiting requests are prefix-matched (`Req.init_next_round_input`, what sglang's scan does before judging
 one) only when the planner looks at them, so the scan window stays bounded by the planner's own rules.
@@ -36,7 +41,7 @@ from scheduler.config import PolicyConfig
 from scheduler.snapshot import Candidate, QueueSnapshot
 
 if TYPE_CHECKING:
-    from sglang.srt.managers.schedule_batch import Req
+    from sglang.srt.managers.schedule_batch import Req, ScheduleBatch
     from sglang.srt.managers.schedule_policy import PrefillAdder
     from sglang.srt.managers.scheduler import Scheduler
     from sglang.srt.mem_cache.allocator.base import BaseTokenToKVPoolAllocator
@@ -113,6 +118,10 @@ class LazyCandidate:
     def need_tokens(self) -> int:
         return self._window.materialize(self._index).need_tokens
 
+    @property
+    def ctx_tokens(self) -> int:
+        return self._window.materialize(self._index).ctx_tokens
+
 
 def locked_prefix_tokens(req: Req, adder: PrefillAdder) -> int:
     """Free KV that admitting matched `req` takes beyond its own need: the cached prefix it matched counts as
@@ -145,12 +154,13 @@ def waiting_candidate(req: Req, adder: PrefillAdder) -> Candidate:
     )
     prefix_len = req.prefix_len + req.host_hit_length
     extend = compute_tokens(adder, fill_len - prefix_len) + adder._replay_len(req, prefix_len)
-    return Candidate(req.rid, extend, need)
+    return Candidate(req.rid, extend, need, ctx_tokens=prefix_len)
 
 
 def continuing_candidate(req: Req, adder: PrefillAdder) -> Candidate:
     """The half-prefilled request; it holds its KV, so the planner does not judge its memory."""
-    return Candidate(req.rid, compute_tokens(adder, len(req.full_untruncated_fill_ids) - req.prefix_len), 0)
+    extend = compute_tokens(adder, len(req.full_untruncated_fill_ids) - req.prefix_len)
+    return Candidate(req.rid, extend, 0, ctx_tokens=req.prefix_len)
 
 
 def continuing_chunk_tokens(req: Req, adder: PrefillAdder) -> int:
@@ -184,9 +194,29 @@ def uncached_prompt_tokens(req: Req) -> int:
     return max(0, len(req.origin_input_ids) - req.cached_tokens)
 
 
+def decode_ctx_tokens(running_batch: ScheduleBatch) -> int:
+    """The decoding streams' sequence lengths, summed: from the batch's CPU copy when it has one (no device sync)."""
+    seq_lens = running_batch.seq_lens_cpu
+    if seq_lens is not None and len(seq_lens) == len(running_batch.reqs):
+        return int(seq_lens.sum())
+    return sum(r.seqlen for r in running_batch.reqs)
+
+
 def num_short_decoding(running: Sequence[Req], cfg: PolicyConfig) -> int:
     """Decoding streams of short requests (what they did not find cached), as the pass sizer counts them."""
     return sum(cfg.is_short(uncached_prompt_tokens(r)) for r in running)
+
+
+def finishing_rids(sched: Scheduler, running_batch: ScheduleBatch) -> list[str]:
+    """Running requests whose last token is in flight (`Scheduler._reqs_finishing_inflight`: the overlap scheduler
+    plans a pass before it processes the pass before): they keep their slot and KV until then, and decode no more."""
+    return [r.rid for r in sched._reqs_finishing_inflight(running_batch)]
+
+
+def mixed_decode_rows(batch: ScheduleBatch | None) -> int:
+    """Decoding rows that ride along in the prefill batch `_get_new_batch_prefill_raw` built (sglang's mixed chunk):
+    the running batch less the rows whose last token is still in flight (overlap scheduler), which it leaves out."""
+    return len(batch.decoding_reqs) if batch is not None and batch.decoding_reqs else 0
 
 
 def granule_tokens(sched: Scheduler, adder: PrefillAdder) -> int:
@@ -210,6 +240,9 @@ class EngineState:
     granule_tokens: int
     pass_index: int
     """sglang's `forward_ct`: forward passes run, decode-only ones included (the simulator's count)."""
+    admission_lag_passes: int = 0
+    decode_ctx_tokens: int = 0
+    """0 where a pass is replayed without an adder (`idle_scan`): a replayed plan does not read it."""
 
     def snapshot(self, waiting: Sequence[Candidate], waiting_short: Sequence[Candidate] | None = None) -> QueueSnapshot:
         return QueueSnapshot(
@@ -223,6 +256,8 @@ class EngineState:
             max_cut_requests=1,  # sglang tracks one half-prefilled request (`Scheduler.chunked_req`)
             granule_tokens=self.granule_tokens,
             pass_index=self.pass_index,
+            decode_ctx_tokens=self.decode_ctx_tokens,
+            admission_lag_passes=self.admission_lag_passes,
         )
 
 
@@ -250,7 +285,14 @@ def engine_state(sched: Scheduler, adder: PrefillAdder, cfg: PolicyConfig) -> En
         num_short_decoding=num_short_decoding(running_reqs, cfg),
         granule_tokens=granule_tokens(sched, adder),
         pass_index=sched.forward_ct,
+        admission_lag_passes=admission_lag_passes(sched),
+        decode_ctx_tokens=decode_ctx_tokens(running_batch),
     )
+
+
+def admission_lag_passes(sched: Scheduler) -> int:
+    """1 under the overlap scheduler, which plans a pass before processing the result of the pass in flight."""
+    return int(bool(sched.enable_overlap))
 
 
 def build_snapshot(

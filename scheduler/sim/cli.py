@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,6 +16,8 @@ from rich.table import Table
 
 from scheduler.sim.presets import CARD12GB, PRESETS
 from scheduler.sim.workload import OVERLOAD_SCENARIOS, SCENARIOS, load_workload, scenario
+from scheduler.slo import SloTargets
+from scheduler.traffic import TrafficClass
 
 if TYPE_CHECKING:
     from scheduler.sim.compare import Cell
@@ -49,7 +52,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     preset = PRESETS[args.preset]
     workload = load_workload(args.workload) if args.workload else scenario(args.scenario, preset)
-    comparison, results = compare(workload, args.policy, preset)
+    chat = SloTargets(ttft_s=args.ttft_target_s or preset.ttft_target_s, tbt_s=args.tbt_target_s or preset.tbt_target_s)
+    comparison, results = compare(workload, args.policy, preset, {TrafficClass.SHORT: chat})
     if args.plot:
         plot(results, args.plot)
     if args.json:
@@ -64,6 +68,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
             table.add_row(label, *(_cell(cells[s]) for s in args.policy))
         console.print(table)
     console.print(f"decode-only step: {comparison.decode_only_step_s:.3f} s")
+    console.print(
+        f"SLO (short requests): TTFT <= {chat.ttft_s:g} s and p99 of each stream's gaps <= {chat.tbt_s:g} s "
+        "(scheduler.slo); long requests are not judged on latency"
+    )
     return 0
 
 
@@ -132,6 +140,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="rule set, optionally with overrides: fairshare:interactive_pass_tokens=256 (repeat)",
     )
     cmp_.add_argument("--preset", choices=sorted(PRESETS), default=CARD12GB.name)
+    cmp_.add_argument(
+        "--ttft-target-s", type=_positive_s, help="judge short requests by this TTFT target (default: the preset's)"
+    )
+    cmp_.add_argument(
+        "--tbt-target-s", type=_positive_s, help="judge short streams by this TBT target (default: the preset's)"
+    )
     cmp_.add_argument("--json", action="store_true")
     cmp_.add_argument("--plot", type=Path, help="write TTFT/ITL distributions to this PNG")
     cmp_.set_defaults(func=cmd_compare)
@@ -145,6 +159,16 @@ def build_parser() -> argparse.ArgumentParser:
     cal = sub.add_parser("calibrate", help="refit the card12gb-27b preset to the article's F sweep")
     cal.set_defaults(func=cmd_calibrate)
     return parser
+
+
+def _positive_s(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value > 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return value
 
 
 def _existing_file(text: str) -> Path:

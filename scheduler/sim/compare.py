@@ -13,6 +13,7 @@ from scheduler.sim.metrics import ClassMetrics, RunMetrics, measure
 from scheduler.sim.presets import Preset
 from scheduler.sim.runner import RunResult
 from scheduler.sim.workload import Workload
+from scheduler.slo import SloTargets
 from scheduler.traffic import TrafficClass
 
 # (label, getter on ClassMetrics)
@@ -28,6 +29,8 @@ METRICS = {
     "e2e p99 s": lambda c: c.e2e_s.p99,
     "decode passes stalled": lambda c: float(c.decode_passes_stalled),
     "long prefill tok/s": lambda c: c.long_prefill_tok_per_s,
+    "SLO attainment %": lambda c: None if c.slo_attainment is None else 100 * c.slo_attainment,
+    "goodput req/s": lambda c: c.goodput_per_s,
 }
 
 
@@ -42,13 +45,18 @@ class Comparison(BaseModel):
     preset: str
     policies: list[str]
     decode_only_step_s: float
+    slo: dict[str, tuple[float | None, float | None]]
+    """class -> (TTFT target s, TBT target s) attainment is judged by, the same for every policy."""
     classes: dict[str, dict[str, dict[str, Cell]]]
     """class -> metric -> policy -> cell."""
 
 
-def compare(workload: Workload, specs: list[str], preset: Preset) -> tuple[Comparison, list[RunResult]]:
+def compare(
+    workload: Workload, specs: list[str], preset: Preset, slo: dict[TrafficClass, SloTargets] | None = None
+) -> tuple[Comparison, list[RunResult]]:
+    """Run each policy spec on `workload`; `slo`: class -> targets to judge by (default: the preset's)."""
     results = [run_spec(workload, spec, preset, progress=None) for spec in tqdm(specs, disable=None, unit="policy")]
-    measured = [measure(r) for r in results]
+    measured = [measure(r, slo) for r in results]
     classes: dict[str, dict[str, dict[str, Cell]]] = {}
     for cls in TrafficClass:
         if cls.value not in measured[0].classes:
@@ -69,6 +77,7 @@ def compare(workload: Workload, specs: list[str], preset: Preset) -> tuple[Compa
         preset=preset.name,
         policies=specs,
         decode_only_step_s=measured[0].decode_only_step_s,
+        slo=measured[0].slo,
         classes=classes,
     )
     return comparison, results

@@ -3,6 +3,13 @@
 The scheduler (our policy core for sglang-like rules, or vLLM's rules) decides each pass; the
 engine applies it, charges the pass on the cost model and records token times. The same class
 runs on a virtual clock (the simulator) and in real time (the Serve app's `sim` backend).
+
+Under an overlap scheduler (sglang's default event loop, `StepScheduler.overlap_schedule`) a pass is planned and
+launched before the previous pass's results are processed. A request whose last token the previous pass sampled
+has not left the running batch yet when the next pass is planned: it still holds its running slot and its KV,
+its row still counts against the mixed chunk, but it decodes no more (sglang skips finishing rows). The engine
+keeps such requests in `finishing` until the next pass is planned; when that pass has nothing to run, sglang
+processes the results (they leave) and plans again at once, and so does `step`.
 """
 
 from __future__ import annotations
@@ -21,6 +28,11 @@ from scheduler.sim.step_plan import StepPlan
 class StepScheduler(Protocol):
     @property
     def max_running_requests(self) -> int: ...
+
+    @property
+    def overlap_schedule(self) -> bool:
+        """A pass's results are processed only after the next pass is planned (sglang's overlap event loop)."""
+        ...
 
     def plan_step(self, engine: SimEngine) -> StepPlan: ...
 
@@ -55,6 +67,9 @@ class SimEngine:
         self.waiting_short: list[SimRequest] = []
         """The short waiting requests in queue order: an index, so the policy finds one behind many documents."""
         self.running: list[SimRequest] = []
+        """Admitted requests holding a running slot and KV: prefilling, decoding, or `finishing`."""
+        self.finishing: list[SimRequest] = []
+        """Requests whose last token the last pass sampled, not yet released (overlap scheduler only)."""
         self.kv_used_tokens = 0
         self.num_passes = 0
 
@@ -70,6 +85,11 @@ class SimEngine:
     def idle(self) -> bool:
         return not self.waiting and not self.running
 
+    @property
+    def drained(self) -> bool:
+        """Nothing left to run: nothing waits, and every running request is finishing."""
+        return not self.waiting and len(self.finishing) == len(self.running)
+
     def add(self, req: SimRequest) -> None:
         if req.kv_need_tokens > self.cost.kv_pool_tokens:
             raise ValueError(
@@ -80,7 +100,14 @@ class SimEngine:
             self.waiting_short.append(req)
 
     def abort(self, rid: str) -> bool:
-        """Drop a request wherever it is and free its KV. False when it is unknown or done."""
+        """Drop a request wherever it is and free its KV. False when it is unknown or done (a finishing request
+        is released at once, as finished)."""
+        for req in self.finishing:
+            if req.rid == rid:
+                self.finishing.remove(req)
+                self.running.remove(req)
+                self._release(req, Phase.FINISHED)
+                return False
         for queue in (self.waiting, self.running):
             for req in queue:
                 if req.rid == rid:
@@ -91,8 +118,22 @@ class SimEngine:
                     return True
         return False
 
+    def process_results(self) -> None:
+        """Process the last pass's results now: its finishing requests leave. sglang's loop does so in an iteration
+        that has nothing to launch (`step` does it itself then); a request that arrives at an engine that has
+        nothing left to run finds them gone."""
+        for req in self.finishing:
+            self.running.remove(req)
+            self._release(req, Phase.FINISHED)
+        self.finishing.clear()
+
     def step(self, now_s: float) -> StepResult:
         plan = self.scheduler.plan_step(self)
+        while self.finishing and not (plan.prefill or plan.decode):
+            # Nothing to launch: the last pass's results are processed (its finishing requests leave), then the
+            # scheduler plans again in its next iteration (sglang: an idle iteration, no forward pass).
+            self.process_results()
+            plan = self.scheduler.plan_step(self)
         self._admit(plan.prefill, now_s)
         by_rid = {r.rid: r for r in self.running}
         prefill = [(by_rid[rid], n) for rid, n in plan.prefill.items()]
@@ -104,6 +145,7 @@ class SimEngine:
             decode_ctx_tokens=sum(r.context_tokens for r in decode),
         )
         result = StepResult(now_s, duration, plan.kind, sum(n for _, n in prefill), len(decode))
+        self.process_results()  # the last pass's results are processed once this pass is launched
         self._advance(prefill, decode, result)
         self.num_passes += 1
         return result
@@ -138,9 +180,12 @@ class SimEngine:
             if req.phase is Phase.DECODING and req.rid not in stepped:
                 req.decode_passes_stalled += 1
         for rid in result.finished:
-            req = by_rid_pop(self.running, rid)
-            self._release(req, Phase.FINISHED)
+            req = next(r for r in self.running if r.rid == rid)
             req.finish_s = end
+            req.phase = Phase.FINISHED
+            self.finishing.append(req)
+        if not self.scheduler.overlap_schedule:
+            self.process_results()
 
     def _emit(self, req: SimRequest, end_s: float, result: StepResult) -> None:
         req.num_generated += 1
@@ -158,10 +203,3 @@ class SimEngine:
 
     def iter_decoding(self) -> Iterator[SimRequest]:
         return (r for r in self.running if r.phase is Phase.DECODING)
-
-
-def by_rid_pop(reqs: list[SimRequest], rid: str) -> SimRequest:
-    for i, r in enumerate(reqs):
-        if r.rid == rid:
-            return reqs.pop(i)
-    raise KeyError(rid)

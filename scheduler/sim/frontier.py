@@ -2,7 +2,8 @@
 
 A pass in flight cannot be interrupted, so the pass size a lone document runs at sets both its
 prefill speed and how long a question arriving mid-prefill waits. The article's patch has the knob F; ours is
-the quiet pass size (`quiet_pass_tokens`, the interactive pass staying at its default). Each
+the static quiet pass size (`quiet_pass_tokens` with SLO sizing off, the interactive pass staying at its default;
+SLO sizing picks a point of this curve from the TTFT target). Each
 point: lone throughput as a fraction of unchunked prefill (`doc-lone`), and the question's
 mean TTFT in `doc-question`, next to the cost model's floor for that pass size: a question arriving at
 a random moment waits on average half the pass in flight, then runs in one near-empty pass of its own
@@ -87,7 +88,8 @@ def sweep(preset: Preset) -> Frontier:
         (
             "fairshare",
             q,
-            f"fairshare:quiet_pass_tokens={q},interactive_pass_tokens={default_interactive_pass_tokens(q)}",
+            f"fairshare:slo_sizing=false,quiet_pass_tokens={q},"
+            f"interactive_pass_tokens={default_interactive_pass_tokens(q)}",
         )
         for q in OUR_QUIET_PASSES
     ]

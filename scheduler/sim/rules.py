@@ -64,6 +64,8 @@ def policy_for(rules: RuleSet, preset: Preset, **overrides: Any) -> tuple[Policy
             chunk_budget_tokens=preset.chunk_budget_tokens,
             quiet_pass_tokens=preset.quiet_pass_tokens,
             interactive_pass_tokens=preset.interactive_pass_tokens,
+            ttft_target_s=preset.ttft_target_s,
+            tbt_target_s=preset.tbt_target_s,
         )
         max_cut = 1
     else:
@@ -82,7 +84,7 @@ def make_scheduler(spec: str, preset: Preset) -> StepScheduler:
         )
         return VllmScheduler(**{**args, **overrides})
     cfg, max_cut = policy_for(name, preset, **overrides)
-    return PolicyScheduler(cfg, max_cut_requests=max_cut)
+    return PolicyScheduler(cfg, max_cut_requests=max_cut, pass_cost=preset.cost)
 
 
 def parse_spec(spec: str) -> tuple[RuleSet, dict[str, Any]]:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, overload
 
 from scheduler.config import PolicyConfig
 from scheduler.interleave import DecodeInterleave, PassKind
+from scheduler.pass_cost import PassCost
 from scheduler.planner import PassPlanner
 from scheduler.sim.request import Phase, SimRequest
 from scheduler.sim.step_plan import StepPlan
@@ -44,15 +45,25 @@ class CandidateView(Sequence[Candidate]):
 
 
 def to_candidate(req: SimRequest) -> Candidate:
-    return Candidate(req.rid, req.extend_tokens, req.kv_need_tokens)
+    return Candidate(req.rid, req.extend_tokens, req.kv_need_tokens, req.cached_tokens + req.num_prefilled)
 
 
 class PolicyScheduler:
-    """sglang's scheduling loop with its decisions taken by the policy core."""
+    """sglang's scheduling loop with its decisions taken by the policy core. `overlap_schedule`: sglang's default
+    overlap event loop (a request whose last token is in flight still holds its row when the next pass is planned:
+    `SimEngine`); off = sglang's ``--disable-overlap-schedule``. `pass_cost`: the engine's cost model, which SLO
+    sizing reads (the preset's; None = the static pass knobs)."""
 
-    def __init__(self, cfg: PolicyConfig, max_cut_requests: int = 1) -> None:
-        self.planner = PassPlanner(cfg)
+    def __init__(
+        self,
+        cfg: PolicyConfig,
+        max_cut_requests: int = 1,
+        overlap_schedule: bool = True,
+        pass_cost: PassCost | None = None,
+    ) -> None:
+        self.planner = PassPlanner(cfg, pass_cost=pass_cost)
         self.max_cut_requests = max_cut_requests
+        self.overlap_schedule = overlap_schedule
         self.interleave = DecodeInterleave()
 
     @property
@@ -75,22 +86,26 @@ class PolicyScheduler:
     def plan_step(self, engine: SimEngine) -> StepPlan:
         decoding_reqs = list(engine.iter_decoding())
         decoding = [r.rid for r in decoding_reqs]
-        if self.interleave.decode_due(len(decoding)):
+        # sglang's running batch: the finishing requests are still in it (their rows count against a mixed chunk
+        # and for the interleave), but they decode no more.
+        batch = [*decoding_reqs, *engine.finishing]
+        if self.interleave.decode_due(len(batch)):
             return StepPlan(PassKind.DECODE, decode=decoding)
-        num_short_decoding = sum(self.cfg.is_short(r.prompt_tokens - r.cached_tokens) for r in decoding_reqs)
+        num_short_decoding = sum(self.cfg.is_short(r.prompt_tokens - r.cached_tokens) for r in batch)
         snap = QueueSnapshot(
             waiting=CandidateView(engine.waiting),
             free_kv_tokens=engine.free_kv_tokens,
             free_running_slots=engine.free_running_slots,
             continuing=[to_candidate(r) for r in engine.running if r.phase is Phase.PREFILLING],
-            num_decoding=len(decoding),
+            num_decoding=len(batch),
             num_short_decoding=num_short_decoding,
+            decode_ctx_tokens=sum(r.context_tokens for r in decoding_reqs),
             max_cut_requests=self.max_cut_requests,
             pass_index=engine.num_passes,
             waiting_short=CandidateView(engine.waiting_short),
         )
         plan = self.planner.plan(snap)
-        kind = self.interleave.next_kind(self.cfg, bool(plan.grants), len(decoding), num_short_decoding)
+        kind = self.interleave.next_kind(self.cfg, bool(plan.grants), len(batch), num_short_decoding)
         rows = decoding if kind in (PassKind.MIXED, PassKind.DECODE) else []
         return StepPlan(kind, prefill={g.rid: g.tokens for g in plan.grants}, decode=rows)
 
@@ -110,6 +125,7 @@ class VllmScheduler:
         self.long_prefill_token_threshold = long_prefill_token_threshold
         self.chunked = chunked
         self.max_running_requests = max_running_requests
+        self.overlap_schedule = False
 
     def forget(self, rid: str) -> None:
         pass
@@ -131,7 +147,7 @@ class VllmScheduler:
             if req.phase is Phase.DECODING:
                 decode.append(req.rid)
                 budget -= 1
-            else:
+            elif req.phase is Phase.PREFILLING:
                 n = min(self._cap(req.extend_tokens), budget)
                 prefill[req.rid] = n
                 budget -= n

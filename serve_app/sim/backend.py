@@ -30,6 +30,7 @@ from serve_app.sim.stop import StopMatcher
 from serve_app.sim.streams import Streams, next_progress
 from serve_app.sim.synthetic_text import synthetic_text
 from serve_app.tokenizer import ApproxTokenizer
+from serve_app.ttft_prediction import interactive_pass_tokens, overtakes_queued_prefill, wait_pass_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +42,9 @@ class SimBackend:
         self.preset = PRESETS[cfg.sim.preset]
         self._base_policy, max_cut = base_policy(cfg.sim)
         self._counters = EngineCounters()
-        self.scheduler = PolicyScheduler(policy_config(self._base_policy, knobs.policy), max_cut_requests=max_cut)
+        self.scheduler = PolicyScheduler(
+            policy_config(self._base_policy, knobs.policy), max_cut_requests=max_cut, pass_cost=self.preset.cost
+        )
         self.engine = SimEngine(self.preset.cost, self.scheduler)
         self.streams = Streams()
         self.loop = EngineLoop(self.engine, self.streams, knobs.time_scale)
@@ -166,7 +169,7 @@ class SimBackend:
 
     # -- views -----------------------------------------------------------------------------
     def load(self) -> ReplicaLoad:
-        e = self.engine
+        e, policy = self.engine, self.scheduler.cfg
         prefilling = [r for r in e.running if r.phase is Phase.PREFILLING]
         return ReplicaLoad(
             num_waiting=len(e.waiting),
@@ -176,6 +179,12 @@ class SimBackend:
             max_running_requests=self.scheduler.max_running_requests,
             kv_used_tokens=e.kv_used_tokens,
             kv_total_tokens=self.preset.cost.kv_pool_tokens,
+            # The preset's cost in simulated seconds, as the policy's targets are.
+            prefill_tok_per_s=self.preset.cost.prefill_tok_per_s,
+            pass_fixed_s=self.preset.cost.fixed_s,
+            pass_tokens=wait_pass_tokens(policy, policy.chunk_budget_tokens),
+            interactive_pass_tokens=interactive_pass_tokens(policy, policy.chunk_budget_tokens),
+            short_first=overtakes_queued_prefill(policy),
         )
 
     def recent_sessions(self, limit: int) -> dict[str, int]:

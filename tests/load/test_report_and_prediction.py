@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from loadtests.app import upstream_policy_overrides
 from loadtests.prediction import population, predict
 from loadtests.recording import Sample
-from loadtests.report import figures, long_prefill_tok_per_s, to_engine_time
+from loadtests.report import figures, long_prefill_tok_per_s, slo_of, to_engine_time
 from loadtests.settings import LoadSettings
 from loadtests.stages import Stage
 from scheduler.sim.experiments import run_spec
@@ -18,6 +18,7 @@ from scheduler.sim.presets import PRESETS
 from scheduler.sim.request import TrafficClass
 from scheduler.sim.rules import RuleSet, policy_for
 from scheduler.sim.workload import Group, Workload
+from scheduler.slo import SloTargets
 from serve_app.config import policy_config
 
 CARD12GB = PRESETS["card12gb-27b"]
@@ -46,6 +47,22 @@ def test_failures_and_shed_are_counted_apart() -> None:
     ]
     f = figures(samples)
     assert (f["short requests"], f["failures"], f["shed (429/503)"]) == (1, 2, 1)
+
+
+def test_short_attainment_judges_every_short_request_sent_by_the_runs_targets() -> None:
+    base = dict(user="chat", intent="short", traffic_class="short")
+    samples = [
+        Sample(status=200, sent_at_s=0.0, ttft_s=0.2, e2e_s=1.0, itl_s=[0.05] * 10, **base),  # met
+        Sample(status=200, sent_at_s=1.0, ttft_s=0.9, e2e_s=1.5, itl_s=[0.05] * 10, **base),  # TTFT over
+        Sample(status=200, sent_at_s=2.0, ttft_s=0.1, e2e_s=2.0, itl_s=[0.05, 0.6], **base),  # a stall over TBT
+        Sample(status=429, shed=True, sent_at_s=3.0, **base),  # shed: no first token
+        long_sample(0.0, 30.0, 10_000),  # documents are not judged; their span counts
+    ]
+    f = figures(samples, SloTargets(ttft_s=0.5, tbt_s=0.3))
+    assert f["short SLO attainment"] == 25.0
+    assert f["short goodput"] == 1 / 31.0  # one met over the run's 31 s
+    assert figures(samples)["short SLO attainment"] is None  # no targets, nothing judged
+    assert slo_of({"ttft_target_s": 0.5, "tbt_target_s": 0.3}) == SloTargets(0.5, 0.3)
 
 
 @given(st.floats(0.01, 1.0), st.floats(0, 1e9))

@@ -20,9 +20,15 @@ class FakeTokenizerManager:
     async def get_loads(self) -> list[Any]:
         return []
 
+    async def get_internal_state(self) -> list[dict[str, Any]]:
+        """One scheduler's internal state, with the plugin's live state as it reports it."""
+        return [{"max_total_num_tokens": 4096, "fairshare": dict(FakeSglangEngine.policy_state)}]
+
 
 class FakeSglangEngine:
     started: ClassVar[list[FakeSglangEngine]] = []
+    policy_state: ClassVar[dict[str, Any]] = {}
+    """What the plugin reports in the scheduler's internal state (`SchedulerPolicy.describe`)."""
 
     def __init__(self, **kwargs: Any) -> None:
         self.kwargs = kwargs

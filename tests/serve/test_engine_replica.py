@@ -38,6 +38,7 @@ def isolated(monkeypatch):
     # The backend exports the policy as FAIRSHARE_* variables: keep them inside the test.
     monkeypatch.setattr(os, "environ", {k: v for k, v in os.environ.items() if not k.startswith("FAIRSHARE_")})
     FakeSglangEngine.started = []
+    FakeSglangEngine.policy_state = {}
     ctx = SimpleNamespace(replica_tag="Engine#r0", rank=SimpleNamespace(rank=0), world_size=1)
     monkeypatch.setattr(engine_module.serve, "get_replica_context", lambda: ctx)
     monkeypatch.setattr(
@@ -120,6 +121,23 @@ def test_a_live_policy_change_on_sglang_restarts_the_engine_with_the_new_policy(
     assert second.env == {"FAIRSHARE_MAX_RUNNING_REQUESTS": "8"}  # a dropped override is not inherited
     assert rep.backend.policy.max_running_requests == 8
     assert rep.backend.describe()["engine_starts"] == 2
+
+
+def test_the_admin_view_shows_the_plugins_live_state() -> None:
+    FakeSglangEngine.policy_state = {"status": "active", "pass_cost": {"model": "fitted", "window_passes": 512}}
+
+    async def go():
+        rep = replica()
+        await rep.reconfigure({})
+        deadline = time.monotonic() + 10
+        while not rep.backend.describe()["scheduler_policy"] and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        view = await rep.describe()
+        await rep.backend.shutdown()
+        return view
+
+    view = asyncio.run(go())
+    assert view["scheduler_policy"] == [FakeSglangEngine.policy_state]  # one scheduler: one state
 
 
 def test_mixed_chunk_has_no_second_switch() -> None:

@@ -85,3 +85,22 @@ def test_a_replica_under_its_limits_is_the_one_serve_sends_to() -> None:
 
     chosen, request = asyncio.run(scenario())
     assert chosen.unique_id == "C2" and request.kwargs[ROUTE_KWARG].decision.replica_id == "C2"
+
+
+def test_a_loading_replica_gets_nothing_and_the_request_goes_out_once_one_is_up() -> None:
+    loading = ReplicaLoad(ready=False)
+    replicas = [FakeReplica("R1", Lane.BOTH, loading), FakeReplica("R2", Lane.BOTH, loading)]
+
+    async def scenario() -> tuple[Any, PendingRequest, bool]:
+        request = pending(30)
+        router = LaneRouter(DEPLOYMENT, DeploymentHandleSource.REPLICA)
+        router.initialize_state()
+        router.update_replicas(replicas)
+        choice = asyncio.ensure_future(router._choose_replica_for_request(request))
+        await asyncio.sleep(0.5)
+        waited = not choice.done()  # no replica is ready: Serve's loop keeps asking, nothing is sent
+        replicas[1].load = ReplicaLoad()  # R2's engine is up
+        return await asyncio.wait_for(choice, timeout=10), request, waited
+
+    chosen, request, waited = asyncio.run(scenario())
+    assert waited and chosen.unique_id == "R2" and request.kwargs[ROUTE_KWARG].decision.replica_id == "R2"

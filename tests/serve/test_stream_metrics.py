@@ -1,4 +1,5 @@
-"""TTFT and ITL at the ingress: one rule (`StreamTimer`) on the relayed bytes, whichever backend wrote them."""
+"""TTFT and ITL at the ingress, and each response judged against its SLO targets: one rule (`StreamTimer`) on the
+relayed bytes, whichever backend wrote them."""
 
 from __future__ import annotations
 
@@ -12,10 +13,13 @@ from hypothesis import strategies as st
 from sglang.srt.entrypoints.openai.sse_utils import build_sse_content
 
 import serve_app.relay as relay_module
+from scheduler.slo import SloTargets
+from scheduler.traffic import TrafficClass
 from serve_app.endpoints import CHAT, COMPLETIONS, ResponseIds
-from serve_app.engine_backend import JSON, SSE, OpenAIRequest, ResponseBody, ResponseStart
+from serve_app.engine_backend import JSON, SSE, OpenAIRequest, ReplicaLoad, ResponseBody, ResponseStart
 from serve_app.metrics import StreamTimer
 from serve_app.protocol import Usage
+from serve_app.route_records import Lane, ReplicaView, RouteDecision, RouteReason, RoutingStats
 from serve_app.routed_call import RoutedCall
 from serve_app.sim.generation import Chunk
 from serve_app.sim.serving import SimServing
@@ -28,7 +32,7 @@ IDS = ResponseIds("chatcmpl-1", 1700000000, "m")
 
 class RecordingMetrics:
     def __init__(self) -> None:
-        self.requests, self.shed = FakeCounter(), FakeCounter()
+        self.requests, self.shed, self.slo = FakeCounter(), FakeCounter(), FakeCounter()
         self.ttft: list[tuple[str, str, float]] = []
         self.itl: list[tuple[str, str, float]] = []
 
@@ -53,6 +57,56 @@ def test_first_arrival_is_ttft_later_ones_spread_their_gap_and_empty_ones_count_
     assert [round(s, 6) for *_, s in m.ttft] == [0.2]
     assert [round(s, 6) for *_, s in m.itl] == [0.1, 0.2]  # 0.4 s over 4 tokens; then 0.2 s since the last tokens
     assert {t[:2] for t in m.ttft + m.itl} == {("chat", "short")}
+
+
+def slo_counts(m: RecordingMetrics) -> dict[str, str]:
+    """target -> outcome of the one request counted."""
+    assert all(n == 1 for n in m.slo.counts.values())
+    return {dict(k)["target"]: dict(k)["outcome"] for k in m.slo.counts}
+
+
+CHAT_SLO = SloTargets(ttft_s=0.5, tbt_s=0.3)
+
+
+def test_a_finished_stream_is_counted_within_or_over_each_of_its_targets() -> None:
+    m = RecordingMetrics()
+    timer = StreamTimer(m, "chat", "short", received_s=10.0, slo=CHAT_SLO)
+    for at_s in (10.4, 10.5, 10.9, 11.0):  # TTFT 0.4 s; gaps 0.1, 0.4 (over), 0.1
+        timer.tokens(1, at_s)
+    timer.finish()
+    assert slo_counts(m) == {"ttft": "within", "tbt": "over", "all": "over"}
+    assert {(dict(k)["lane"], dict(k)["traffic_class"]) for k in m.slo.counts} == {("chat", "short")}
+
+
+def test_the_tbt_target_is_the_p99_of_a_streams_gaps() -> None:
+    # 200 gaps: the p99 (nearest rank) is the 198th smallest, so two stalls over the target still meet it.
+    m = RecordingMetrics()
+    timer = StreamTimer(m, "chat", "short", received_s=0.0, slo=CHAT_SLO)
+    at_s = 0.3
+    timer.tokens(1, at_s)
+    for i in range(200):
+        at_s += 0.9 if i in (50, 150) else 0.05
+        timer.tokens(1, at_s)
+    timer.finish()
+    assert slo_counts(m) == {"ttft": "within", "tbt": "within", "all": "within"}
+
+
+def test_a_class_without_targets_is_not_counted() -> None:
+    m = RecordingMetrics()
+    timer = StreamTimer(m, "long", "long", received_s=0.0)
+    timer.tokens(1, 30.0)
+    timer.finish()
+    assert m.slo.counts == {}
+
+
+def test_a_route_carries_its_class_targets_from_the_replica_that_serves_it() -> None:
+    stats = RoutingStats.from_dict(
+        RoutingStats(Lane.BOTH, ReplicaLoad(), 2048, 0.0, interactive_slo=CHAT_SLO).to_dict()
+    )
+    view = ReplicaView.from_stats("r0", stats)
+    assert view.slo_for(TrafficClass.SHORT) == CHAT_SLO
+    assert view.slo_for(TrafficClass.LONG) == SloTargets()  # documents are not judged on latency
+    assert RoutingStats.from_dict({}).interactive_slo == SloTargets()  # nothing published yet: nothing judged
 
 
 # -- counting text-bearing events without decoding JSON --------------------------------------------
@@ -95,6 +149,7 @@ def test_an_error_event_carries_no_text() -> None:
 def call() -> RoutedCall:
     c = RoutedCall("s", received_s=0.0)
     c.first_item_s = 0.25
+    c.decision = RouteDecision("r0", Lane.CHAT, TrafficClass.SHORT, RouteReason.LEAST_LOADED, 5, "s", CHAT_SLO)
     return c
 
 
@@ -135,6 +190,7 @@ def test_the_sim_backends_stream_observes_ttft_at_the_first_text_and_itl_per_tex
     assert [s for *_, s in m.ttft] == [0.25]  # the first item, which carries the first text
     assert [s for *_, s in m.itl] == [0.75, 1.0]  # t=1 after 0.25; t=2 after t=1, for one event (three tokens)
     assert m.requests.counts == {(("endpoint", "chat"), ("status", "200")): 1}
+    assert slo_counts(m) == {"ttft": "within", "tbt": "over", "all": "over"}  # judged by the route's targets
 
 
 def test_a_whole_response_observes_ttft_when_its_text_arrives(clock) -> None:
@@ -147,6 +203,20 @@ def test_a_whole_response_observes_ttft_when_its_text_arrives(clock) -> None:
 
     assert json.loads(asyncio.run(go()))["choices"][0]["message"]["content"] == "ab"
     assert [s for *_, s in m.ttft] == [0.25] and m.itl == []
+    assert slo_counts(m) == {"ttft": "within", "tbt": "within", "all": "within"}  # its tokens arrive together
+
+
+def test_an_error_response_is_neither_timed_nor_judged(clock) -> None:
+    m = RecordingMetrics()
+    body = b'{"error": {"message": "bad", "type": "invalid_request_error", "code": 400}}'
+
+    async def go():
+        return await relay_module.whole_body(
+            FakeStream([]), [ResponseStart(400, JSON), ResponseBody(body)], call(), CHAT, m, timed=False
+        )
+
+    assert asyncio.run(go()) == body
+    assert m.ttft == [] and m.slo.counts == {}
 
 
 @pytest.mark.parametrize("endpoint", [CHAT, COMPLETIONS], ids=lambda e: e.name)
@@ -174,3 +244,19 @@ def test_the_sglang_relay_observes_the_same_from_the_sse_bytes(clock, endpoint) 
     assert [s for *_, s in m.itl] == [1.0, 0.5]
     assert m.requests.counts == {(("endpoint", endpoint.name), ("status", "200")): 1}
     assert not stream.cancelled
+    assert slo_counts(m) == {"ttft": "over", "tbt": "over", "all": "over"}  # the same verdicts as the sim path
+
+
+def test_a_stream_the_engine_ended_with_an_error_is_counted_with_it_and_not_judged(clock) -> None:
+    m = RecordingMetrics()
+    text = _our_stream(CHAT, ["a"], include_usage=False)
+    error = b'data: {"error": {"message": "aborted", "type": "server_error", "code": 503}}\n\ndata: [DONE]\n\n'
+    stream = FakeStream([[ResponseBody(text[: text.index(b"data: [DONE]")])], [ResponseBody(error, 503)]])
+
+    async def go():
+        return [p async for p in relay_module.relay(stream, [ResponseStart(200, SSE)], call(), CHAT, m)]
+
+    asyncio.run(go())
+    assert [s for *_, s in m.ttft] == [1.0]  # its text was timed as it came
+    assert m.requests.counts == {(("endpoint", "chat"), ("status", "503")): 1}
+    assert m.slo.counts == {}  # it did not end normally: no verdict

@@ -3,6 +3,7 @@ the decode interval are sglang's own arguments; where the policy cannot hold, up
 
 import dataclasses
 import logging
+import math
 from collections import defaultdict
 
 import pytest
@@ -42,6 +43,11 @@ SWITCH_VALUES = {
     "reserve_slots": ("2", 2),
     "reserve_kv_tokens": ("3000", 3000),
     "short_decode_interleave": ("false", False),
+    "slo_sizing": ("false", False),
+    "ttft_target_s": ("0.8", 0.8),
+    "tbt_target_s": ("0.4", 0.4),
+    "long_pass_floor_tokens": ("128", 128),
+    "slot_aware_passes": ("false", False),
 }
 SGLANG_OWNED = {"mixed_decode": "enable_mixed_chunk", "decode_steps_per_prefill": "prefill_decode_interval"}
 
@@ -291,6 +297,13 @@ def test_switched_off_with_the_clock_on_only_upstreams_call_is_timed(monkeypatch
     assert target.endswith("Scheduler._get_new_batch_prefill_raw")
 
 
+def test_switched_off_with_the_trace_on_upstreams_decisions_are_traced(monkeypatch, fresh_registry, tmp_path):
+    monkeypatch.setenv("FAIRSHARE_PLUGIN_ENABLED", "0")
+    monkeypatch.setenv("FAIRSHARE_PASS_TRACE", str(tmp_path / "passes.jsonl"))
+    loading.load()
+    assert {t: len(h) for t, h in fresh_registry.items()} == {spec.target: 1 for spec in hooks.UPSTREAM_TRACE_TARGETS}
+
+
 def test_an_unresolved_target_patches_nothing(monkeypatch, fresh_registry, caplog):
     bogus = hooks.HookSpec("sglang.srt.managers.scheduler.Scheduler.no_such_method", *hooks.TARGETS[0][1:])
     monkeypatch.setattr(hooks, "TARGETS", (*hooks.TARGETS, bogus))
@@ -304,3 +317,18 @@ def test_load_registers_every_target_once(fresh_registry):
     loading.load()
     loading.load()
     assert {t: len(h) for t, h in fresh_registry.items()} == {spec.target: 1 for spec in hooks.TARGETS}
+
+
+def test_under_tensor_parallelism_the_pass_cost_fit_stays_off(caplog):
+    """Each rank times its own passes: a fit per rank would plan different passes on different ranks."""
+    single = attach_policy(build_scheduler(SEED_ENGINE, patched=True))
+    assert single.pass_cost.frozen_reason is None and single.timer is not None
+    sched = build_scheduler(SEED_ENGINE, patched=True)
+    sched.tp_size = 2
+    fit = attach_policy(sched).pass_cost
+    assert fit.frozen_reason.startswith("tp_size=2")
+    for _ in range(200):
+        fit.observe(512, 131_328.0, 4, 4000, 0.01)
+    assert fit.model is fit.prior and fit.num_fits == 0 and fit.num_observed == 200
+    assert math.isnan(fit.pass_s(512, 131_328.0, 4, 4000))  # no prediction: the static knobs on every rank
+    assert any("the pass-cost fit is off (tp_size=2" in m for m in caplog.messages)

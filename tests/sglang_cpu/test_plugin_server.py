@@ -17,7 +17,8 @@ import pytest
 from harness.cpu_env import CPU_SERVER_ARGS, cpu_sglang_env
 from harness.sglang_server import PLUGIN_START_LINE, LocalServer
 from harness.sglang_traffic import Generation, load, prompt_ids, trace_since, wait_for, wait_idle
-from scheduler.pass_trace import read_pass_trace
+from scheduler.pass_cost import chunk_ctx_pairs
+from scheduler.pass_trace import read_pass_timings, read_pass_trace
 from scheduler.sglang_plugin.clock import PassKind, read_clock
 
 pytestmark = [pytest.mark.sglang_cpu, pytest.mark.timeout(1200)]  # server starts on a loaded 2-core CPU
@@ -132,6 +133,28 @@ def test_abort_of_a_running_and_a_queued_request_frees_their_kv(server, trace_pa
     assert running.finish_reason == "abort"
     idle = wait_for("the KV to be freed", lambda: (s := wait_idle(server))["num_used_tokens"] == 0 and s)
     assert idle["num_running_reqs"] == 0 and idle["num_waiting_reqs"] == 0
+
+
+def test_every_pass_is_timed_where_its_result_lands_and_fitted(server, trace_path):
+    wait_idle(server)
+    start = len(read_pass_timings(trace_path))
+    planned = len(read_pass_trace(trace_path))
+    Generation(server, "timed", prompt_ids(700, seed=77), max_new_tokens=20).finish()
+    wait_idle(server)
+    timed = read_pass_timings(trace_path)[start:]
+    # What the fit was fed, counted: the request's chunks (their attention pairs add up to its prompt's), then one
+    # decode row per token after the first, each attending to its whole sequence.
+    assert sum(t["prefill_tokens"] for t in timed) == 700
+    assert sum(t["prefill_ctx_pairs"] for t in timed) == chunk_ctx_pairs(0, 700)
+    assert sum(t["decode_rows"] for t in timed) == 19
+    assert sum(t["decode_ctx_tokens"] for t in timed) == sum(700 + i for i in range(1, 20))
+    assert all(t["measured_s"] > 0 and t["predicted_s"] > 0 for t in timed)
+    # The planned passes carry the model they were planned with; sglang's internal state has the live one.
+    assert all("pass_cost" in r for r in read_pass_trace(trace_path)[planned:])
+    state = server.request("GET", "/server_info")["internal_states"][0]["fairshare"]
+    assert state["status"] == "active" and state["timed_passes"] == len(read_pass_timings(trace_path))
+    fit = state["pass_cost"]
+    assert fit["model"] == "fitted" and fit["observed_passes"] == state["timed_passes"] and fit["frozen"] is None
 
 
 MIXED_BATCH = {

@@ -259,7 +259,9 @@ def test_lanes_and_session_affinity(app: App) -> None:
     (h1, _), (h2, _) = short
     assert (h1["x-lane"], h1["x-traffic-class"]) == ("chat", "short")
     assert (long_headers["x-lane"], long_headers["x-traffic-class"]) == ("long", "long")
-    assert h1["x-replica"] == h2["x-replica"] != long_headers["x-replica"]
+    # Lanes follow the load here (`long_lane_replicas: null`): a document may share a replica with the chats, so
+    # only the chats' affinity is a rule; static lanes are tested without Ray in tests/serve/test_routing.py.
+    assert h1["x-replica"] == h2["x-replica"]
     assert h2["x-route"] == "affinity"
 
 

@@ -1,0 +1,305 @@
+"""This app beside its peers: one seeded closed-loop workload against several fronts in turn, on the same engines.
+
+    python -m loadtests.peers                                          # the four fronts, 150 s each
+    python -m loadtests.peers --duration-s 30 --fronts fairshare,round_robin   # a quick look
+
+Every front serves the same tiny random-weight Llama (`harness.tiny_model`, a 32,768-token context: a
+12,000-token document takes seconds to prefill on one core) on two CPU sglang 0.5.23 engines with the same
+settings (`EngineSettings`), `OMP_NUM_THREADS=1`, and the niceness of Ray's workers (15) for every engine
+process, so each front gets the same CPU share. Fronts, in turn:
+
+- `fairshare`: this app (`config.sglang-cpu.yaml`): lanes that follow the load, the plugin's rules.
+- `fairshare-off`: this app with the plugin's upstream rules (skip-ahead, fair share, adaptive passes and mixed
+  decode off) and Ray Serve's default router (no lanes).
+- `cache_aware`, `round_robin`: `sglang-router` (the `bench` extra: `pip install -e '.[bench]'`) in front of
+  two stock sglang servers (the plugin switched off).
+
+The workload (closed loop, streaming): 2 document users (a 10-14k-token document, then one follow-up question
+on it in the same session, then the next document) and 4 chat users (20-60-token questions, 4 a session, 16
+output tokens), each thinking 0.5-1.5 s between requests, for `--duration-s`; prompts are sized in the model's
+own tokens (characters per token measured on its tokenizer). The table (chat TTFT, ITL, document TTFT and
+prompt tokens/s, follow-up TTFT, SLO attainment, failures, the ratio of this app to the best peer) goes to
+docs/results/peers/ with a PNG beside it (`harness.results`; `FAIRSHARE_RESULTS_DIR` moves the folder).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from harness import local_serve as sc
+from harness.cpu_env import CPU_SERVER_ARGS, cpu_sglang_env
+from harness.net import free_port
+from harness.results import LATEST_NAME, BenchmarkRun
+from harness.sglang_server import LocalServer
+from loadtests import prompts
+from loadtests.app import LocalApp
+from loadtests.peer_report import Front, markdown, plot
+from loadtests.recording import read_samples
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIG = REPO / "config.sglang-cpu.yaml"
+FRONTS = ("fairshare", "fairshare-off", "cache_aware", "round_robin")
+UPSTREAM_RULES = {"skip_ahead": False, "fair_share": False, "adaptive_pass": False, "mixed_decode": False}
+"""The plugin's rules as upstream sglang has them (stock servers run without `--enable-mixed-chunk`)."""
+ENGINE_NICENESS = 15
+"""Ray starts its workers at this niceness; the stock servers run at the same."""
+LOCUST_GRACE_S = 300
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """One engine's settings, the same under every front."""
+
+    context_tokens: int = 32_768
+    chunk_tokens: int = 2048
+    max_running_requests: int = 8
+    max_total_tokens: int = 65_536
+
+    def server_args(self) -> list[str]:
+        return [
+            *CPU_SERVER_ARGS,
+            "--context-length",
+            str(self.context_tokens),
+            "--chunked-prefill-size",
+            str(self.chunk_tokens),
+            "--max-running-requests",
+            str(self.max_running_requests),
+            "--max-total-tokens",
+            str(self.max_total_tokens),
+            "--log-level",
+            "warning",
+            "--enable-cache-report",
+        ]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m loadtests.peers", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--fronts", default=",".join(FRONTS), help=f"Fronts to run, in order, from {list(FRONTS)}.")
+    ap.add_argument("--duration-s", type=float, default=150.0, help="Length of each front's run (wall s).")
+    ap.add_argument("--seed", type=int, default=23, help="Seed of the workload (the same for every front).")
+    ap.add_argument("--model", type=Path, default=None, help="A tiny model built with the context (default: build).")
+    ap.add_argument("--out", type=Path, default=Path("loadtest-out/peers"), help="Samples and logs.")
+    args = ap.parse_args(argv)
+    fronts = [f for f in args.fronts.split(",") if f]
+    bad = [f for f in fronts if f not in FRONTS]
+    if bad or not fronts:
+        ap.error(f"--fronts: unknown {bad}; choose from {list(FRONTS)}")
+    if args.duration_s <= 0:
+        ap.error(f"--duration-s {args.duration_s}: must be > 0")
+    args.fronts = fronts
+    return args
+
+
+def chars_per_token(model: Path) -> float:
+    """Characters per token of the model's tokenizer on the workload's documents."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(model))
+    text = prompts.document("doc-probe", 4000, 4.0, random.Random(0))
+    return len(text) / len(tok(text).input_ids)
+
+
+def workload_flags(seed: int, cpt: float, duration_s: float) -> list[str]:
+    return [
+        *("--chat-weight", "4", "--doc-weight", "2", "--doc-tokens", "10000:14000", "--doc-followups", "1"),
+        *("--question-tokens", "20:60", "--chat-turns", "4", "--think-s", "0.5:1.5"),
+        *("--chat-max-tokens", "16", "--doc-max-tokens", "16", "--request-timeout-s", "600"),
+        *("--chars-per-token", f"{cpt:.4f}", "--seed", str(seed)),
+        *("-u", "6", "-r", "100", "-t", f"{duration_s:.0f}s", "--stop-timeout", "240"),
+    ]
+
+
+def run_locust(url: str, name: str, flags: list[str], out: Path, duration_s: float) -> Front:
+    samples = out / f"{name}.samples.jsonl"
+    samples.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "locust", "-f", str(REPO / "loadtests" / "locustfile.py"), "--headless"]
+    cmd += ["--host", url, "--only-summary", "--samples-file", str(samples), *flags]
+    load_start = os.getloadavg()[0]
+    with open(out / f"{name}.locust.log", "w") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, preexec_fn=lambda: os.nice(15))
+        try:
+            proc.wait(timeout=duration_s + LOCUST_GRACE_S)
+        except subprocess.TimeoutExpired:
+            proc.terminate()
+            proc.wait(timeout=60)
+    start = float(Path(f"{samples}.start").read_text()) if Path(f"{samples}.start").exists() else time.time()
+    got = read_samples(samples) if samples.exists() else []
+    return Front(name, got, start, load_start, os.getloadavg()[0], proc.returncode)
+
+
+# -- the fronts -------------------------------------------------------------------------------------------------
+
+
+def app_front(model: Path, engine: EngineSettings, upstream: bool) -> Callable[[], contextlib.AbstractContextManager]:
+    """This app on a local Ray + Serve; `upstream`: the plugin's upstream rules and Serve's default router."""
+    os.environ.update({k: v for k, v in cpu_sglang_env().items() if k in ("PYTHONPATH", "OMP_NUM_THREADS")})
+
+    def edit(cfg: dict[str, Any]) -> None:
+        app = cfg["applications"][0]
+        app["args"].pop("embeddings", None)
+        app["deployments"] = [d for d in app["deployments"] if d["name"] != "Embedder"]
+        s = app["args"]["sglang"]
+        s.update(
+            model_path=str(model),
+            context_length=engine.context_tokens,
+            chunked_prefill_size=engine.chunk_tokens,
+            max_running_requests=engine.max_running_requests,
+        )
+        s["engine_args"].update(max_total_tokens=engine.max_total_tokens, enable_cache_report=True)
+        app["args"]["max_context_tokens"] = engine.context_tokens
+        if upstream:
+            sc.deployment(cfg, "Engine").pop("request_router_config", None)  # Ray Serve's default router
+
+    policy = dict(sc.deployment(_config(), "Engine")["user_config"].get("policy") or {})
+    if upstream:
+        policy.update(UPSTREAM_RULES)
+
+    @contextlib.contextmanager
+    def start() -> Iterator[tuple[str, str]]:
+        with LocalApp(CONFIG, {"engine_replicas": 2, "policy": policy}, edit=edit, deploy_timeout_s=900) as local:
+            yield local.url, model_id(local.url)
+
+    return start
+
+
+def _config() -> dict[str, Any]:
+    import yaml
+
+    return yaml.safe_load(CONFIG.read_text())
+
+
+def router_front(
+    model: Path, engine: EngineSettings, policy: str, out: Path
+) -> Callable[[], contextlib.AbstractContextManager]:
+    """`sglang-router` with `policy` in front of two stock sglang servers (the plugin off)."""
+
+    @contextlib.contextmanager
+    def start() -> Iterator[tuple[str, str]]:
+        env = cpu_sglang_env(plugin_enabled=False)
+        servers = [LocalServer(model, engine.server_args(), env, out / f"{policy}.server{i}.log") for i in range(2)]
+        for server in servers:
+            server.command = ["nice", "-n", str(ENGINE_NICENESS), *server.command]
+        try:
+            with ThreadPoolExecutor(2) as pool:
+                list(pool.map(LocalServer.start, servers))
+            workers = [f"http://127.0.0.1:{s.port}" for s in servers]
+            with launch_router(policy, workers, out) as url:
+                yield url, model_id(workers[0])  # the router lists no models: a worker does
+        finally:
+            for server in servers:
+                server.stop()
+
+    return start
+
+
+@contextlib.contextmanager
+def launch_router(policy: str, workers: list[str], out: Path, timeout_s: float = 120) -> Iterator[str]:
+    port = free_port()
+    cmd = [sys.executable, "-m", "sglang_router.launch_router", "--worker-urls", *workers, "--policy", policy]
+    cmd += ["--host", "127.0.0.1", "--port", str(port), "--prometheus-port", str(free_port()), "--log-level", "warn"]
+    with open(out / f"{policy}.router.log", "w") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with contextlib.suppress(requests.RequestException):
+                if requests.get(f"{url}/health", timeout=5).status_code == 200:
+                    break
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"sglang-router did not start; see {out / f'{policy}.router.log'}")
+            time.sleep(1)
+        yield url
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def warm_up(url: str, model: str, timeout_s: float = 300) -> None:
+    """Requests through the front: every lazy path (tokenizer, first pass) is taken before the clock starts. A front
+    may answer 503 until it has seen its engines healthy (sglang-router checks its workers): asked again."""
+    body = {"model": model, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 2}
+    deadline, answered = time.monotonic() + timeout_s, 0
+    while answered < 2:
+        r = requests.post(f"{url}/v1/chat/completions", json=body, timeout=300)
+        if r.status_code == 200:
+            answered += 1
+        elif r.status_code != 503 or time.monotonic() > deadline:
+            r.raise_for_status()
+        else:
+            time.sleep(1)
+
+
+def model_id(url: str) -> str:
+    return requests.get(f"{url}/v1/models", timeout=60).json()["data"][0]["id"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    run = BenchmarkRun("peers")
+    args.out.mkdir(parents=True, exist_ok=True)
+    engine = EngineSettings()
+    with tempfile.TemporaryDirectory(prefix="peers-model-") as tmp:
+        model = args.model or _build_model(Path(tmp), engine.context_tokens)
+        cpt = chars_per_token(model)
+        flags = workload_flags(args.seed, cpt, args.duration_s)
+        starts = {
+            "fairshare": app_front(model, engine, upstream=False),
+            "fairshare-off": app_front(model, engine, upstream=True),
+            "cache_aware": router_front(model, engine, "cache_aware", args.out),
+            "round_robin": router_front(model, engine, "round_robin", args.out),
+        }
+        results: list[Front] = []
+        broken: dict[str, str] = {}
+        for name in args.fronts:
+            print(f"{name}: starting", flush=True)
+            try:
+                with starts[name]() as (url, model_name):
+                    warm_up(url, model_name)
+                    print(f"{name}: {args.duration_s:.0f} s of load", flush=True)
+                    results.append(run_locust(url, name, [*flags, "--model", model_name], args.out, args.duration_s))
+            except Exception as e:  # the other fronts still run; the result file says which one did not
+                broken[name] = f"{type(e).__name__}: {str(e)[:300]}"
+                print(f"{name}: did not run: {broken[name]}", flush=True)
+                continue
+            print(f"{name}: {len(results[-1].samples)} requests", flush=True)
+    body = markdown(results, engine, cpt, args.duration_s, args.seed)
+    if broken:
+        body += "\nFronts that did not run:\n" + "".join(f"- {n}: `{why}`\n" for n, why in broken.items())
+    print(body)
+    path = run.write("This app beside sglang-router: chats and documents on two CPU engines", body)
+    png = path.with_suffix(".png")
+    plot(results, png)
+    for written in (path, path.parent / LATEST_NAME):  # the picture beside the table, linked from both
+        written.write_text(written.read_text() + f"\n![chat TTFT and document throughput by front]({png.name})\n")
+    print(f"written: {path} and {png.name}")
+    return 0 if not broken and all(f.failures == 0 for f in results) else 1
+
+
+def _build_model(directory: Path, context_tokens: int) -> Path:
+    from harness.tiny_model import TinyModelSpec, build_tiny_model
+
+    return build_tiny_model(directory, TinyModelSpec(byte_level=True, max_position_embeddings=context_tokens))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

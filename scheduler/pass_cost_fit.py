@@ -1,0 +1,244 @@
+"""The pass-cost model fitted online from an engine's own measured passes: a `PassCost` that needs no preset.
+
+The model is linear in the four figures of `PassCost.pass_s`, with non-negative coefficients, so a prediction
+never falls when a pass grows in any of them:
+
+    pass_s = fixed_s + prefill_token_s * prefill_tokens + prefill_pair_s * prefill_ctx_pairs
+           + decode_row_s * decode_rows + decode_ctx_token_s * decode_ctx_tokens        (0 for an empty pass)
+
+The simulator's cost model combines the fixed cost with the rest by a p-norm (p >= 1); a sum is its upper bound,
+so the linear form errs on the slow side where the fixed cost overlaps with compute.
+
+The fit, over a sliding window of the last `FitSettings.window_passes` measured passes:
+
+- non-negative least squares on *relative* error (each pass weighted by 1 / its duration), so a 5 ms decode pass
+  counts as much as a 2 s prefill pass and the median relative error is what the fit minimises in effect;
+- coefficients measured in units of the prior's and pulled towards it by a fraction of a pass
+  (`prior_weight_passes`) in each figure: a coefficient the window does not exercise (no long context yet, no
+  decode rows) stays at the prior, the split between figures that always move together leans to the prior's,
+  and everything else is set by the data (hundreds of passes against a tenth of one);
+- then fitted again without the `trim_fraction` passes it fits worst: a pass the OS preempted, a first pass
+  after idle, a garbage-collection pause;
+- after `min_passes` measured passes, then at intervals growing to `refit_every_passes`, not every pass: between
+  refits a pass costs a prediction and a row written into fixed arrays (the scheduler loop times every pass).
+
+The prior is the slowest engine this project has figures for (the article's 12 GB card with a 27B model, preset
+``card12gb-27b``), summed instead of p-norm-combined: it predicts passes slower than nearly any engine runs them,
+so where the window has not exercised a figure the fit errs slow and a controller sizing passes from it chooses
+small ones. Until the first fit `pass_s` predicts nothing (NaN, which the planner reads as "no usable model" and
+sizes passes with its static knobs): before any measurement a guessed prior would make the controller shrink
+every pass to its floor (with the article's card as prior, a document gets a token a pass), and the static knobs
+are the policy's own safe default. The prior's predictions are still scored, so the error shows how far off it is.
+
+Its error is that of every model here: each measured pass is first predicted by the model in force (the prior
+before the first fit), before it joins the window, and the median absolute relative error of those predictions
+over the window is reported (out of sample, the prior's misses included until they leave the window).
+
+Deterministic given its inputs: the same measured passes in the same order give the same coefficients. Across
+tensor-parallel ranks the inputs differ (each rank times its own passes), so `OnlinePassCost` can be frozen
+(`frozen_reason`): it still measures its error, never fits, and so never predicts: every rank sizes passes with the
+static knobs, the same on each.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+from scipy.optimize import nnls
+
+from scheduler.sim.presets import CARD12GB
+
+NUM_FEATURES = 5
+"""The intercept (fixed cost) and the four figures of `PassCost.pass_s`."""
+ABSENT_FIGURE = 1e-12
+"""Mean square share of the passes' time below which a figure counts as absent from the window."""
+
+
+@dataclass(frozen=True, slots=True)
+class LinearPassCost:
+    """A `PassCost` linear in its figures; what the online fit produces and its prior."""
+
+    fixed_s: float
+    prefill_token_s: float
+    prefill_pair_s: float
+    decode_row_s: float
+    decode_ctx_token_s: float
+
+    def __post_init__(self) -> None:
+        bad = {f.name: getattr(self, f.name) for f in fields(self) if not getattr(self, f.name) >= 0}
+        if bad:
+            raise ValueError(f"pass-cost coefficients must be finite and >= 0: {bad}")
+
+    def pass_s(self, prefill_tokens: int, prefill_ctx_pairs: float, decode_rows: int, decode_ctx_tokens: int) -> float:
+        if prefill_tokens == 0 and decode_rows == 0:
+            return 0.0
+        return (
+            self.fixed_s
+            + self.prefill_token_s * prefill_tokens
+            + self.prefill_pair_s * prefill_ctx_pairs
+            + self.decode_row_s * decode_rows
+            + self.decode_ctx_token_s * decode_ctx_tokens
+        )
+
+    def coefficients(self) -> tuple[float, float, float, float, float]:
+        """In feature order: intercept, prefill tokens, prefill pairs, decode rows, decode context tokens."""
+        return (self.fixed_s, self.prefill_token_s, self.prefill_pair_s, self.decode_row_s, self.decode_ctx_token_s)
+
+    @classmethod
+    def from_coefficients(cls, values: Any) -> LinearPassCost:
+        return cls(*(float(v) for v in values))
+
+    def to_dict(self) -> dict[str, float]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def prior_from(cost: Any) -> LinearPassCost:
+    """The linear upper bound of a simulator `CostModel` (fixed cost and compute summed, p = 1)."""
+    return LinearPassCost(
+        fixed_s=cost.fixed_s,
+        prefill_token_s=1.0 / cost.prefill_tok_per_s,
+        prefill_pair_s=cost.attn_s_per_token_ctx,
+        decode_row_s=cost.decode_row_s,
+        decode_ctx_token_s=cost.attn_s_per_token_ctx,
+    )
+
+
+PRIOR = prior_from(CARD12GB.cost)
+"""The slowest engine with figures here (see the module docstring): safe until the fit has data."""
+
+
+@dataclass(frozen=True, slots=True)
+class FitSettings:
+    window_passes: int = 512
+    """Measured passes the fit keeps (a ring: memory is fixed)."""
+    refit_every_passes: int = 64
+    """Measured passes between refits."""
+    min_passes: int = 8
+    """No fit on fewer passes than this: no prediction until then."""
+    prior_weight_passes: float = 0.1
+    """The prior's weight per coefficient, in passes of the window's own size in that figure: it decides only what
+    the window cannot (a figure no pass exercised, the split between figures that always move together)."""
+    trim_fraction: float = 0.1
+    """Share of the window's worst-fitting passes left out of the second fit."""
+
+    def __post_init__(self) -> None:
+        if self.window_passes < self.min_passes or self.min_passes < 1 or self.refit_every_passes < 1:
+            raise ValueError(f"need 1 <= min_passes <= window_passes and refit_every_passes >= 1: {self}")
+        if not (self.prior_weight_passes > 0 and 0 <= self.trim_fraction < 1):
+            raise ValueError(f"need prior_weight_passes > 0 and 0 <= trim_fraction < 1: {self}")
+
+
+def fit_coefficients(x: np.ndarray, y: np.ndarray, prior: LinearPassCost, settings: FitSettings) -> LinearPassCost:
+    """The fit described in the module docstring, on passes `x` (rows of `NUM_FEATURES` figures, intercept first)
+    measured as `y` seconds."""
+    scale = np.asarray(prior.coefficients())
+    rows = x * scale / y[:, None]  # a pass's relative residual, coefficients in units of the prior's
+    units = _nnls_towards_one(rows, settings.prior_weight_passes)
+    if settings.trim_fraction > 0:
+        miss = np.abs(rows @ units - 1.0)
+        keep = miss <= np.quantile(miss, 1.0 - settings.trim_fraction)
+        units = _nnls_towards_one(rows[keep], settings.prior_weight_passes)
+    return LinearPassCost.from_coefficients(units * scale)
+
+
+def _nnls_towards_one(rows: np.ndarray, prior_passes: float) -> np.ndarray:
+    """argmin over u >= 0 of |rows @ u - 1|^2 + sum_j w_j (u_j - 1)^2, where w_j is `prior_passes` passes of the
+    rows' own mean square in column j: the pull has the same small weight against the data in every column,
+    whatever the prior's scale, and decides alone only in a column the rows leave at zero.
+
+    Solved on its normal equations (five unknowns: a 5 x 5 problem however long the window), columns scaled to
+    unit mean square (v = u * scale), by non-negative least squares on the Cholesky factor of the Gram matrix."""
+    scale = np.sqrt(np.maximum(np.mean(rows * rows, axis=0), ABSENT_FIGURE))
+    scaled = rows / scale
+    gram = scaled.T @ scaled + prior_passes * np.eye(NUM_FEATURES)
+    rhs = scaled.sum(axis=0) + prior_passes * scale
+    upper = np.linalg.cholesky(gram).T  # gram = upper.T @ upper
+    units, _ = nnls(upper, np.linalg.solve(upper.T, rhs))
+    return np.asarray(units / scale)  # scipy ships no types
+
+
+class OnlinePassCost:
+    """`PassCost` from the engine's measured passes (see the module docstring). Feed it every measured pass with
+    `observe`; ask it like any `PassCost`."""
+
+    def __init__(
+        self, prior: LinearPassCost = PRIOR, settings: FitSettings | None = None, frozen_reason: str | None = None
+    ) -> None:
+        self.prior = prior
+        self.settings = settings or FitSettings()
+        self.frozen_reason = frozen_reason
+        """Why the fit never fits (and so never predicts), or None."""
+        self.model = prior
+        """The model the window's predictions are scored with: the prior until the first fit."""
+        self.num_observed = 0
+        """Passes measured since start (the window holds the last `window_passes` of them)."""
+        self.num_fits = 0
+        self._since_fit = 0
+        size = self.settings.window_passes
+        self._x = np.zeros((size, NUM_FEATURES))
+        self._y = np.zeros(size)
+        self._miss = np.zeros(size)
+
+    def pass_s(self, prefill_tokens: int, prefill_ctx_pairs: float, decode_rows: int, decode_ctx_tokens: int) -> float:
+        """The fitted model's seconds; NaN (no prediction) until the first fit."""
+        if not self.num_fits:
+            return math.nan
+        return self.model.pass_s(prefill_tokens, prefill_ctx_pairs, decode_rows, decode_ctx_tokens)
+
+    @property
+    def num_window(self) -> int:
+        return min(self.num_observed, self.settings.window_passes)
+
+    def observe(
+        self, prefill_tokens: int, prefill_ctx_pairs: float, decode_rows: int, decode_ctx_tokens: int, measured_s: float
+    ) -> float | None:
+        """One measured pass; returns what the model in force predicted for it (None: not a pass to learn from,
+        an empty one or a duration that is not a positive number)."""
+        if not (measured_s > 0 and math.isfinite(measured_s)) or (prefill_tokens == 0 and decode_rows == 0):
+            return None
+        predicted = self.model.pass_s(prefill_tokens, prefill_ctx_pairs, decode_rows, decode_ctx_tokens)
+        i = self.num_observed % self.settings.window_passes
+        self._x[i] = (1.0, prefill_tokens, prefill_ctx_pairs, decode_rows, decode_ctx_tokens)
+        self._y[i] = measured_s
+        self._miss[i] = abs(predicted / measured_s - 1.0)
+        self.num_observed += 1
+        self._since_fit += 1
+        if self.frozen_reason is None and self._since_fit >= self.refit_interval():
+            self.refit()
+        return predicted
+
+    def refit_interval(self) -> int:
+        """Passes between refits: `min_passes` for the first fit, then about doubling the window each time up to
+        `refit_every_passes` (by default at 8, 16, 31, 61, 121, then every 64): a new engine's model settles
+        within dozens of passes."""
+        s = self.settings
+        return min(s.refit_every_passes, max(s.min_passes, self.num_window // 2))
+
+    def refit(self) -> LinearPassCost:
+        """Fit the window now (`observe` does it every `refit_every_passes` passes)."""
+        n = self.num_window
+        if n >= self.settings.min_passes:
+            self.model = fit_coefficients(self._x[:n], self._y[:n], self.prior, self.settings)
+            self.num_fits += 1
+        self._since_fit = 0
+        return self.model
+
+    def error(self) -> float | None:
+        """Median absolute relative error of the window's predictions (made before each pass joined it)."""
+        n = self.num_window
+        return float(np.median(self._miss[:n])) if n else None
+
+    def describe(self) -> dict[str, Any]:
+        """The model in force, its window and its error (the pass trace, the diagnostics line, server info)."""
+        return {
+            "model": "fitted" if self.num_fits else "unfitted",
+            "coefficients": self.model.to_dict(),
+            "window_passes": self.num_window,
+            "observed_passes": self.num_observed,
+            "fits": self.num_fits,
+            "median_abs_rel_error": self.error(),
+            "frozen": self.frozen_reason,
+        }

@@ -1,0 +1,266 @@
+"""SLO-driven pass sizing: the largest pass the engine's pass-cost model predicts keeps the interactive targets.
+
+A forward pass in flight cannot be interrupted, so the policy keeps its service levels by bounding each pass:
+
+- **Time between tokens.** While short requests' streams decode, every pass is a gap between their tokens: with
+  mixed decode they ride in it; without, they wait for it and then for a decode-only pass. So a pass lasts at
+  most ``tbt_target_s`` (less that decode-only pass).
+- **Time to first token.** A chat that arrives during a pass waits for the rest of it, for
+  ``admission_lag_passes`` more (an engine that plans a pass before it sees the arrivals of the pass in flight:
+  sglang's overlap scheduler), then runs in its own pass. Every pass leaves room for that own pass: it lasts at
+  most ``(ttft_target_s - own) / (1 + lag)``, where ``own`` is the pass that would admit a chat of
+  `ChatPrompts.reserve_tokens` beside the streams decoding now. So a pass planned while no chat has been seen for
+  long is bounded too. A pass that admits short requests also gets no more than their wait left:
+  ``ttft_target_s - (1 + lag) x`` the last pass's predicted seconds.
+- **Running slots** (`scheduler.pass_budget.slots_short`, with or without a cost model): while short streams hold
+  more than their reserve of slots and short requests lack one, passes carry no long prefill, so streams finish at
+  decode speed. A pass that admits short requests that waited for a slot gets what their whole wait left of the
+  TTFT target.
+
+Within those bounds a pass carries as much long prefill as the model predicts fits: bisection on the model, which
+must be non-decreasing in each argument, so the pass size is non-decreasing in each target. The long tokens are
+charged at the largest context among the long requests sharing the pass (exact when one does, an upper bound when
+several do). A target that even the minimal pass (the short requests admitted, the decode rows, and in a pass that
+admits none ``long_pass_floor_tokens`` of documents) breaks is a miss: the pass is the minimal one, as close to the
+target as the hardware goes while documents keep the floor's progress, and the planner counts and logs it. A model
+that cannot predict — it raises, or returns something other than a finite non-negative number, which is how an
+online fit with no data yet should answer — raises `UnusableCost`: the planner then sizes the pass with the
+static knobs.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from scheduler.config import PolicyConfig
+from scheduler.pass_cost import PassCost, chunk_ctx_pairs
+
+logger = logging.getLogger("fairshare.scheduler")
+
+CHAT_PROMPT_WINDOW = 100
+"""Short prompts remembered for the TTFT reserve."""
+CHAT_PROMPT_QUANTILE = 0.99
+"""The targets are p99s: the reserve is the 99th percentile (nearest rank) of the remembered prompts."""
+CHAT_PROMPT_PRIOR_TOKENS = 256
+"""The reserve before any short request has been admitted: a typical chat prompt (a few hundred tokens)."""
+
+
+class SizedBy(StrEnum):
+    """What set a pass's size."""
+
+    STATIC = "static"  # the static knobs: SLO sizing off, no usable cost model, or adaptive passes off
+    CHUNK = "chunk"  # the chunk budget: every target holds at it
+    TBT = "tbt"
+    TTFT = "ttft"  # room for a chat that arrives during this pass
+    ADMIT = "admit"  # what the wait of the short requests this pass admits left of their TTFT
+    SLOTS = "slots"  # short requests lack running slots: no long prefill
+    IDLE = "idle"  # nobody to prefill: not sized
+
+
+class Target(StrEnum):
+    TTFT = "ttft"
+    TBT = "tbt"
+
+
+class UnusableCost(ValueError):
+    """The pass-cost model cannot predict this pass."""
+
+
+@dataclass(frozen=True, slots=True)
+class PassLoad:
+    """What one pass costs besides the long prefill tokens the controller chooses."""
+
+    short_tokens: int
+    """Prefill tokens of the short requests the pass admits (they are served whole)."""
+    short_ctx_pairs: float
+    long_ctx_tokens: int
+    """The largest context a long request sharing the pass attends to."""
+    num_decoding: int
+    decode_ctx_tokens: int
+    """The decoding streams' contexts, summed."""
+    rows_ride: bool
+    """Decoding streams ride in the pass (mixed decode); otherwise they wait for it and a decode-only pass."""
+    num_short_decoding: int
+    admission_lag_passes: int
+    limit_long_tokens: int
+    """The most long tokens the chunk budget leaves."""
+    num_long_sharers: int
+    """Long requests that may share the pass (none and no short admitted: nothing to size)."""
+    free_running_slots: int = 1
+    """Running slots still free once the pass's admissions are counted."""
+    short_waits_for_slot: bool = False
+    """A short request is left waiting with no running slot free."""
+
+    @property
+    def riding(self) -> tuple[int, int]:
+        """(rows, their contexts) of the decoding streams riding in the pass."""
+        return (self.num_decoding, self.decode_ctx_tokens) if self.rows_ride else (0, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class PassSize:
+    long_tokens: int
+    by: SizedBy
+    bound_s: float | None = None
+    missed: tuple[Target, ...] = ()
+    """Targets that even the minimal pass breaks (the pass is then the minimal one)."""
+    minimal_s: float | None = None
+    """The minimal pass's predicted seconds (what a missed target is up against)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Bound:
+    seconds: float
+    by: SizedBy
+    target: Target
+
+
+@dataclass
+class ChatPrompts:
+    """Recent short requests' prompt sizes (state across passes): the TTFT reserve is their 99th percentile."""
+
+    sizes: deque[int] = field(default_factory=lambda: deque(maxlen=CHAT_PROMPT_WINDOW))
+    reserve_tokens: int = CHAT_PROMPT_PRIOR_TOKENS
+
+    def record(self, tokens: list[int]) -> None:
+        if not tokens:
+            return
+        self.sizes.extend(tokens)
+        ordered = sorted(self.sizes)
+        self.reserve_tokens = ordered[math.ceil(CHAT_PROMPT_QUANTILE * len(ordered)) - 1]
+
+
+def checked(seconds: object) -> float:
+    if isinstance(seconds, bool) or not isinstance(seconds, float | int) or not 0 <= seconds < math.inf:
+        raise UnusableCost(f"the pass-cost model answered {seconds!r}")
+    return float(seconds)
+
+
+def predict(cost: PassCost, prefill_tokens: int, prefill_ctx_pairs: float, rows: int, rows_ctx: int) -> float:
+    """`cost.pass_s`, or `UnusableCost` when it cannot answer."""
+    try:
+        seconds = cost.pass_s(prefill_tokens, prefill_ctx_pairs, rows, rows_ctx)
+    except Exception as exc:  # the model is the engine's (an online fit): any failure means it cannot predict
+        raise UnusableCost(f"the pass-cost model raised {exc!r}") from exc
+    return checked(seconds)
+
+
+def largest_within(bound_s: float, floor: int, limit: int, seconds: Callable[[int], float]) -> int:
+    """The most tokens in [floor, limit] whose pass `seconds` predicts within `bound_s`; `floor` when none."""
+    if limit <= floor:
+        return floor
+    if seconds(limit) <= bound_s:
+        return limit
+    lo, hi = floor, limit  # seconds(hi) > bound; seconds(lo) <= bound unless lo is the floor
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if seconds(mid) <= bound_s:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+@dataclass
+class SloSizer:
+    """The controller's state across passes: the last pass's predicted seconds and the chat-prompt reserve."""
+
+    last_pass_s: float | None = None
+    """Predicted seconds of the last pass planned; None when it was not predicted (an idle pass, no model)."""
+    queued_s: float | None = None
+    """While passes leave a short request waiting for a slot: the predicted seconds it has waited (from the pass
+    before the first that left it waiting); None when the last pass left none waiting."""
+    chat_prompts: ChatPrompts = field(default_factory=ChatPrompts)
+
+    def size(self, cfg: PolicyConfig, cost: PassCost, load: PassLoad, slots_short: bool) -> PassSize:
+        """The long prefill tokens of this pass. Pure: the planner may size a pass more than once. `slots_short`:
+        short requests lack running slots (`pass_budget.slots_short`): no long prefill."""
+        # The floor keeps documents moving through passes no size can keep in target; a pass that admits short
+        # requests is theirs, and the documents go on in the next.
+        floor = 0 if load.short_tokens else min(cfg.long_pass_floor_tokens, load.limit_long_tokens)
+
+        rows, rows_ctx = load.riding
+
+        def seconds(long_tokens: int) -> float:
+            pairs = load.short_ctx_pairs + chunk_ctx_pairs(load.long_ctx_tokens, long_tokens)
+            return predict(cost, load.short_tokens + long_tokens, pairs, rows, rows_ctx)
+
+        bounds = self.bounds(cfg, cost, load)
+        tightest = min(bounds, key=lambda b: b.seconds)
+        if slots_short:
+            return PassSize(0, SizedBy.SLOTS, tightest.seconds)
+        minimal_s = seconds(floor)
+        missed = tuple(dict.fromkeys(b.target for b in bounds if minimal_s > b.seconds))
+        if missed:
+            return PassSize(floor, tightest.by, tightest.seconds, missed, minimal_s)
+        tokens = largest_within(tightest.seconds, floor, load.limit_long_tokens, seconds)
+        by = SizedBy.CHUNK if tokens == load.limit_long_tokens else tightest.by
+        return PassSize(tokens, by, tightest.seconds, minimal_s=minimal_s)
+
+    def bounds(self, cfg: PolicyConfig, cost: PassCost, load: PassLoad) -> list[_Bound]:
+        """The most seconds this pass may last, for each target that bounds it."""
+        ahead = 1 + load.admission_lag_passes
+        reserve = self.chat_prompts.reserve_tokens
+        own_s = predict(cost, reserve, chunk_ctx_pairs(0, reserve), *load.riding)
+        # Without mixed decode, short streams are owed a decode-only pass after each prefill pass: a chat that
+        # arrives during this pass waits for it too, and so does each stream's next token.
+        decode_pass_s = 0.0
+        if load.num_short_decoding and not load.rows_ride:
+            decode_pass_s = predict(cost, 0, 0.0, load.num_decoding, load.decode_ctx_tokens)
+        in_flight_s = (cfg.ttft_target_s - own_s) / ahead - decode_pass_s
+        bounds = [_Bound(in_flight_s, SizedBy.TTFT, Target.TTFT)]
+        if load.short_tokens:
+            last_s = in_flight_s if self.last_pass_s is None else self.last_pass_s
+            waited_s = ahead * (last_s if self.queued_s is None else self.queued_s)
+            bounds.append(_Bound(cfg.ttft_target_s - waited_s, SizedBy.ADMIT, Target.TTFT))
+        if load.num_short_decoding:
+            bounds.append(_Bound(cfg.tbt_target_s - decode_pass_s, SizedBy.TBT, Target.TBT))
+        return bounds
+
+    def commit(self, predicted_s: float | None, short_prompt_tokens: list[int], short_left_waiting: bool) -> None:
+        if not short_left_waiting:
+            self.queued_s = None
+        else:  # unpredicted passes (no model) count as nothing: the bound then trusts the last predicted ones
+            before = (self.last_pass_s or 0.0) if self.queued_s is None else self.queued_s
+            self.queued_s = before + (predicted_s or 0.0)
+        self.last_pass_s = predicted_s
+        self.chat_prompts.record(short_prompt_tokens)
+
+
+@dataclass
+class SloCounters:
+    """Passes the controller could not size as asked, for engines to export (the planner's `slo_counters`)."""
+
+    missed_passes: dict[Target, int] = field(default_factory=lambda: dict.fromkeys(Target, 0))
+    """Passes in which even the minimal pass breaks the target: the hardware cannot meet it there."""
+    slot_passes: int = 0
+    """Passes sized down because short requests lacked running slots (`pass_budget.slots_short`)."""
+    unusable_cost_passes: int = 0
+    """Passes the static knobs sized because the cost model could not predict them."""
+    _warned: set[str] = field(default_factory=set)
+
+    def record(self, cfg: PolicyConfig, size: PassSize, unusable: str | None) -> None:
+        """Count one committed pass; the first of each kind of failure is logged."""
+        self.slot_passes += size.by is SizedBy.SLOTS
+        for target in size.missed:
+            self.missed_passes[target] += 1
+            goal = cfg.ttft_target_s if target is Target.TTFT else cfg.tbt_target_s
+            self._warn_once(
+                target.value,
+                f"fairshare: the {target.value} target {goal:g} s cannot be met: the smallest pass the policy can "
+                f"plan is predicted at {size.minimal_s:.3f} s against a bound of {size.bound_s:.3f} s; such passes "
+                f"are the smallest, and counted (missed_passes)",
+            )
+        if unusable is not None:
+            self.unusable_cost_passes += 1
+            self._warn_once("cost", f"fairshare: {unusable}; the static pass knobs size such passes")
+
+    def _warn_once(self, key: str, message: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            logger.warning(message)

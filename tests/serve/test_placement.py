@@ -1,0 +1,350 @@
+"""Lanes that follow the load: placement by predicted TTFT on replicas that serve both classes. Fake replica
+views, an injected clock, no Ray. The static-lane rules are in test_routing."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from types import SimpleNamespace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scheduler.config import PolicyConfig
+from scheduler.slo import SloTargets
+from scheduler.traffic import TrafficClass
+from serve_app.backpressure import BackpressureLimits, Shed, assess
+from serve_app.config import EngineKnobs, RoutingKnobs
+from serve_app.engine import lane_for
+from serve_app.engine_backend import ReplicaLoad
+from serve_app.route_records import Lane, ReplicaView, RouteDecision, RouteHint, RouteReason, RoutingStats
+from serve_app.routing import LanePolicy
+from serve_app.sglang_load import PendingPrefill, PrefillRate, replica_load
+from serve_app.ttft_prediction import (
+    overtakes_queued_prefill,
+    predict_ttft_s,
+    prefill_drain_s,
+    wait_pass_tokens,
+    with_request,
+)
+
+T0 = 1000.0
+RATE = 10_000.0  # tokens/s: a 2048-token pass 0.2 s, a 12,000-token document 1.2 s
+KNOBS = RoutingKnobs(busy_pending_requests=8, busy_prefill_tokens=1_000_000)
+
+
+def load(prefill: int = 0, *, short_first: bool = True, pending: int | None = None, **kw) -> ReplicaLoad:
+    waiting = (1 if prefill else 0) if pending is None else pending
+    figures = dict(prefill_tok_per_s=RATE, pass_fixed_s=0.01, pass_tokens=2048, short_first=short_first)
+    return ReplicaLoad(num_waiting=waiting, prefill_tokens=prefill, **{**figures, **kw})
+
+
+def view(rid: str, ld: ReplicaLoad, sessions=None, lane: Lane = Lane.BOTH, **kw) -> ReplicaView:
+    return ReplicaView(rid, lane, ld, T0, sessions or {}, short_request_tokens=256, **kw)
+
+
+def hint(session: str | None, tokens: int) -> RouteHint:
+    return RouteHint(session_id=session, prompt_tokens=tokens, knobs=KNOBS)
+
+
+# -- the prediction ---------------------------------------------------------------------------------------------
+
+
+def test_prediction_is_none_without_a_rate_and_one_pass_when_idle() -> None:
+    assert predict_ttft_s(ReplicaLoad(prefill_tokens=5000), 30) is None
+    assert predict_ttft_s(load(), 1000) == 0.01 + 1000 / RATE
+
+
+def test_a_short_first_engine_makes_a_chat_wait_one_pass_and_upstream_every_queued_token() -> None:
+    queued = 12_000
+    fair = predict_ttft_s(load(queued), 50)
+    assert fair == (0.01 + 2048 / RATE) + (0.01 + 50 / RATE)
+    fcfs = predict_ttft_s(load(queued, short_first=False), 50)
+    assert fcfs == queued / RATE + 6 * 0.01 + (0.01 + 50 / RATE)  # six passes of 2048 drain 12,000 tokens
+    assert prefill_drain_s(load(queued), 500) == 12_500 / RATE + 7 * 0.01
+
+
+loads_st = st.builds(
+    ReplicaLoad,
+    num_waiting=st.integers(0, 8),
+    num_decoding=st.integers(0, 8),
+    prefill_tokens=st.integers(0, 200_000),
+    prefill_tok_per_s=st.floats(100, 100_000),
+    pass_fixed_s=st.floats(0, 0.1),
+    pass_tokens=st.integers(0, 16_384),
+    short_first=st.booleans(),
+)
+
+
+@settings(deadline=None, max_examples=300)
+@given(ld=loads_st, tokens=st.integers(1, 50_000), more=st.integers(0, 50_000))
+def test_the_prediction_never_falls_as_work_is_added(ld: ReplicaLoad, tokens: int, more: int) -> None:
+    base = predict_ttft_s(ld, tokens)
+    assert base is not None and base > 0
+    assert predict_ttft_s(ld, tokens + more) >= base  # a longer prompt
+    assert predict_ttft_s(with_request(ld, more), tokens) >= base  # more queued before it
+    assert predict_ttft_s(replace(ld, short_first=False), tokens) >= base  # no overtaking
+
+
+def test_both_backends_publish_the_same_figures_for_the_same_policy() -> None:
+    ours, upstream = PolicyConfig(), PolicyConfig(fair_share=False, adaptive_pass=False, skip_ahead=False)
+    assert overtakes_queued_prefill(ours) and not overtakes_queued_prefill(upstream)
+    assert wait_pass_tokens(ours, 2048) == wait_pass_tokens(upstream, 2048) == 2048
+    assert wait_pass_tokens(ours.with_overrides(quiet_pass_tokens=1024), 2048) == 1024
+
+
+def test_the_prefill_rate_is_the_prior_until_measured_then_the_windows_rate() -> None:
+    rate = PrefillRate(prior_tok_per_s=1000.0, window_s=10.0, min_tokens=2048)
+    rate.observe(0.0, 0, 0)
+    rate.observe(1.0, 1000, 100_000)  # too little prefilled to measure
+    assert (rate.tok_per_s, rate.measured) == (1000.0, False)
+    rate.observe(2.0, 5000, 1_000_000)  # 5,000 tokens in 1 s of prefill work
+    assert rate.tok_per_s == 5000.0
+    rate.observe(30.0, 5000, 1_000_000)  # idle since: what was measured stands
+    assert rate.tok_per_s == 5000.0
+    rate.observe(31.0, 25_000, 3_000_000)  # the window now holds only the last 20,000 tokens in 2 s
+    assert rate.tok_per_s == 10_000.0
+    rate.observe(32.0, 10, 10)  # a restarted engine's counters start again
+    assert rate.tok_per_s == 10_000.0
+
+
+def test_sglang_load_snapshots_make_the_published_load() -> None:
+    def snap(total_tokens: int, busy_us: int) -> SimpleNamespace:
+        return SimpleNamespace(
+            num_waiting_reqs=1,
+            num_running_reqs=2,
+            num_waiting_uncached_tokens=9000,
+            max_running_requests=8,
+            num_used_tokens=100,
+            max_total_num_tokens=65_536,
+            total_prefill_uncached_tokens=total_tokens,
+            total_prefill_busy_us=busy_us,
+        )
+
+    rate = PrefillRate(prior_tok_per_s=1000.0)
+    policy = PolicyConfig()
+    first = replica_load([snap(0, 0)], rate, 0.0, policy, 2048)
+    assert (first.prefill_tok_per_s, first.prefill_tokens, first.num_decoding) == (1000.0, 9000, 2)
+    ld = replica_load([snap(8000, 2_000_000)], rate, 1.0, policy, 2048)
+    assert (ld.prefill_tok_per_s, ld.pass_tokens, ld.interactive_pass_tokens, ld.short_first) == (
+        4000.0,
+        2048,
+        512,
+        True,
+    )
+    assert ld.ready and ld.pass_fixed_s == 0.0
+    # A document sglang is prefilling in chunks is in no snapshot count: the replica's own record adds it.
+    pending = PendingPrefill()
+    pending.sent("doc", 12_000)
+    pending.sent("chat", 40)
+    ld = replica_load([snap(8000, 2_000_000)], rate, 2.0, policy, 2048, pending)
+    assert (ld.num_waiting, ld.num_prefilling, ld.num_decoding, ld.prefill_tokens) == (1, 1, 1, 12_040)
+    pending.answered("doc")
+    assert pending.ids(8) == {"chat": 40}
+
+
+def test_published_figures_survive_serve_transport() -> None:
+    stats = RoutingStats(Lane.BOTH, load(5000, ready=False), 256, T0, interactive_slo=SloTargets(0.4, 0.3))
+    assert RoutingStats.from_dict(stats.to_dict()) == stats
+    assert RoutingStats.from_dict({}).load.ready  # a replica that published nothing yet is up (Serve added it)
+
+
+# -- placement --------------------------------------------------------------------------------------------------
+
+
+def test_lanes_follow_the_load_by_default_and_a_knob_restores_static_lanes() -> None:
+    assert EngineKnobs().long_lane_replicas is None
+    assert {lane_for(r, 4, None) for r in range(4)} == {Lane.BOTH}
+    assert [lane_for(r, 3, 1) for r in range(3)] == [Lane.LONG, Lane.CHAT, Lane.CHAT]
+
+
+def test_a_chat_goes_where_its_predicted_ttft_is_lowest() -> None:
+    # R1 has little queued but its engine serves queued prefill first; on R2 and R3 a chat waits for the pass in
+    # flight, R2's a short one (it has 1,000 tokens left), R3's a whole 2048-token pass.
+    views = [view("R1", load(3_000, short_first=False)), view("R2", load(1_000)), view("R3", load(20_000))]
+    d = LanePolicy().decide("q", hint(None, 40), views, T0)
+    assert (d.replica_id, d.traffic_class, d.lane) == ("R2", TrafficClass.SHORT, Lane.CHAT)
+    # Without R2, the replica with the most queued is the soonest: one pass there, all 3,000 tokens on R1.
+    d = LanePolicy().decide("q", hint(None, 40), [views[0], views[2]], T0)
+    assert d.replica_id == "R3"
+
+
+def test_static_chat_replicas_past_the_target_let_chats_spill_to_an_idle_long_lane() -> None:
+    # Few requests wait on either chat replica (under the count bound), but each serves 8,000 queued tokens first.
+    behind = load(8_000, short_first=False)
+    views = [view("L", load(), lane=Lane.LONG), view("C1", behind, lane=Lane.CHAT), view("C2", behind, lane=Lane.CHAT)]
+    d = LanePolicy().decide("q", hint(None, 40), views, T0)
+    assert (d.replica_id, d.reason) == ("L", RouteReason.SPILL)
+
+
+def test_documents_use_every_replica_while_chats_keep_their_slo() -> None:
+    p = LanePolicy()
+    views = [view("R1", load()), view("R2", load())]
+    d1 = p.decide("d1", hint("doc1", 12_000), views, T0)
+    views = [view(v.replica_id, load(12_000) if v.replica_id == d1.replica_id else load()) for v in views]
+    d2 = p.decide("d2", hint("doc2", 12_000), views, T0)
+    assert {d1.replica_id, d2.replica_id} == {"R1", "R2"}  # one pass of 2048 + a chat's own: within 0.5 s
+    assert d1.lane is d2.lane is Lane.LONG
+    busy = [view("R1", load(12_000)), view("R2", load(12_000))]
+    assert p.decide("q", hint(None, 40), busy, T0).traffic_class is TrafficClass.SHORT
+
+
+def test_a_long_lane_is_reserved_only_when_the_slo_needs_it() -> None:
+    # Upstream's order: a chat behind a document waits for all of it, so one replica stays free of documents.
+    p = LanePolicy()
+    views = [view("R1", load(12_000, short_first=False)), view("R2", load(short_first=False))]
+    d = p.decide("d2", hint("doc2", 12_000), views, T0)
+    assert d.replica_id == "R1"
+    assert p.decide("q", hint(None, 40), views, T0).replica_id == "R2"
+    # A pass too slow for the target (a 2048-token pass at 3,000 tokens/s): documents keep off one replica too.
+    slow = [view("R1", load(12_000, prefill_tok_per_s=3000.0)), view("R2", load(prefill_tok_per_s=3000.0))]
+    assert p.decide("d3", hint("doc3", 12_000), slow, T0).replica_id == "R1"
+    # The same replicas under a looser target published by their engines: documents spread again.
+    loose = [replace(v, interactive_slo=SloTargets(ttft_s=1.0)) for v in slow]
+    assert p.decide("d4", hint("doc4", 12_000), loose, T0).replica_id == "R2"
+
+
+def test_a_document_followup_keeps_its_cache_unless_elsewhere_is_sooner() -> None:
+    p = LanePolicy()
+    cached = {"doc": 12_000}
+    # R1 holds the document and prefills another; R2 is idle but would prefill the whole document again.
+    views = [view("R1", load(10_000), sessions=cached), view("R2", load())]
+    d = p.decide("f", hint("doc", 12_050), views, T0)
+    assert (d.replica_id, d.reason, d.traffic_class, d.uncached_tokens) == (
+        "R1",
+        RouteReason.AFFINITY,
+        TrafficClass.SHORT,
+        50,
+    )
+    # Behind 60,000 queued tokens served in order, the whole document elsewhere is sooner: it moves.
+    views = [view("R1", load(60_000, short_first=False), sessions=cached), view("R2", load())]
+    d = p.decide("f2", hint("doc", 12_100), views, T0 + 1)
+    assert (d.replica_id, d.reason, d.traffic_class) == ("R2", RouteReason.GAVE_WAY, TrafficClass.LONG)
+
+
+def test_a_chat_session_leaves_a_document_replica_for_a_sooner_first_token() -> None:
+    p = LanePolicy()
+    assert p.decide("c1", hint("chat", 40), [view("R1", load()), view("R2", load(pending=1))], T0).replica_id == "R1"
+    p.on_completed("c1", T0 + 1)
+    # A document arrived on R1: a chat there waits one pass (within the target), on R2 none. It moves.
+    views = [view("R1", load(12_000), sessions={"chat": 60}), view("R2", load())]
+    assert predict_ttft_s(views[0].load, 40) <= views[0].ttft_target_s
+    d = p.decide("c2", hint("chat", 100), views, T0 + 2)
+    assert (d.replica_id, d.reason) == ("R2", RouteReason.GAVE_WAY)
+    # With nothing queued where it is, it stays, even where a stale load still shows its last turn decoding.
+    p.on_completed("c2", T0 + 3)
+    views = [view("R1", load()), view("R2", load(pending=0, num_decoding=1), sessions={"chat": 100})]
+    d = p.decide("c2b", hint("chat", 140), views, T0 + 3.5)
+    assert (d.replica_id, d.reason) == ("R2", RouteReason.AFFINITY)
+    # Where its cache makes it sooner, it stays.
+    p.on_completed("c2", T0 + 3)
+    views = [view("R1", load(), sessions={"chat": 60}), view("R2", load(), sessions={"chat": 5000})]
+    d = p.decide("c3", hint("chat", 5040), views, T0 + 4)
+    assert (d.replica_id, d.reason) == ("R2", RouteReason.AFFINITY)
+
+
+def test_a_loading_replica_gets_nothing_and_placement_recovers_when_it_is_up() -> None:
+    p = LanePolicy()
+    loading = load(ready=False)
+    assert p.decide("x", hint(None, 40), [view("R1", loading), view("R2", loading)], T0) is None
+    # Only R2 is up: a document and a chat both land there, the chat session pinned.
+    views = [view("R1", loading), view("R2", load())]
+    assert p.decide("d", hint("doc", 12_000), views, T0).replica_id == "R2"
+    assert p.decide("c1", hint("chat", 40), views, T0).replica_id == "R2"
+    p.on_completed("c1", T0 + 1)
+    # R1 is up. R2's engine serves its queued document first: the chat session leaves for R1 ...
+    views = [view("R1", load(short_first=False)), view("R2", load(12_000, short_first=False))]
+    d = p.decide("c2", hint("chat", 90), views, T0 + 2)
+    assert (d.replica_id, d.reason) == ("R1", RouteReason.GAVE_WAY)
+    # ... and the next document joins the first, keeping R1 for chats.
+    assert p.decide("d2", hint("doc2", 12_000), views, T0 + 2).replica_id == "R2"
+
+
+def test_an_added_replica_takes_whatever_role_the_load_needs() -> None:
+    p = LanePolicy()
+    views = [view("R1", load(12_000)), view("R2", load(12_000))]
+    added = view("R3", load())  # the autoscaler's new replica: idle, lane BOTH
+    assert p.decide("q", hint(None, 40), [*views, added], T0).replica_id == "R3"
+    assert p.decide("d", hint("doc", 12_000), [*views, replace(added, load=load(pending=1))], T0).replica_id == "R3"
+
+
+# -- invariants over random replica sets ------------------------------------------------------------------------
+
+limits_st = st.one_of(
+    st.none(),
+    st.builds(
+        BackpressureLimits,
+        max_ongoing_requests=st.integers(1, 10),
+        max_queued_requests=st.integers(1, 6),
+        max_queued_prefill_tokens=st.integers(1000, 200_000),
+    ),
+)
+views_st = st.builds(
+    lambda i, lane, ld, ready, full, limits, target, cached: ReplicaView(
+        f"R{i}",
+        lane,
+        replace(ld, ready=ready),
+        T0,
+        {"s1": cached},
+        full=full,
+        short_request_tokens=2048,
+        limits=limits,
+        interactive_slo=SloTargets(ttft_s=target),
+    ),
+    st.integers(0, 30),
+    st.sampled_from([Lane.BOTH, Lane.BOTH, Lane.LONG, Lane.CHAT]),
+    st.one_of(loads_st, st.builds(ReplicaLoad, num_waiting=st.integers(0, 8), prefill_tokens=st.integers(0, 99_999))),
+    st.booleans(),
+    st.booleans(),
+    limits_st,
+    st.sampled_from([0.1, 0.5, 2.0]),
+    st.integers(0, 20_000),
+)
+
+
+@settings(deadline=None, max_examples=400)
+@given(
+    views=st.lists(views_st, min_size=1, max_size=6, unique_by=lambda v: v.replica_id),
+    requests=st.lists(st.tuples(st.sampled_from([None, "s1", "s2"]), st.integers(1, 150_000)), min_size=1, max_size=8),
+)
+def test_a_replica_its_published_load_puts_over_a_limit_or_loading_never_gets_a_request(views, requests) -> None:
+    p = LanePolicy()
+    by_id = {v.replica_id: v for v in views}
+    for i, (session, tokens) in enumerate(requests):
+        d = p.decide(f"r{i}", hint(session, tokens), views, T0 + i)
+        if not any(v.load.ready for v in views):
+            assert d is None
+            continue
+        if isinstance(d, Shed):
+            assert d.status == 429
+            continue
+        assert isinstance(d, RouteDecision)
+        chosen = by_id[d.replica_id]
+        assert chosen.load.ready
+        limits = chosen.limits
+        assert limits is None or assess(chosen.load, d.uncached_tokens, limits, count_ongoing=False).admits
+        assert not chosen.full or all(v.full for v in views if v.load.ready)
+
+
+def test_a_replica_running_this_routers_chat_is_predicted_on_interactive_passes() -> None:
+    p = LanePolicy()
+    ld = load(12_000, interactive_pass_tokens=512)
+    views = [view("R1", ld)]
+    p.decide("c", hint(None, 40), views, T0)
+    quiet_pass_s = 0.01 + 2048 / RATE
+    # Sent less than a quiet pass ago: the pass in flight may still be the quiet one it arrived during.
+    assert p.effective_load(views[0], T0 + quiet_pass_s / 2).pass_tokens == 2048
+    assert p.effective_load(views[0], T0 + quiet_pass_s + 0.01).pass_tokens == 512
+    p.on_completed("c", T0 + 1)
+    assert p.effective_load(views[0], T0 + 2).pass_tokens == 2048
+
+
+def test_documents_spread_once_chats_keep_a_replicas_passes_interactive() -> None:
+    # At 3,000 tokens/s a quiet 2048-token pass (0.69 s) is over the target: a second document stays off R2 ...
+    slow = dict(prefill_tok_per_s=3000.0, interactive_pass_tokens=512)
+    views = [view("R1", load(12_000, **slow)), view("R2", load(**slow))]
+    p = LanePolicy()
+    assert p.decide("d2", hint("doc2", 12_000), views, T0).replica_id == "R1"
+    # ... until a chat has run on R2 past a quiet pass: R2's passes are then 512 tokens, so beside a document
+    # chats still meet the target there.
+    assert p.decide("c", hint(None, 40), views, T0).replica_id == "R2"
+    assert p.decide("d3", hint("doc3", 12_000), views, T0 + 1).replica_id == "R2"

@@ -1,0 +1,192 @@
+"""The online pass-cost fit: recovers a known model through noise and outliers, stays monotone, safe and bounded."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scheduler.pass_cost import chunk_ctx_pairs
+from scheduler.pass_cost_fit import PRIOR, FitSettings, LinearPassCost, OnlinePassCost, prior_from
+from scheduler.sim.presets import PRESETS
+
+# A GPU-like engine: 8 ms per pass, 40k prefill tok/s, attention, decode rows: what the fit must find.
+TRUE = LinearPassCost(
+    fixed_s=0.008, prefill_token_s=2.5e-5, prefill_pair_s=2e-9, decode_row_s=1e-4, decode_ctx_token_s=4e-8
+)
+
+
+def random_pass(rng: random.Random) -> tuple[int, float, int, int]:
+    """A pass as engines run them: prefill chunks at some context, decode rows, or both (mixed)."""
+    kind = rng.choice(["prefill", "decode", "mixed"])
+    tokens = pairs = rows = ctx = 0
+    if kind in ("prefill", "mixed"):
+        tokens = rng.randrange(16, 8192)
+        pairs = chunk_ctx_pairs(rng.randrange(0, 30_000), tokens)
+    if kind in ("decode", "mixed"):
+        rows = rng.randrange(1, 64)
+        ctx = rows * rng.randrange(50, 20_000)  # the streams' mean context differs from pass to pass
+    return tokens, pairs, rows, ctx
+
+
+def feed(fit: OnlinePassCost, rng: random.Random, n: int, noise: float, outliers: float) -> None:
+    for _ in range(n):
+        figures = random_pass(rng)
+        measured = TRUE.pass_s(*figures) * (1 + rng.gauss(0, noise))
+        if rng.random() < outliers:
+            measured *= rng.uniform(2, 6)  # preempted by the OS, a collection pause
+        fit.observe(*figures, max(measured, 1e-6))
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 2**31))
+def test_the_fit_recovers_known_coefficients_through_noise_and_outliers(seed):
+    rng = random.Random(seed)
+    fit = OnlinePassCost()
+    feed(fit, rng, 600, noise=0.03, outliers=0.05)
+    fit.refit()
+    for name, true in TRUE.to_dict().items():
+        assert fit.model.to_dict()[name] == pytest.approx(true, rel=0.15), name
+    # Out of sample: new passes predicted within a few percent (noise 3%), outliers aside.
+    misses = []
+    for _ in range(200):
+        figures = random_pass(rng)
+        misses.append(abs(fit.pass_s(*figures) / TRUE.pass_s(*figures) - 1))
+    assert float(np.median(misses)) < 0.03
+
+
+def test_its_error_is_the_median_miss_of_predictions_made_before_each_pass():
+    fit = OnlinePassCost(settings=FitSettings(window_passes=256))
+    assert fit.error() is None
+    feed(fit, random.Random(1), 6, noise=0.0, outliers=0.0)
+    assert fit.error() > 1.0  # the prior is far slower than this engine: its predictions are in the window
+    feed(fit, random.Random(2), 512, noise=0.02, outliers=0.0)
+    assert fit.error() < 0.03  # the prior's misses have left the window
+    assert fit.describe()["model"] == "fitted" and fit.describe()["window_passes"] == 256
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    seed=st.integers(0, 2**31),
+    figures=st.tuples(st.integers(0, 100_000), st.floats(0, 1e10), st.integers(0, 512), st.integers(0, 10_000_000)),
+    which=st.integers(0, 3),
+    more=st.floats(0, 1e6),
+)
+def test_predictions_never_fall_when_a_pass_grows_in_any_figure(seed, figures, which, more):
+    # Fitted to arbitrary data, even data that no linear model explains: coefficients stay non-negative.
+    rng = random.Random(seed)
+    fit = OnlinePassCost(settings=FitSettings(window_passes=64, refit_every_passes=16))
+    for _ in range(64):
+        fit.observe(*random_pass(rng), rng.uniform(1e-4, 5.0))
+    assert fit.num_fits > 0
+    grown = list(figures)
+    grown[which] += int(more) if which != 1 else more
+    if figures[0] == 0 and figures[2] == 0:
+        assert fit.pass_s(*figures) == 0.0  # an empty pass costs nothing
+    else:
+        assert fit.pass_s(*grown) >= fit.pass_s(*figures)
+
+
+def test_an_empty_window_predicts_nothing():
+    # No prediction, so the planner sizes passes with its static knobs (a guessed prior would shrink them all).
+    fit = OnlinePassCost()
+    assert fit.model is PRIOR and fit.num_fits == 0
+    assert fit.refit() is PRIOR  # nothing to fit
+    assert math.isnan(fit.pass_s(512, chunk_ctx_pairs(0, 512), 4, 4000))
+    assert fit.pass_s(0, 0.0, 0, 0) != 0.0  # not even an empty pass: the model is not there
+    assert fit.describe()["model"] == "unfitted" and fit.describe()["median_abs_rel_error"] is None
+
+
+def test_too_few_passes_predict_nothing_then_the_fit_does():
+    fit = OnlinePassCost(settings=FitSettings(min_passes=8, refit_every_passes=1))
+    feed(fit, random.Random(3), 7, noise=0.0, outliers=0.0)
+    assert fit.model is PRIOR and math.isnan(fit.pass_s(512, 1000.0, 0, 0))
+    feed(fit, random.Random(4), 1, noise=0.0, outliers=0.0)
+    assert fit.model is not PRIOR and fit.pass_s(512, 1000.0, 0, 0) > 0
+
+
+def test_a_new_engine_leaves_its_prior_after_min_passes_then_refits_every_few_dozen():
+    fit = OnlinePassCost(settings=FitSettings(min_passes=8, refit_every_passes=32))
+    fits_at = []
+    rng = random.Random(10)
+    for n in range(1, 300):
+        feed(fit, rng, 1, noise=0.0, outliers=0.0)
+        if len(fits_at) < fit.num_fits:
+            fits_at.append(n)
+    assert fits_at[:4] == [8, 16, 31, 61] and all(b - a == 32 for a, b in itertools.pairwise(fits_at[4:]))
+
+
+def test_the_prior_predicts_every_presets_passes_slower():
+    rng = random.Random(5)
+    for preset in PRESETS.values():
+        for _ in range(200):
+            figures = random_pass(rng)
+            assert PRIOR.pass_s(*figures) >= preset.cost.pass_s(*figures), preset.name
+
+
+def test_a_feature_the_window_never_exercised_keeps_its_prior_coefficient():
+    # Decode-only traffic says nothing about prefill: the fit keeps the prior's (slow) prefill figures.
+    rng = random.Random(6)
+    fit = OnlinePassCost()
+    for _ in range(256):
+        rows = rng.randrange(1, 32)
+        figures = (0, 0.0, rows, rows * rng.randrange(100, 4000))
+        fit.observe(*figures, TRUE.pass_s(*figures))
+    assert fit.model.prefill_token_s == pytest.approx(PRIOR.prefill_token_s, rel=0.01)
+    assert fit.model.prefill_pair_s == pytest.approx(PRIOR.prefill_pair_s, rel=0.01)
+    decode = (0, 0.0, 16, 16 * 2000)
+    assert fit.pass_s(*decode) == pytest.approx(TRUE.pass_s(*decode), rel=0.02)
+
+
+def test_memory_is_bounded_by_the_window():
+    fit = OnlinePassCost(settings=FitSettings(window_passes=32, refit_every_passes=8))
+    arrays = (fit._x, fit._y, fit._miss)
+    feed(fit, random.Random(7), 1000, noise=0.01, outliers=0.0)
+    assert fit.num_observed == 1000 and fit.num_window == 32
+    assert all(a is b for a, b in zip(arrays, (fit._x, fit._y, fit._miss), strict=True))
+    assert fit._x.shape == (32, 5)
+
+
+def test_the_same_passes_give_the_same_model():
+    a, b = OnlinePassCost(), OnlinePassCost()
+    feed(a, random.Random(8), 300, noise=0.05, outliers=0.05)
+    feed(b, random.Random(8), 300, noise=0.05, outliers=0.05)
+    assert a.model == b.model and a.num_fits == b.num_fits > 0
+
+
+def test_a_frozen_fit_never_predicts_and_still_measures_its_prior():
+    fit = OnlinePassCost(frozen_reason="tensor parallel: ranks time their passes apart")
+    feed(fit, random.Random(9), 200, noise=0.0, outliers=0.0)
+    assert fit.model is PRIOR and fit.num_fits == 0 and fit.error() > 1.0
+    assert math.isnan(fit.pass_s(512, 1000.0, 0, 0))  # every rank: the static knobs, the same on each
+    assert fit.describe()["frozen"].startswith("tensor parallel")
+
+
+@pytest.mark.parametrize("measured", [0.0, -1.0, float("nan"), float("inf")])
+def test_a_duration_that_is_not_a_positive_number_is_ignored(measured):
+    fit = OnlinePassCost()
+    assert fit.observe(512, 1000.0, 0, 0, measured) is None
+    assert fit.observe(0, 0.0, 0, 0, 0.01) is None  # nothing ran
+    assert fit.num_observed == 0
+
+
+def test_bad_settings_and_coefficients_are_refused():
+    with pytest.raises(ValueError, match="min_passes"):
+        FitSettings(window_passes=4, min_passes=8)
+    with pytest.raises(ValueError, match="trim_fraction"):
+        FitSettings(trim_fraction=1.0)
+    with pytest.raises(ValueError, match="prefill_token_s"):
+        LinearPassCost(0.01, -1e-5, 0.0, 0.0, 0.0)
+
+
+def test_the_prior_is_the_linear_bound_of_a_cost_model():
+    cost = PRESETS["h100-8b"].cost
+    prior = prior_from(cost)
+    assert prior.pass_s(4096, chunk_ctx_pairs(1000, 4096), 8, 8000) >= cost.pass_s(
+        4096, chunk_ctx_pairs(1000, 4096), 8, 8000
+    )

@@ -1,0 +1,69 @@
+"""The real-sglang SLO benchmark's pieces at CI scale: its workload, the fit's error and the report, on made-up
+runs (its figures come from real servers: `python -m benchmarks.slo_sglang`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks import slo_sglang as bench
+
+
+def run(doc_ttft_s: float, chat_ttft_s: list[float], gap_s: float = 0.05, timed=()) -> bench.RunResult:
+    return bench.RunResult(
+        doc_tokens=12_000,
+        doc_ttft_s=doc_ttft_s,
+        chat_ttft_s=chat_ttft_s,
+        chat_gaps_s=[[gap_s] * 15 for _ in chat_ttft_s],
+        span_s=10.0,
+        timed_passes=list(timed),
+    )
+
+
+def timed(prefill_tokens: int, measured_s: float, predicted_s: float) -> dict:
+    return {"prefill_tokens": prefill_tokens, "measured_s": measured_s, "predicted_s": predicted_s}
+
+
+def test_the_workload_is_the_same_for_both_modes_and_chats_arrive_while_the_document_prefills():
+    for r in range(20):
+        plan = bench.schedule(r)
+        assert plan == bench.schedule(r)  # drawn from the run's seed: both modes see the same run
+        assert bench.DOC_TOKENS[0] <= plan.doc_tokens < bench.DOC_TOKENS[1]
+        assert plan.chat_offsets_s and all(
+            bench.CHAT_WINDOW_S[0] <= t <= bench.CHAT_WINDOW_S[1] for t in plan.chat_offsets_s
+        )
+        assert list(plan.chat_offsets_s) == sorted(plan.chat_offsets_s)
+
+
+def test_the_fit_table_splits_prefill_from_decode_passes():
+    rows = [timed(512, 0.1, 0.11), timed(0, 0.01, 0.008), timed(0, 0.01, 0.01), timed(2048, 0.4, 0.3)]
+    lines = bench.fit_table(rows)
+    assert lines[1].split("|")[1].strip() == "4"  # all passes
+    assert lines[2].split("|")[1].strip() == "2" and "17.5%" in lines[2]  # with prefill: 10% and 25%
+    assert lines[3].split("|")[1].strip() == "2" and "10.0%" in lines[3]  # decode only: 20% and 0%
+
+
+def test_the_report_judges_each_mode_by_the_policys_targets(capsys):
+    doc_s = 2.0
+    results = {
+        "fairshare": [run(doc_s * 1.05, [0.2, 0.3], timed=[timed(256, 0.1, 0.105)]), run(doc_s, [0.25, 0.45])],
+        "upstream": [run(doc_s, [1.5, 2.5]), run(doc_s, [0.4, 3.0])],
+    }
+    bench.report(results, {"model": "fitted"})
+    out = capsys.readouterr().out
+    assert "median abs error 5.0% (target <= 15%): met" in out
+    assert f"fairshare: chat TTFT p99 0.450 s against {bench.TARGETS.ttft_s} s: met" in out
+    assert "upstream: chat TTFT p99 3.000 s" in out and "missed by 2.50 s" in out
+    assert "document throughput fairshare / upstream: 0.976" in out  # median of 1/1.05 and 1.0
+    upstream = next(line for line in out.splitlines() if line.strip().startswith("upstream |"))
+    assert "25.0%" in upstream  # one chat of four within 0.5 s
+
+
+def test_a_missed_fit_target_is_reported_as_missed(capsys):
+    results = {"fairshare": [run(2.0, [0.2], timed=[timed(256, 0.1, 0.2)])], "upstream": [run(2.0, [1.0])]}
+    bench.report(results, None)
+    assert "median abs error 100.0% (target <= 15%): missed" in capsys.readouterr().out
+
+
+def test_runs_must_be_positive():
+    with pytest.raises(SystemExit):
+        bench.main(["--runs", "0"])
