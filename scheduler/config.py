@@ -92,6 +92,13 @@ class PolicyConfig(BaseSettings):
         "running slots (the documents' progress floor under chat overload: about a third of prefill speed on the "
         "presets; passes that miss a target are counted). 0 = none.",
     )
+    missed_pass_stretch: float = Field(
+        2.0,
+        ge=1.0,
+        description="When no pass size keeps a target, a pass that admits no chat takes the whole chunk if that "
+        "costs at most this many times the minimal pass (the one with long_pass_floor_tokens): where a pass is "
+        "mostly fixed cost (deep padded attention on CPU) documents keep their speed. 1 = always the minimal pass.",
+    )
     short_request_tokens: int = Field(
         2048, ge=1, description="A request whose uncached prompt is at most this many tokens counts as short."
     )

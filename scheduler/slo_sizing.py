@@ -108,7 +108,8 @@ class PassSize:
     by: SizedBy
     bound_s: float | None = None
     missed: tuple[Target, ...] = ()
-    """Targets that even the minimal pass breaks (the pass is then the minimal one)."""
+    """Targets that even the minimal pass breaks (the pass is then the minimal one, or the whole chunk where that
+    costs at most `missed_pass_stretch` x the minimal one)."""
     minimal_s: float | None = None
     """The minimal pass's predicted seconds (what a missed target is up against)."""
 
@@ -205,7 +206,12 @@ class SloSizer:
         minimal_s = seconds(floor)
         missed = tuple(dict.fromkeys(b.target for b in bounds if minimal_s > b.seconds))
         if missed:
-            return PassSize(floor, tightest.by, tightest.seconds, missed, minimal_s)
+            # No size keeps the target. Where the whole chunk costs little more than the minimal pass (its cost is
+            # mostly fixed: deep padded attention on CPU), a pass that admits no chat takes the chunk, or documents
+            # would crawl for nothing; where tokens cost (the linear models of GPUs), the pass stays minimal.
+            cheap = not load.short_tokens and seconds(load.limit_long_tokens) <= cfg.missed_pass_stretch * minimal_s
+            tokens = max(floor, load.limit_long_tokens) if cheap else floor
+            return PassSize(tokens, tightest.by, tightest.seconds, missed, minimal_s)
         tokens = largest_within(tightest.seconds, floor, load.limit_long_tokens, seconds)
         by = SizedBy.CHUNK if tokens == load.limit_long_tokens else tightest.by
         return PassSize(tokens, by, tightest.seconds, minimal_s=minimal_s)
