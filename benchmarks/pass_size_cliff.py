@@ -9,7 +9,7 @@ slot runs at decode speed.
 
 For each scenario, static pass size (SLO sizing off, the quiet pass at the chunk budget) and setting of
 `slot_aware_passes`: chat TTFT p50/p99/max, the passes planned while a chat waited for a running slot, the chats
-decoding at once (mean and most) and document throughput. Writes a result file under docs/results/pass_size_cliff/.
+decoding at once (mean and most) and document throughput. Writes a result file under docs/results/pass-size-cliff/.
 
     python benchmarks/pass_size_cliff.py [--scenario kv-burst] [--preset h100-8b]
 """
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--scenario", action="append", choices=SCENARIOS, help="repeat; default both")
     parser.add_argument("--preset", choices=sorted(PRESETS), default=H100_8B.name)
     args = parser.parse_args(argv)
-    bench = BenchmarkRun("pass_size_cliff")
+    bench = BenchmarkRun("pass-size-cliff")
     jobs = [(s, p, aware) for s in args.scenario or SCENARIOS for p in PASS_TOKENS for aware in (False, True)]
     rows = [measure_row(args.preset, *job) for job in tqdm(jobs, unit="run", desc="cliff")]
     preset = PRESETS[args.preset]

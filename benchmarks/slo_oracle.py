@@ -15,7 +15,7 @@ sglang) on the same workload. Three policies:
 The acceptance table prints, per row, the SLO-driven figures, the oracle's pick and the verdicts: on `h100-8b`,
 TTFT p99 and TBT p99 within the targets with attainment >= 99% and documents >= 0.95x baseline; on
 `card12gb-27b`, documents >= 0.98x the oracle's best (where some setting keeps the SLO). Writes a result file
-under docs/results/slo_oracle/ (`harness.results`).
+under docs/results/slo-oracle/ (`harness.results`).
 
     python benchmarks/slo_oracle.py [--preset h100-8b] [--scenario kv-burst] [--grid small]
 """
@@ -222,7 +222,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--grid", choices=sorted(GRIDS), default="full", help="static settings the oracle tries")
     parser.add_argument("--json", type=Path, help="also write the rows as JSON")
     args = parser.parse_args(argv)
-    run = BenchmarkRun("slo_oracle")
+    run = BenchmarkRun("slo-oracle")
     presets = [PRESETS[p] for p in args.preset or [H100_8B.name, CARD12GB.name]]
     names = args.scenario or SCENARIOS
     plan = [(p, n, grid_specs(p, GRIDS[args.grid])) for p in presets for n in names]

@@ -39,13 +39,17 @@ def results_dir_now() -> Path:
 
 
 def git_commit(repo: Path = REPO) -> str:
-    """The short commit hash, with ``-dirty`` when tracked files differ from it; ``unknown`` outside git."""
+    """The short commit hash, with ``-dirty`` when tracked files outside docs/ differ from it (what a benchmark
+    writes there, results and plots, says nothing about the code that ran); ``unknown`` outside git."""
     try:
         head = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], cwd=repo, capture_output=True, text=True, check=True
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo, capture_output=True, text=True
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!docs"],
+            cwd=repo,
+            capture_output=True,
+            text=True,
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"

@@ -49,7 +49,10 @@ class TraceTail:
         self.offset += len(data)
         *lines, self._partial = (self._partial + data).split(b"\n")
         for line in lines:
-            forward_pass = json.loads(line)["forward_pass"]
+            record = json.loads(line)
+            if "pass" not in record:
+                continue  # a timed pass (`pass_trace.timing_record`), not a planned one
+            forward_pass = record["forward_pass"]
             self.first_pass = forward_pass if self.first_pass is None else self.first_pass
             self.last_pass = forward_pass
 

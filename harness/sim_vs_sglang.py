@@ -79,8 +79,11 @@ class Setup:
         return f"{side}, mixed chunk {'on' if self.mixed_decode else 'off'}"
 
     def policy(self) -> tuple[PolicyConfig, int]:
-        """The simulator's rule set for this engine, and its half-prefilled-request limit."""
-        return policy_for(self.rules, CPU_TINY, mixed_decode=self.mixed_decode)
+        """The simulator's rule set for this engine, and its half-prefilled-request limit. Passes are sized by the
+        static knobs on both sides: SLO sizing reads the engine's measured pass costs (sglang's online fit), which
+        the simulator's cost model does not replay; what the comparison checks is the engine model (slots, KV,
+        the overlap scheduler) and the rules, which do not depend on how a pass size was chosen."""
+        return policy_for(self.rules, CPU_TINY, mixed_decode=self.mixed_decode, slo_sizing=False)
 
     def env(self, trace: Path) -> dict[str, str]:
         if not self.plugin:

@@ -30,6 +30,7 @@ from rich.console import Console
 from rich.table import Table
 from tqdm import tqdm
 
+from harness.results import records
 from loadtests import app as appmod
 from loadtests.prediction import predict
 from loadtests.recording import read_samples
@@ -66,7 +67,6 @@ SHAPE_DEFAULTS: dict[str, dict[str, Any]] = {
     "ramp": dict(doc_tokens="30000:130000", ramp_step_s=60, ramp_max_users=20, chat_weight=4, doc_weight=1),
     "soak": dict(doc_tokens="30000:130000", soak_s=300, soak_users=6),
 }
-UPSTREAM_SWITCHES = {"skip_ahead": False, "fair_share": False, "adaptive_pass": False}
 POLICIES = {"upstream": RuleSet.BASELINE, "fairshare": RuleSet.FAIRSHARE}
 LOCUST_EXIT_GRACE_S = 120
 TABLE_WIDTH = 150
@@ -213,16 +213,17 @@ def stages_reached(run: Run, stages: list[Stage]) -> int:
 
 def upstream_policy(args: argparse.Namespace) -> dict[str, Any]:
     """Upstream through the live config: on the sim engine the whole `baseline` rule set of the preset; on sglang
-    the plugin's three switches (sglang's own chunk size and mixed-chunk flags are upstream's already)."""
+    the same rules less what sglang's own arguments set (its chunk size and running slots are upstream's)."""
     if args.sim_backend:
         return appmod.upstream_policy_overrides(args.preset)
-    return dict(UPSTREAM_SWITCHES)
+    return appmod.sglang_upstream_overrides()
 
 
 def expected_policy(preset: str, rules: RuleSet) -> dict[str, Any]:
     return policy_for(rules, PRESETS[preset])[0].model_dump()
 
 
+@records("loadtests-bench", "Locust side by side: upstream's rules and fairshare on one app")
 def main(argv: list[str] | None = None) -> None:
     args, extra = parse_args(argv)
     console = Console(width=None if sys.stdout.isatty() else TABLE_WIDTH)

@@ -9,8 +9,8 @@ settings (`EngineSettings`), `OMP_NUM_THREADS=1`, and the niceness of Ray's work
 process, so each front gets the same CPU share. Fronts, in turn:
 
 - `fairshare`: this app (`config.sglang-cpu.yaml`): lanes that follow the load, the plugin's rules.
-- `fairshare-off`: this app with the plugin's upstream rules (skip-ahead, fair share, adaptive passes and mixed
-  decode off) and Ray Serve's default router (no lanes).
+- `fairshare-off`: this app with the plugin taking upstream's decisions (`sglang_upstream_overrides`: the
+  `baseline` rule set) and Ray Serve's default router (no lanes).
 - `cache_aware`, `round_robin`: `sglang-router` (the `bench` extra: `pip install -e '.[bench]'`) in front of
   two stock sglang servers (the plugin switched off).
 
@@ -47,15 +47,13 @@ from harness.net import free_port
 from harness.results import LATEST_NAME, BenchmarkRun
 from harness.sglang_server import LocalServer
 from loadtests import prompts
-from loadtests.app import LocalApp
+from loadtests.app import LocalApp, sglang_upstream_overrides
 from loadtests.peer_report import Front, markdown, plot
 from loadtests.recording import read_samples
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "config.sglang-cpu.yaml"
 FRONTS = ("fairshare", "fairshare-off", "cache_aware", "round_robin")
-UPSTREAM_RULES = {"skip_ahead": False, "fair_share": False, "adaptive_pass": False, "mixed_decode": False}
-"""The plugin's rules as upstream sglang has them (stock servers run without `--enable-mixed-chunk`)."""
 ENGINE_NICENESS = 15
 """Ray starts its workers at this niceness; the stock servers run at the same."""
 LOCUST_GRACE_S = 300
@@ -167,7 +165,7 @@ def app_front(model: Path, engine: EngineSettings, upstream: bool) -> Callable[[
 
     policy = dict(sc.deployment(_config(), "Engine")["user_config"].get("policy") or {})
     if upstream:
-        policy.update(UPSTREAM_RULES)
+        policy.update(sglang_upstream_overrides())
 
     @contextlib.contextmanager
     def start() -> Iterator[tuple[str, str]]:

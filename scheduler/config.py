@@ -88,8 +88,17 @@ class PolicyConfig(BaseSettings):
     long_pass_floor_tokens: int = Field(
         128,
         ge=0,
-        description="Long prefill tokens a pass keeps when no pass size can keep a target (the documents' progress "
-        "floor: about a third of prefill speed on the presets; such passes are counted as misses). 0 = none.",
+        description="Long prefill tokens a pass keeps when no pass size can keep a target, or while chats lack "
+        "running slots (the documents' progress floor under chat overload: about a third of prefill speed on the "
+        "presets; passes that miss a target are counted). 0 = none.",
+    )
+    missed_pass_stretch: float = Field(
+        2.0,
+        ge=1.0,
+        description="A pass held to the documents' floor (no size keeps a target, or chats lack running slots) may "
+        "spend on documents up to this many times what long_pass_floor_tokens already costs it: where a document's "
+        "presence costs most of a pass (deep padded attention on CPU) it carries thousands of tokens instead of "
+        "crawling; with linear costs a few more than the floor. 1 = the floor.",
     )
     short_request_tokens: int = Field(
         2048, ge=1, description="A request whose uncached prompt is at most this many tokens counts as short."

@@ -8,16 +8,52 @@ along with their contexts.
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Protocol
+
+
+class AttentionWork(StrEnum):
+    """What an engine's attention kernel computes for a chunk of `tokens` new tokens after `start` in KV."""
+
+    QUERIES = "queries"
+    """Each new token attends to its prefix (FlashInfer, FlashAttention, the simulator): `chunk_ctx_pairs`."""
+    PADDED_CAUSAL = "padded_causal"
+    """The causal square of the whole sequence so far, whatever the chunk (sglang's ``torch_native`` backend pads a
+    chunk's queries to the sequence's length): a one-token chunk deep in a document costs as much as a whole pass
+    over it. Decoding rows riding in an extend pass (mixed chunk) are such one-token chunks; a decode-only pass has
+    its own kernel (one query a row)."""
 
 
 class PassCost(Protocol):
     def pass_s(self, prefill_tokens: int, prefill_ctx_pairs: float, decode_rows: int, decode_ctx_tokens: int) -> float:
-        """Seconds one forward pass takes. `prefill_ctx_pairs`: the attention pairs of its prefill chunks
-        (`chunk_ctx_pairs` summed over them); `decode_ctx_tokens`: the decoding rows' contexts, summed."""
+        """Seconds one forward pass takes. `prefill_ctx_pairs`: the attention pairs of its extend rows
+        (`extend_pairs` summed over them); `decode_ctx_tokens`: the decoding rows' contexts, summed, where they are
+        not counted in the pairs (`riding_figures`). A model may name its engine's attention work (an
+        ``attention`` attribute, `attention_of`); without one it is `AttentionWork.QUERIES`."""
         ...
+
+
+def attention_of(cost: object) -> AttentionWork:
+    return getattr(cost, "attention", AttentionWork.QUERIES)
 
 
 def chunk_ctx_pairs(start: int, tokens: int) -> float:
     """Attention pairs for prefilling tokens [start, start + tokens): each attends to its prefix."""
     return tokens * start + tokens * (tokens + 1) / 2
+
+
+def extend_pairs(work: AttentionWork, start: int, tokens: int) -> float:
+    """Attention pairs an engine computes to extend a sequence of `start` tokens in KV by `tokens` (none for 0)."""
+    if work is AttentionWork.PADDED_CAUSAL and tokens > 0:
+        return chunk_ctx_pairs(0, start + tokens)
+    return chunk_ctx_pairs(start, tokens)
+
+
+def riding_figures(work: AttentionWork, with_prefill: bool, rows: int, rows_ctx_tokens: int) -> tuple[float, int]:
+    """(attention pairs, decode context tokens) of `rows` decoding streams with contexts summing to
+    `rows_ctx_tokens` in a pass that does or does not prefill. Under `AttentionWork.PADDED_CAUSAL` rows riding in
+    an extend pass cost each the square of its context; from the sum alone this is bounded by the square of the
+    sum (exact for one stream, the long one that costs; an overestimate for several long ones)."""
+    if work is AttentionWork.PADDED_CAUSAL and with_prefill and rows:
+        return chunk_ctx_pairs(0, rows_ctx_tokens), 0
+    return 0.0, rows_ctx_tokens

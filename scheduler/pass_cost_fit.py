@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import nnls
 
+from scheduler.pass_cost import AttentionWork
 from scheduler.sim.presets import CARD12GB
 
 NUM_FEATURES = 5
@@ -165,9 +166,16 @@ class OnlinePassCost:
     `observe`; ask it like any `PassCost`."""
 
     def __init__(
-        self, prior: LinearPassCost = PRIOR, settings: FitSettings | None = None, frozen_reason: str | None = None
+        self,
+        prior: LinearPassCost = PRIOR,
+        settings: FitSettings | None = None,
+        frozen_reason: str | None = None,
+        attention: AttentionWork = AttentionWork.QUERIES,
     ) -> None:
         self.prior = prior
+        self.attention = attention
+        """How the engine's attention kernel works (`scheduler.pass_cost.AttentionWork`): the figures the fit learns
+        from are counted so, and so are the passes the planner asks it about."""
         self.settings = settings or FitSettings()
         self.frozen_reason = frozen_reason
         """Why the fit never fits (and so never predicts), or None."""
@@ -241,4 +249,5 @@ class OnlinePassCost:
             "fits": self.num_fits,
             "median_abs_rel_error": self.error(),
             "frozen": self.frozen_reason,
+            "attention": self.attention.value,
         }

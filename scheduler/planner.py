@@ -21,7 +21,7 @@ from scheduler.config import PolicyConfig
 from scheduler.diagnostics import log_plan, logger
 from scheduler.fair_share import align, per_request_cap, sequential_fill, top_up, water_fill
 from scheduler.pass_budget import PassBudget, PassSizer
-from scheduler.pass_cost import PassCost, chunk_ctx_pairs
+from scheduler.pass_cost import PassCost, attention_of, extend_pairs
 from scheduler.slo_sizing import PassLoad, SloCounters, UnusableCost, predict
 from scheduler.snapshot import Candidate, Grant, PassPlan, QueueSnapshot, Rejection
 
@@ -150,9 +150,10 @@ class PassPlanner:
         long_sharers = [c for c in sharers if c.rid not in short_ids]
         short_tokens = sum(c.extend_tokens for c in shorts)
         rows = snap.num_decoding if cfg.mixed_decode else 0
+        work = attention_of(self.pass_cost)
         return PassLoad(
             short_tokens=short_tokens,
-            short_ctx_pairs=sum(chunk_ctx_pairs(c.ctx_tokens, c.extend_tokens) for c in shorts) if with_ctx else 0.0,
+            short_ctx_pairs=sum(extend_pairs(work, c.ctx_tokens, c.extend_tokens) for c in shorts) if with_ctx else 0.0,
             long_ctx_tokens=max((c.ctx_tokens for c in long_sharers), default=0) if with_ctx else 0,
             num_decoding=snap.num_decoding,
             decode_ctx_tokens=snap.decode_ctx_tokens,
@@ -175,7 +176,7 @@ class PassPlanner:
             plan.predicted_pass_s = predict(
                 self.pass_cost,
                 plan.num_prefill_tokens,
-                sum(chunk_ctx_pairs(ctx[g.rid], g.tokens) for g in plan.grants),
+                sum(extend_pairs(attention_of(self.pass_cost), ctx[g.rid], g.tokens) for g in plan.grants),
                 rows,
                 snap.decode_ctx_tokens if rows else 0,
             )

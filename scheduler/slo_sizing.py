@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from scheduler.config import PolicyConfig
-from scheduler.pass_cost import PassCost, chunk_ctx_pairs
+from scheduler.pass_cost import PassCost, attention_of, chunk_ctx_pairs, extend_pairs, riding_figures
 
 logger = logging.getLogger("fairshare.scheduler")
 
@@ -108,7 +108,8 @@ class PassSize:
     by: SizedBy
     bound_s: float | None = None
     missed: tuple[Target, ...] = ()
-    """Targets that even the minimal pass breaks (the pass is then the minimal one)."""
+    """Targets that even the minimal pass breaks (the pass then carries the documents' floor, stretched by
+    `missed_pass_stretch`)."""
     minimal_s: float | None = None
     """The minimal pass's predicted seconds (what a missed target is up against)."""
 
@@ -142,9 +143,11 @@ def checked(seconds: object) -> float:
 
 
 def predict(cost: PassCost, prefill_tokens: int, prefill_ctx_pairs: float, rows: int, rows_ctx: int) -> float:
-    """`cost.pass_s`, or `UnusableCost` when it cannot answer."""
+    """`cost.pass_s` of a pass with `rows` decoding streams whose contexts sum to `rows_ctx` (their attention as the
+    model's engine computes it: `riding_figures`), or `UnusableCost` when it cannot answer."""
+    row_pairs, rows_ctx = riding_figures(attention_of(cost), prefill_tokens > 0, rows, rows_ctx)
     try:
-        seconds = cost.pass_s(prefill_tokens, prefill_ctx_pairs, rows, rows_ctx)
+        seconds = cost.pass_s(prefill_tokens, prefill_ctx_pairs + row_pairs, rows, rows_ctx)
     except Exception as exc:  # the model is the engine's (an online fit): any failure means it cannot predict
         raise UnusableCost(f"the pass-cost model raised {exc!r}") from exc
     return checked(seconds)
@@ -166,6 +169,13 @@ def largest_within(bound_s: float, floor: int, limit: int, seconds: Callable[[in
     return lo
 
 
+def long_floor_tokens(cfg: PolicyConfig, load: PassLoad) -> int:
+    """The long prefill a pass keeps whatever bounds it (no size keeps a target, or chats lack running slots), so
+    documents keep moving under chat overload; a pass that admits short requests is theirs, and the documents go
+    on in the next."""
+    return 0 if load.short_tokens else min(cfg.long_pass_floor_tokens, load.limit_long_tokens)
+
+
 @dataclass
 class SloSizer:
     """The controller's state across passes: the last pass's predicted seconds and the chat-prompt reserve."""
@@ -179,25 +189,35 @@ class SloSizer:
 
     def size(self, cfg: PolicyConfig, cost: PassCost, load: PassLoad, slots_short: bool) -> PassSize:
         """The long prefill tokens of this pass. Pure: the planner may size a pass more than once. `slots_short`:
-        short requests lack running slots (`pass_budget.slots_short`): no long prefill."""
-        # The floor keeps documents moving through passes no size can keep in target; a pass that admits short
-        # requests is theirs, and the documents go on in the next.
-        floor = 0 if load.short_tokens else min(cfg.long_pass_floor_tokens, load.limit_long_tokens)
+        short requests lack running slots (`pass_budget.slots_short`): no long prefill beyond the floor."""
+        floor = long_floor_tokens(cfg, load)
 
         rows, rows_ctx = load.riding
+        work = attention_of(cost)
 
         def seconds(long_tokens: int) -> float:
-            pairs = load.short_ctx_pairs + chunk_ctx_pairs(load.long_ctx_tokens, long_tokens)
+            pairs = load.short_ctx_pairs + extend_pairs(work, load.long_ctx_tokens, long_tokens)
             return predict(cost, load.short_tokens + long_tokens, pairs, rows, rows_ctx)
+
+        def stretched(floor: int) -> int:
+            # A pass held to the documents' floor (no size keeps a target, or chats lack slots) may spend on them
+            # up to `missed_pass_stretch` x what the floor already costs it: where a document's presence costs
+            # most of the pass (deep padded attention on CPU: the causal square whatever the chunk), it then
+            # carries thousands of tokens instead of crawling; with linear costs, a few more than the floor.
+            if not floor:
+                return 0
+            base_s = seconds(0)
+            allowed_s = base_s + cfg.missed_pass_stretch * (seconds(floor) - base_s)
+            return largest_within(allowed_s, floor, load.limit_long_tokens, seconds)
 
         bounds = self.bounds(cfg, cost, load)
         tightest = min(bounds, key=lambda b: b.seconds)
         if slots_short:
-            return PassSize(0, SizedBy.SLOTS, tightest.seconds)
+            return PassSize(floor, SizedBy.SLOTS, tightest.seconds)
         minimal_s = seconds(floor)
         missed = tuple(dict.fromkeys(b.target for b in bounds if minimal_s > b.seconds))
         if missed:
-            return PassSize(floor, tightest.by, tightest.seconds, missed, minimal_s)
+            return PassSize(stretched(floor), tightest.by, tightest.seconds, missed, minimal_s)
         tokens = largest_within(tightest.seconds, floor, load.limit_long_tokens, seconds)
         by = SizedBy.CHUNK if tokens == load.limit_long_tokens else tightest.by
         return PassSize(tokens, by, tightest.seconds, minimal_s=minimal_s)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from harness.results import LATEST_NAME, command_line, latest, recording, runs, write_result
+from harness.results import LATEST_NAME, command_line, git_commit, latest, recording, runs, write_result
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -59,3 +60,20 @@ def test_every_published_latest_is_its_folders_newest_run():
         newest = latest(folder.name, results)
         assert newest is not None, f"{folder} has no result file"
         assert (folder / LATEST_NAME).read_text() == newest.read_text(), f"{folder}/latest.md is not {newest.name}"
+
+
+def test_only_changes_outside_docs_make_a_run_dirty(tmp_path):
+    def git(*args: str) -> None:
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "index.md").write_text("a\n")
+    (tmp_path / "code.py").write_text("a = 1\n")
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
+    clean = git_commit(tmp_path)
+    (tmp_path / "docs" / "index.md").write_text("b\n")  # what a benchmark writes
+    assert git_commit(tmp_path) == clean
+    (tmp_path / "code.py").write_text("a = 2\n")
+    assert git_commit(tmp_path) == f"{clean}-dirty"

@@ -40,6 +40,7 @@ from sglang.srt.runtime_context import get_parallel
 from scheduler.config import PolicyConfig, default_interactive_pass_tokens, env_var_name
 from scheduler.diagnostics import log_pass_cost, pass_cost_line
 from scheduler.interleave import DecodeInterleave, short_decode_passes
+from scheduler.pass_cost import AttentionWork
 from scheduler.pass_cost_fit import OnlinePassCost
 from scheduler.pass_trace import ArrivalLog, PassTraceWriter, pass_record, timing_record
 from scheduler.planner import PassPlanner
@@ -101,6 +102,19 @@ def fit_frozen_reason(sched: Scheduler) -> str | None:
     if tp_size > 1 or pp_size > 1:
         return f"tp_size={tp_size} pp_size={pp_size}: each rank times its own passes; a fit would differ by rank"
     return None
+
+
+def attention_work(sched: Scheduler) -> AttentionWork:
+    """What sglang's prefill attention backend computes for a chunk (`AttentionWork`)."""
+    args = getattr(sched, "server_args", None)
+    backend = getattr(args, "prefill_attention_backend", None) or getattr(args, "attention_backend", None)
+    return AttentionWork.PADDED_CAUSAL if backend == "torch_native" else AttentionWork.QUERIES
+
+
+def launch_is_synchronous(sched: Scheduler) -> bool:
+    """Does the device run a pass before ``run_batch`` returns? On CPU torch runs each op when it is called (sglang
+    still runs its overlap loop there); GPU launches are asynchronous (`pass_timer`)."""
+    return str(getattr(sched, "device", "")).startswith("cpu")
 
 
 def inactive_reason(sched: Scheduler) -> str | None:
@@ -364,10 +378,10 @@ def attach_policy(sched: Scheduler, missing_targets: list[str] | tuple[str, ...]
     if missing_targets:
         reason = f"hook targets not patched: {', '.join(missing_targets)}"
         logger.error("fairshare: %s; the plugin patches nothing and sglang runs unpatched", reason)
-    fit = OnlinePassCost(frozen_reason=fit_frozen_reason(sched))
+    fit = OnlinePassCost(frozen_reason=fit_frozen_reason(sched), attention=attention_work(sched))
     policy = SchedulerPolicy(PassPlanner(cfg, pass_cost=fit), inactive_reason=reason, pass_cost=fit)
     if reason is None:
-        policy.timer = PassTimer(fit)
+        policy.timer = PassTimer(fit, synchronous_launch=launch_is_synchronous(sched))
     trace_path = pass_trace_path()
     if trace_path is not None and reason is None:
         policy.trace = PassTraceWriter(trace_path, source=f"sglang-tp{getattr(sched, 'tp_rank', 0)}")

@@ -9,8 +9,10 @@
   a decode-only pass is owed to short streams (as sglang's own prefill-decode interval defers prefill).
   Before it, a pass that can admit nobody (the last idle scan still holds) is planned at once and upstream's
   call returns nothing, as while ``batch_is_full``.
+- ``Scheduler.run_batch`` (AROUND): when a pass's launch returned (on a device that runs a pass before its launch
+  returns, the pass's end: `pass_timer`).
 - ``Scheduler.process_batch_result`` (AROUND): a pass's result lands; time the pass and feed the online pass-cost
-  fit (`pass_timer`: why there, under sglang's overlap scheduler too).
+  fit (`pass_timer`: where a pass starts and ends, under sglang's overlap scheduler too).
 - ``Scheduler.get_init_info`` (AFTER): report the policy's state in the scheduler's start-up handshake.
 - ``Scheduler.get_internal_state`` (AFTER): the policy's live state (the pass-cost fit, the last pass)
   in sglang's internal state, which ``/server_info`` and ``Engine.get_server_info`` return.
@@ -96,13 +98,22 @@ def around_upstream_prefill_raw_clocked(original: Original, sched: Scheduler, *a
         clock.end_pass(PassKind.NONE)
 
 
+def around_run_batch(original: Original, sched: Scheduler, batch: ScheduleBatch, *args: Any, **kwargs: Any) -> Any:
+    result = original(sched, batch, *args, **kwargs)
+    policy = policy_of(sched)
+    if policy is not None and policy.timer is not None:
+        policy.timer.run_returned(batch.forward_iter, time.monotonic())
+    return result
+
+
 def around_process_batch_result(
     original: Original, sched: Scheduler, batch: ScheduleBatch, *args: Any, **kwargs: Any
 ) -> Any:
     policy = policy_of(sched)
     if policy is None or policy.timer is None:
         return original(sched, batch, *args, **kwargs)
-    figures = pass_figures(batch) if sched.is_generation else None  # as launched: processing may change the batch
+    # Read as launched: processing may change the batch.
+    figures = pass_figures(batch, policy.pass_cost.attention) if sched.is_generation else None
     result = original(sched, batch, *args, **kwargs)
     policy.pass_landed(batch.launch_ts, figures, time.monotonic(), batch.forward_iter)
     return result
@@ -141,6 +152,7 @@ TARGETS: tuple[HookSpec, ...] = (
     HookSpec(f"{_SCHEDULER}.__init__", HookType.AFTER, after_scheduler_init),
     HookSpec(f"{_SCHEDULER}.get_prefill_adder_class", HookType.AROUND, around_get_prefill_adder_class),
     HookSpec(f"{_SCHEDULER}._get_new_batch_prefill_raw", HookType.AROUND, around_get_new_batch_prefill_raw),
+    HookSpec(f"{_SCHEDULER}.run_batch", HookType.AROUND, around_run_batch),
     HookSpec(f"{_SCHEDULER}.process_batch_result", HookType.AROUND, around_process_batch_result),
     HookSpec(f"{_SCHEDULER}.get_init_info", HookType.AFTER, after_get_init_info),
     HookSpec(f"{_SCHEDULER}.get_internal_state", HookType.AFTER, after_get_internal_state),

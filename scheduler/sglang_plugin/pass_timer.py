@@ -1,23 +1,37 @@
-"""Each forward pass timed where its result lands, and fed to the online pass-cost fit (`scheduler.pass_cost_fit`).
+"""Each forward pass timed from when the device can start it to when it has run, and fed to the online pass-cost
+fit (`scheduler.pass_cost_fit`).
 
-**Where.** At the end of `Scheduler.process_batch_result`, which processes a pass's result (its sampled tokens,
-finished requests) in both of sglang's loops. In `event_loop_normal` it follows `run_batch` at once. In
-`event_loop_overlap` sglang launches the next pass before it processes this one's result, so a pass's launch
-(`ScheduleBatch.launch_ts`, set by `run_batch`) is no start: the device is still running the pass before. The
-device runs passes in order, so a pass starts no earlier than the previous pass's result landed:
+**When a pass ends.** sglang's two loops and two kinds of device differ:
 
-    measured_s = landed - max(launched, previous landed)
+- `event_loop_normal` runs a pass (``run_batch``) and processes its result (``process_batch_result``) at once.
+- `event_loop_overlap` launches pass N+1 before it processes pass N's result. On a GPU the launch returns at once
+  and the device runs the passes in order, so pass N has run no later than its result was processed (its
+  processing waits for the device's copy).
+- On a device where a launch runs the pass before it returns (``--device cpu``: torch runs each op when it is
+  called), the overlap loop launches, and so runs, pass N+1 before it processes pass N's result: the result of N
+  lands after N+1 has run. Timing N up to its landing would charge it N+1's forward, which on a long document's
+  chunks is a different cost from N's (measured: every chunk of a document timed as the next chunk, and the
+  document's last chunk, followed by a decode pass, timed at a hundredth of its cost). There a pass ends when
+  ``run_batch`` returns (`PassTimer.run_returned`).
 
-that is, the time between consecutive result completions while passes follow each other, and launch to result
-after an idle gap (sglang's own prefill-throughput counter, `_record_step_counters`, draws the same boundary).
-In steady overlap this is the loop's period per pass: the device's time for the pass, or the scheduler's CPU
-time when that is longer; what a pass costs in the loop either way. It includes the processing of the result.
+So with ``ended`` the end above and ``launched`` the pass's ``ScheduleBatch.launch_ts`` (set by ``run_batch``):
+
+    measured_s = ended - max(launched, previous pass's ended)
+
+A device runs passes in order, so a pass starts no earlier than the previous pass ended: on a GPU under overlap
+this is the time between consecutive result completions while passes follow each other (the loop's period per
+pass: the device's time, or the scheduler's CPU time when that is longer), launch to result after an idle gap
+(sglang's own prefill-throughput counter, `_record_step_counters`, draws the same boundary); on a synchronous device
+it is the launch to its return, the pass's forward alone.
 
 **What.** The figures of `PassCost.pass_s`, read from the batch as it was launched (before upstream processes
 it). A row that adds one token is a decode row: a decode batch's rows, and mixed chunk's decoding rows (sglang
-appends them to an extend batch as one-token extends); its context is its sequence length. Every other row
-prefills ``extend_len`` tokens after ``prefix_len`` already in KV: `chunk_ctx_pairs(prefix_len, extend_len)`
-attention pairs. (A one-token prefill chunk counts as a decode row: it is the same work.)
+appends them to an extend batch as one-token extends); in a decode batch its context is its sequence length. Every
+other row prefills ``extend_len`` tokens after ``prefix_len`` already in KV: `extend_pairs(work, prefix_len,
+extend_len)` attention pairs, as the engine's attention kernel computes them (`AttentionWork`). A decode row in an
+extend batch attends through the extend kernel: under `AttentionWork.PADDED_CAUSAL` its attention is the square
+of its sequence (pairs, not context tokens). (A one-token prefill chunk counts as a decode row: it is the same
+work.)
 
 **Not timed:** speculative decoding (several tokens a row and a draft model: figures the model does not have),
 split prefill, dLLM, prebuilt (disaggregated decode) and idle (data-parallel padding) batches. Their landing still
@@ -31,7 +45,7 @@ from typing import TYPE_CHECKING
 
 from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
-from scheduler.pass_cost import chunk_ctx_pairs
+from scheduler.pass_cost import AttentionWork, extend_pairs
 from scheduler.pass_cost_fit import OnlinePassCost
 
 if TYPE_CHECKING:
@@ -58,8 +72,9 @@ class TimedPass:
     """The model in force's prediction, made before the pass joined the fit's window."""
 
 
-def pass_figures(batch: ScheduleBatch) -> PassFigures | None:
-    """The figures of a generation batch the fit learns from; None for one it does not (see the module docstring)."""
+def pass_figures(batch: ScheduleBatch, work: AttentionWork = AttentionWork.QUERIES) -> PassFigures | None:
+    """The figures of a generation batch the fit learns from, its attention counted as `work` computes it; None for
+    a batch it does not learn from (see the module docstring)."""
     mode = batch.forward_mode
     if not batch.spec_algorithm.is_none() or batch.dllm_config is not None:
         return None
@@ -71,34 +86,48 @@ def pass_figures(batch: ScheduleBatch) -> PassFigures | None:
         return None
     tokens = rows = ctx = 0
     pairs = 0.0
+    padded = work is AttentionWork.PADDED_CAUSAL
     for prefix, extend in zip(batch.prefix_lens, batch.extend_lens, strict=True):
-        if extend == 1:
+        if extend == 1 and padded:
+            rows += 1
+            pairs += extend_pairs(work, prefix, 1)
+        elif extend == 1:
             rows += 1
             ctx += prefix + 1
         else:
             tokens += extend
-            pairs += chunk_ctx_pairs(prefix, extend)
+            pairs += extend_pairs(work, prefix, extend)
     return PassFigures(tokens, pairs, rows, ctx)
 
 
 class PassTimer:
-    """Times passes by where their results land (the module docstring's rule) and feeds `fit`."""
+    """Times passes by the module docstring's rule and feeds `fit`. `synchronous_launch`: the device runs a pass
+    before ``run_batch`` returns (a pass then ends there, not where its result lands)."""
 
-    def __init__(self, fit: OnlinePassCost) -> None:
+    def __init__(self, fit: OnlinePassCost, synchronous_launch: bool = False) -> None:
         self.fit = fit
-        self.last_landed_s: float | None = None
+        self.synchronous_launch = synchronous_launch
+        self.last_ended_s: float | None = None
         self.num_timed = 0
+        self._returned_s: dict[int, float] = {}
+        """Forward pass -> when ``run_batch`` returned, for passes whose results have not landed yet."""
+
+    def run_returned(self, forward_pass: int, returned_s: float) -> None:
+        """``run_batch`` of `forward_pass` returned at `returned_s` (``time.monotonic()``)."""
+        if self.synchronous_launch:
+            self._returned_s[forward_pass] = returned_s
 
     def landed(
         self, launched_s: float | None, figures: PassFigures | None, landed_s: float, forward_pass: int
     ) -> TimedPass | None:
         """A pass launched at `launched_s` (``time.monotonic()``) had its result processed at `landed_s`; returns the
         pass as timed and predicted, or None when it is not one the fit learns from."""
-        previous, self.last_landed_s = self.last_landed_s, landed_s
+        ended_s = self._ended(forward_pass, landed_s)
+        previous, self.last_ended_s = self.last_ended_s, ended_s
         if figures is None or launched_s is None:
             return None
         started_s = launched_s if previous is None else max(launched_s, previous)
-        measured_s = landed_s - started_s
+        measured_s = ended_s - started_s
         predicted_s = self.fit.observe(
             figures.prefill_tokens,
             figures.prefill_ctx_pairs,
@@ -110,3 +139,11 @@ class PassTimer:
             return None
         self.num_timed += 1
         return TimedPass(forward_pass, figures, measured_s, predicted_s)
+
+    def _ended(self, forward_pass: int, landed_s: float) -> float:
+        if not self.synchronous_launch:
+            return landed_s
+        returned_s = self._returned_s.pop(forward_pass, landed_s)
+        for stale in [p for p in self._returned_s if p < forward_pass]:  # results land in order: never asked for
+            del self._returned_s[stale]
+        return returned_s

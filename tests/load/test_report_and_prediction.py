@@ -7,12 +7,13 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadtests.app import upstream_policy_overrides
+from loadtests.app import SGLANG_OWNED, sglang_upstream_overrides, upstream_policy_overrides
 from loadtests.prediction import population, predict
 from loadtests.recording import Sample
 from loadtests.report import figures, long_prefill_tok_per_s, slo_of, to_engine_time
 from loadtests.settings import LoadSettings
 from loadtests.stages import Stage
+from scheduler.config import PolicyConfig
 from scheduler.sim.experiments import run_spec
 from scheduler.sim.presets import PRESETS
 from scheduler.sim.request import TrafficClass
@@ -22,6 +23,7 @@ from scheduler.slo import SloTargets
 from serve_app.config import policy_config
 
 CARD12GB = PRESETS["card12gb-27b"]
+H100_8B = PRESETS["h100-8b"]
 
 
 def long_sample(sent: float, ttft: float, prompt: int, cached: int = 0) -> Sample:
@@ -81,6 +83,16 @@ def test_upstream_through_the_live_config_is_the_baseline_rule_set() -> None:
     live = policy_config(ours, upstream_policy_overrides(CARD12GB.name))
     assert live == base
     assert {"skip_ahead", "fair_share", "adaptive_pass"} <= set(upstream_policy_overrides(CARD12GB.name))
+
+
+def test_upstream_on_sglang_is_the_baseline_rule_set_less_sglangs_own_arguments() -> None:
+    """On an sglang engine the chunk size and running slots come from sglang's arguments (upstream's already): the
+    overrides take every other `baseline` field, so the plugin then decides as upstream does."""
+    base, _ = policy_for(RuleSet.BASELINE, H100_8B)
+    live = policy_config(PolicyConfig(), sglang_upstream_overrides())  # an sglang replica's policy: the defaults
+    differing = {k for k, v in live.model_dump().items() if v != base.model_dump()[k]}
+    assert differing <= SGLANG_OWNED
+    assert not set(sglang_upstream_overrides()) & SGLANG_OWNED
 
 
 def test_a_lone_document_is_predicted_as_the_simulator_runs_it() -> None:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from scheduler.config import PolicyConfig
 from scheduler.slo import SloTargets
 from scheduler.traffic import TrafficClass
-from serve_app.backpressure import BackpressureLimits, Shed, assess
+from serve_app.backpressure import Shed, assess
 from serve_app.config import EngineKnobs, RoutingKnobs
 from serve_app.engine import lane_for
 from serve_app.engine_backend import ReplicaLoad
@@ -26,6 +26,7 @@ from serve_app.ttft_prediction import (
     wait_pass_tokens,
     with_request,
 )
+from tests.serve.strategies import limits_st
 
 T0 = 1000.0
 RATE = 10_000.0  # tokens/s: a 2048-token pass 0.2 s, a 12,000-token document 1.2 s
@@ -269,15 +270,6 @@ def test_an_added_replica_takes_whatever_role_the_load_needs() -> None:
 
 # -- invariants over random replica sets ------------------------------------------------------------------------
 
-limits_st = st.one_of(
-    st.none(),
-    st.builds(
-        BackpressureLimits,
-        max_ongoing_requests=st.integers(1, 10),
-        max_queued_requests=st.integers(1, 6),
-        max_queued_prefill_tokens=st.integers(1000, 200_000),
-    ),
-)
 views_st = st.builds(
     lambda i, lane, ld, ready, full, limits, target, cached: ReplicaView(
         f"R{i}",

@@ -23,6 +23,7 @@ from serve_app.route_records import (
     RoutingStats,
 )
 from serve_app.routing import ARRIVAL_MARGIN_S, LanePolicy
+from tests.serve.strategies import limits_st
 
 KNOBS = RoutingKnobs(class_hysteresis=0.5, busy_pending_requests=2, busy_prefill_tokens=16384)
 T0 = 1000.0
@@ -441,15 +442,6 @@ def test_published_limits_survive_serve_transport() -> None:
     assert parsed == stats and ReplicaView.from_stats("C1", parsed).limits == LIMITS
 
 
-limits_st = st.one_of(
-    st.none(),
-    st.builds(
-        BackpressureLimits,
-        max_ongoing_requests=st.integers(1, 10),
-        max_queued_requests=st.integers(1, 6),
-        max_queued_prefill_tokens=st.integers(1000, 200_000),
-    ),
-)
 limited_views = views_of(6, limits=limits_st)
 
 

@@ -8,7 +8,7 @@ import torch
 from sglang.srt.model_executor.forward_batch_info import ForwardMode
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
-from scheduler.pass_cost import chunk_ctx_pairs
+from scheduler.pass_cost import AttentionWork, chunk_ctx_pairs
 from scheduler.pass_cost_fit import OnlinePassCost
 from scheduler.sglang_plugin.pass_timer import PassFigures, PassTimer, pass_figures
 
@@ -28,8 +28,8 @@ def batch(mode: ForwardMode, prefix_lens=(), extend_lens=(), seq_lens=None, spec
     )
 
 
-def measured(timer: PassTimer, launched_s: float, landed_s: float, figures=PREFILL) -> float | None:
-    timed = timer.landed(launched_s, figures, landed_s, forward_pass=0)
+def measured(timer: PassTimer, launched_s: float, landed_s: float, figures=PREFILL, forward_pass=0) -> float | None:
+    timed = timer.landed(launched_s, figures, landed_s, forward_pass)
     return None if timed is None else round(timed.measured_s, 9)
 
 
@@ -47,6 +47,34 @@ def test_the_overlap_loop_times_a_pass_between_consecutive_results():
     assert measured(timer, 10.3, 10.6) == 0.1
     # After an idle gap the pass starts at its launch again.
     assert measured(timer, 20.0, 20.4) == 0.4
+
+
+def test_on_a_synchronous_device_the_overlap_loop_times_each_pass_by_its_own_forward():
+    # sglang's overlap loop on CPU, as recorded: run_batch runs the forward before it returns, and pass N's result
+    # lands after pass N+1 has been launched and so has run. A document's chunk (0.2 s), its next chunk at a deeper
+    # context (0.5 s), then a decode pass (0.01 s).
+    timer = PassTimer(OnlinePassCost(), synchronous_launch=True)
+    timer.run_returned(1, 10.2)  # launched 10.0
+    timer.run_returned(2, 10.71)  # launched 10.21, before pass 1's result lands
+    assert measured(timer, 10.0, 10.72, forward_pass=1) == 0.2
+    timer.run_returned(3, 10.74)  # launched 10.73
+    assert measured(timer, 10.21, 10.75, forward_pass=2) == 0.5
+    assert measured(timer, 10.73, 10.76, forward_pass=3) == 0.01
+    # The same landings timed where results land charge each pass the next one's forward.
+    where_landed = PassTimer(OnlinePassCost())
+    assert [measured(where_landed, a, b) for a, b in ((10.0, 10.72), (10.21, 10.75), (10.73, 10.76))] == [
+        0.72,
+        0.03,
+        0.01,
+    ]
+
+
+def test_a_synchronous_timer_forgets_returns_whose_results_never_landed():
+    timer = PassTimer(OnlinePassCost(), synchronous_launch=True)
+    timer.run_returned(1, 1.1)  # its result is never processed
+    timer.run_returned(2, 1.3)
+    assert timer.landed(1.15, PREFILL, 1.4, forward_pass=2).measured_s == 1.3 - 1.15
+    assert timer._returned_s == {}
 
 
 def test_a_pass_the_fit_does_not_learn_from_still_bounds_the_next_one():
@@ -74,6 +102,16 @@ def test_a_mixed_batch_splits_prefill_chunks_from_decode_rows():
     # appended as one-token extends after their contexts.
     figures = pass_figures(batch(ForwardMode.MIXED, prefix_lens=[1000, 0, 499, 99], extend_lens=[256, 30, 1, 1]))
     assert figures == PassFigures(286, chunk_ctx_pairs(1000, 256) + chunk_ctx_pairs(0, 30), 2, 600)
+
+
+def test_under_padded_attention_a_one_token_extend_row_costs_the_square_of_its_sequence():
+    # sglang's torch_native backend: a document's one-token chunk 9,413 tokens in, a chat's prompt, a chat decoding.
+    mixed = batch(ForwardMode.MIXED, prefix_lens=[9413, 0, 60], extend_lens=[1, 60, 1])
+    figures = pass_figures(mixed, AttentionWork.PADDED_CAUSAL)
+    assert figures == PassFigures(60, chunk_ctx_pairs(0, 9414) + chunk_ctx_pairs(0, 60) + chunk_ctx_pairs(0, 61), 2, 0)
+    assert pass_figures(mixed).prefill_ctx_pairs == chunk_ctx_pairs(0, 60)  # queries only: the rows' contexts instead
+    decode = batch(ForwardMode.DECODE, seq_lens=[9414, 61])
+    assert pass_figures(decode, AttentionWork.PADDED_CAUSAL) == PassFigures(0, 0.0, 2, 9475)
 
 
 def test_passes_the_model_has_no_figures_for_are_not_timed():
