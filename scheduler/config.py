@@ -216,5 +216,12 @@ def default_interactive_pass_tokens(limit_tokens: int) -> int:
     return min(default, limit_tokens)
 
 
+def default_long_pass_floor_tokens(chunk_budget_tokens: int) -> int:
+    """The documents' default progress floor, no bigger than an engine's (smaller) chunk budget: the config refuses
+    a floor above it."""
+    default: int = PolicyConfig.model_fields["long_pass_floor_tokens"].default
+    return min(default, chunk_budget_tokens)
+
+
 def env_var_name(field: str) -> str:
     return f"{ENV_PREFIX}{field.upper()}"

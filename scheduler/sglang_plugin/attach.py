@@ -37,7 +37,12 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from sglang.srt.managers.schedule_policy import CacheAgnosticPolicy
 from sglang.srt.runtime_context import get_parallel
 
-from scheduler.config import PolicyConfig, default_interactive_pass_tokens, env_var_name
+from scheduler.config import (
+    PolicyConfig,
+    default_interactive_pass_tokens,
+    default_long_pass_floor_tokens,
+    env_var_name,
+)
 from scheduler.diagnostics import log_pass_cost, pass_cost_line
 from scheduler.interleave import DecodeInterleave, short_decode_passes
 from scheduler.pass_cost import AttentionWork
@@ -89,6 +94,8 @@ def policy_config_for(sched: Scheduler) -> PolicyConfig:
     budget = cast(int, engine.get("chunk_budget_tokens") or explicit_policy_value("chunk_budget_tokens"))
     if "interactive_pass_tokens" not in explicit:
         engine["interactive_pass_tokens"] = default_interactive_pass_tokens(budget)
+    if "long_pass_floor_tokens" not in explicit:
+        engine["long_pass_floor_tokens"] = default_long_pass_floor_tokens(budget)
     if sched.enable_priority_scheduling:
         engine["skip_ahead"] = False  # overtaking by arrival would defeat priorities
     if not chunking:
