@@ -212,7 +212,15 @@ class PolicyConfig(BaseSettings):
 def default_interactive_pass_tokens(limit_tokens: int) -> int:
     """The default interactive pass budget, no bigger than `limit_tokens` (an engine's smaller chunk
     budget, or a quiet pass size): the config refuses an interactive pass above the chunk budget."""
-    return min(PolicyConfig.model_fields["interactive_pass_tokens"].default, limit_tokens)
+    default: int = PolicyConfig.model_fields["interactive_pass_tokens"].default
+    return min(default, limit_tokens)
+
+
+def default_long_pass_floor_tokens(chunk_budget_tokens: int) -> int:
+    """The documents' default progress floor, no bigger than an engine's (smaller) chunk budget: the config refuses
+    a floor above it."""
+    default: int = PolicyConfig.model_fields["long_pass_floor_tokens"].default
+    return min(default, chunk_budget_tokens)
 
 
 def env_var_name(field: str) -> str:
