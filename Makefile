@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SGLANG_STAMP := $(VENV)/.sglang-installed
 
-.PHONY: serve test test-fast test-sglang-cpu lint sim-reproduce sim-frontier sim-overload bench clean
+.PHONY: serve test test-fast typecheck test-sglang-cpu lint sim-reproduce sim-frontier sim-overload bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,7 @@ serve: $(STAMP)
 
 test: $(SGLANG_STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 
 # The quick loop for policy, simulator, plugin and routing changes: no servers, no Ray, no sglang processes.
@@ -37,6 +38,11 @@ FAST_TESTS := tests/test_*.py tests/sglang tests/serve/test_routing.py tests/ser
 test-fast: $(SGLANG_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -m "not slow and not gpu" $(FAST_TESTS)
+
+# mypy as pyproject's [tool.mypy] sets it: strict on scheduler/ and serve_app/, the sglang plugin checked against
+# sglang's own classes (installed by the sglang stamp). A first run reads sglang's source: minutes; then cached.
+typecheck: $(SGLANG_STAMP)
+	$(BIN)/mypy
 
 # Only the tests that run real sglang on CPU (server and in-process engine with the tiny model).
 test-sglang-cpu: $(SGLANG_STAMP)

@@ -225,11 +225,13 @@ def start_servers(model_dir: Path, work: Path) -> dict[str, tuple[LocalServer, P
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5, help="measured runs per mode (after one warm-up run each)")
+    parser.add_argument("--keep", type=Path, help="keep the servers' logs and the pass trace in this folder")
     args = parser.parse_args(argv)
     if args.runs < 1:
         parser.error(f"--runs {args.runs}: must be >= 1")
     with tempfile.TemporaryDirectory(prefix="slo-sglang-") as tmp:
-        work = Path(tmp)
+        work = Path(tmp) if args.keep is None else args.keep
+        work.mkdir(parents=True, exist_ok=True)
         model_dir = build_tiny_model(work / "model", MODEL)
         servers = start_servers(model_dir, work)
         try:

@@ -46,7 +46,10 @@ def git_commit(repo: Path = REPO) -> str:
             ["git", "rev-parse", "--short", "HEAD"], cwd=repo, capture_output=True, text=True, check=True
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!docs"], cwd=repo, capture_output=True, text=True
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!docs"],
+            cwd=repo,
+            capture_output=True,
+            text=True,
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"

@@ -92,6 +92,14 @@ class PolicyConfig(BaseSettings):
         "running slots (the documents' progress floor under chat overload: about a third of prefill speed on the "
         "presets; passes that miss a target are counted). 0 = none.",
     )
+    missed_pass_stretch: float = Field(
+        2.0,
+        ge=1.0,
+        description="A pass held to the documents' floor (no size keeps a target, or chats lack running slots) may "
+        "spend on documents up to this many times what long_pass_floor_tokens already costs it: where a document's "
+        "presence costs most of a pass (deep padded attention on CPU) it carries thousands of tokens instead of "
+        "crawling; with linear costs a few more than the floor. 1 = the floor.",
+    )
     short_request_tokens: int = Field(
         2048, ge=1, description="A request whose uncached prompt is at most this many tokens counts as short."
     )
@@ -204,7 +212,15 @@ class PolicyConfig(BaseSettings):
 def default_interactive_pass_tokens(limit_tokens: int) -> int:
     """The default interactive pass budget, no bigger than `limit_tokens` (an engine's smaller chunk
     budget, or a quiet pass size): the config refuses an interactive pass above the chunk budget."""
-    return min(PolicyConfig.model_fields["interactive_pass_tokens"].default, limit_tokens)
+    default: int = PolicyConfig.model_fields["interactive_pass_tokens"].default
+    return min(default, limit_tokens)
+
+
+def default_long_pass_floor_tokens(chunk_budget_tokens: int) -> int:
+    """The documents' default progress floor, no bigger than an engine's (smaller) chunk budget: the config refuses
+    a floor above it."""
+    default: int = PolicyConfig.model_fields["long_pass_floor_tokens"].default
+    return min(default, chunk_budget_tokens)
 
 
 def env_var_name(field: str) -> str:

@@ -158,7 +158,7 @@ def _nnls_towards_one(rows: np.ndarray, prior_passes: float) -> np.ndarray:
     rhs = scaled.sum(axis=0) + prior_passes * scale
     upper = np.linalg.cholesky(gram).T  # gram = upper.T @ upper
     units, _ = nnls(upper, np.linalg.solve(upper.T, rhs))
-    return units / scale
+    return np.asarray(units / scale)  # scipy ships no types
 
 
 class OnlinePassCost:

@@ -44,7 +44,7 @@ def pass_record(
     `finishing`: running requests whose last token is in flight (the overlap scheduler has not processed the pass
     before yet), which still hold their slot and KV; `pass_cost`: the engine's online pass-cost fit as it stood
     (`OnlinePassCost.describe`), when it has one."""
-    record = {
+    record: dict[str, Any] = {
         "pass": index,
         "forward_pass": snap.pass_index,
         "num_waiting": len(snap.waiting),

@@ -108,7 +108,8 @@ class PassSize:
     by: SizedBy
     bound_s: float | None = None
     missed: tuple[Target, ...] = ()
-    """Targets that even the minimal pass breaks (the pass is then the minimal one)."""
+    """Targets that even the minimal pass breaks (the pass then carries the documents' floor, stretched by
+    `missed_pass_stretch`)."""
     minimal_s: float | None = None
     """The minimal pass's predicted seconds (what a missed target is up against)."""
 
@@ -198,6 +199,17 @@ class SloSizer:
             pairs = load.short_ctx_pairs + extend_pairs(work, load.long_ctx_tokens, long_tokens)
             return predict(cost, load.short_tokens + long_tokens, pairs, rows, rows_ctx)
 
+        def stretched(floor: int) -> int:
+            # A pass held to the documents' floor (no size keeps a target, or chats lack slots) may spend on them
+            # up to `missed_pass_stretch` x what the floor already costs it: where a document's presence costs
+            # most of the pass (deep padded attention on CPU: the causal square whatever the chunk), it then
+            # carries thousands of tokens instead of crawling; with linear costs, a few more than the floor.
+            if not floor:
+                return 0
+            base_s = seconds(0)
+            allowed_s = base_s + cfg.missed_pass_stretch * (seconds(floor) - base_s)
+            return largest_within(allowed_s, floor, load.limit_long_tokens, seconds)
+
         bounds = self.bounds(cfg, cost, load)
         tightest = min(bounds, key=lambda b: b.seconds)
         if slots_short:
@@ -205,7 +217,7 @@ class SloSizer:
         minimal_s = seconds(floor)
         missed = tuple(dict.fromkeys(b.target for b in bounds if minimal_s > b.seconds))
         if missed:
-            return PassSize(floor, tightest.by, tightest.seconds, missed, minimal_s)
+            return PassSize(stretched(floor), tightest.by, tightest.seconds, missed, minimal_s)
         tokens = largest_within(tightest.seconds, floor, load.limit_long_tokens, seconds)
         by = SizedBy.CHUNK if tokens == load.limit_long_tokens else tightest.by
         return PassSize(tokens, by, tightest.seconds, minimal_s=minimal_s)

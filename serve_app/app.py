@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ray.serve import Application
+from ray.serve import Application, Deployment
 from ray.serve.config import RequestRouterConfig
 
 from serve_app.config import AppConfig, validate
@@ -24,6 +24,13 @@ ROUTER_CLASS = "serve_app.router:LaneRouter"
 def build_app(args: dict[str, Any] | None = None) -> Application:
     cfg: AppConfig = validate(AppConfig, args or {}, "args")
     cfg_dict = cfg.model_dump()
-    engine = Engine.options(request_router_config=RequestRouterConfig(request_router_class=ROUTER_CLASS)).bind(cfg_dict)
-    embedder = Embedder.bind(cfg_dict) if cfg.embeddings is not None else None
-    return Ingress.bind(engine, cfg_dict, embedder)
+    router = RequestRouterConfig.model_validate({"request_router_class": ROUTER_CLASS})
+    engine = _deployment(Engine).options(request_router_config=router).bind(cfg_dict)
+    embedder = _deployment(Embedder).bind(cfg_dict) if cfg.embeddings is not None else None
+    return _deployment(Ingress).bind(engine, cfg_dict, embedder)
+
+
+def _deployment(decorated: object) -> Deployment:
+    """A class `@serve.deployment` turned into a `Deployment` (type checkers do not model class decorators)."""
+    assert isinstance(decorated, Deployment)
+    return decorated

@@ -18,7 +18,7 @@ def header(scope: Scope, name: str) -> str | None:
     wanted = name.lower().encode()
     for key, value in scope.get("headers", ()):
         if key.lower() == wanted:
-            return value.decode("latin-1")
+            return bytes(value).decode("latin-1")
     return None
 
 

@@ -3,7 +3,7 @@
 Its own replicas, limits and autoscaling (`deployments:` entry `Embedder` in the config file: Serve's
 `max_ongoing_requests` / `max_queued_requests` shed a burst as 429s at the ingress, `autoscaling_config`
 scales on ongoing requests). The ingress reaches it by model name. Each call returns the whole response
-as `ResponseStart` + `ResponseBody` (the same records the chat engines stream for sglang).
+as `ResponseStart` + `ResponseBody` (the records the chat engines stream).
 
 - `sim`: deterministic vectors (`serve_app.sim.embeddings`); concurrent requests are embedded together
   with `serve.batch` (dynamic batching, as the vector-search article's server does).
@@ -23,18 +23,18 @@ from pydantic import ValidationError
 from ray import serve
 
 from serve_app.config import AppConfig, EmbeddingsSettings, validate
-from serve_app.engine_backend import ResponseBody, ResponseStart
+from serve_app.engine_backend import JSON, ResponseBody, ResponsePart, ResponseStart, error_response
 from serve_app.engine_loop import EngineLoop
 from serve_app.errors import OpenAIError
 from serve_app.protocol import EmbeddingRequest
 from serve_app.request_log import configure_logging
 from serve_app.request_rules import check_supported_fields, validation_error
-from serve_app.sglang_openai import JSON, SglangOpenAI, error_items
+from serve_app.sglang_openai import SglangOpenAI
 from serve_app.sim.embeddings import sim_token_count, sim_vector
 
 logger = logging.getLogger(__name__)
 
-EmbeddingResponse = list[ResponseStart | ResponseBody]
+EmbeddingResponse = list[ResponsePart]
 
 
 class EmbeddingsBackend(Protocol):
@@ -54,15 +54,17 @@ def _json_items(payload: dict[str, Any]) -> EmbeddingResponse:
 def _encoded(v: np.ndarray, encoding_format: str) -> list[float] | str:
     if encoding_format == "base64":
         return base64.b64encode(v.astype("<f4").tobytes()).decode()
-    return v.tolist()
+    floats: list[float] = v.tolist()
+    return floats
 
 
 class SimEmbeddings:
     def __init__(self, settings: EmbeddingsSettings) -> None:
         self.settings = settings
         self.model_id = settings.served_model_id
-        self._vectors.set_max_batch_size(settings.max_batch_size)
-        self._vectors.set_batch_wait_timeout_s(settings.batch_wait_timeout_s)
+        batched: Any = self._vectors  # `serve.batch`'s wrapper, whose setters its type leaves out
+        batched.set_max_batch_size(settings.max_batch_size)
+        batched.set_batch_wait_timeout_s(settings.batch_wait_timeout_s)
 
     async def start(self) -> None:
         return None
@@ -75,12 +77,12 @@ class SimEmbeddings:
             check_supported_fields(body, EmbeddingRequest.model_fields, "embeddings on the sim backend")
             request = EmbeddingRequest.model_validate(body)
         except OpenAIError as e:
-            return error_items(e)
+            return error_response(e)
         except ValidationError as e:
-            return error_items(validation_error(e.errors()))
+            return error_response(validation_error(e.errors()))
         dims = self.settings.dimensions
         if request.dimensions is not None and request.dimensions > dims:
-            return error_items(
+            return error_response(
                 OpenAIError(
                     400,
                     f"dimensions={request.dimensions} is larger than this model's {dims}.",

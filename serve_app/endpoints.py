@@ -1,5 +1,6 @@
-"""The two OpenAI endpoints as formats over one pipeline (`ingress`): how each renders its prompt and writes
-its responses. Everything else (counting, routing, streaming, errors, metrics) is the same code for both.
+"""The two OpenAI endpoints an engine answers, as formats: what the ingress reads of a request to route it
+(`routing_prompt`, the text field its stream metrics count), and how the sim backend renders a prompt and
+writes the responses (`sim.serving`). Everything else is the same code for both.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
+from serve_app.engine_backend import EngineKind
 from serve_app.protocol import (
     AssistantMessage,
     ChatChoice,
@@ -21,6 +23,7 @@ from serve_app.protocol import (
     CompletionChoice,
     CompletionRequest,
     FinishReason,
+    SamplingRequest,
     Usage,
 )
 from serve_app.tokenizer import PromptTokenizer
@@ -36,18 +39,22 @@ class ResponseIds:
 
 
 class Endpoint(Protocol):
-    name: str
-    """Metrics tag (`fairshare_requests_total{endpoint=...}`)."""
+    name: EngineKind
+    """The engine's name for it, and the metrics tag (`fairshare_requests_total{endpoint=...}`)."""
     id_prefix: str
     prompt_param: str
     """The request field named by a too-long-prompt error."""
     text_field: str
-    """The field of a streamed chunk's choice that carries the generated text (`protocol.token_events`)."""
+    """The field of a streamed chunk's choice that carries the generated text (`sse.token_events`)."""
 
-    request_model: type[BaseModel]
-    """The sim backend's request model: the fields it supports (a 400 names any other)."""
+    @property
+    def request_model(self) -> type[SamplingRequest]:
+        """The sim backend's request model: the fields it supports (a 400 names any other)."""
+        ...
 
-    def prompt(self, body, tokenizer: PromptTokenizer) -> str: ...
+    def prompt(self, body: Any, tokenizer: PromptTokenizer) -> str:
+        """The prompt of a request validated as `request_model`."""
+        ...
 
     def routing_prompt(self, raw: dict[str, Any], tokenizer: PromptTokenizer) -> str:
         """The prompt's text as routing counts it, from a request the engine itself will validate (sglang)."""
@@ -78,14 +85,16 @@ def _text(content: Any) -> str:
 
 
 class ChatEndpoint:
-    name = "chat"
+    name: EngineKind = "chat"
     id_prefix = "chatcmpl"
     prompt_param = "messages"
     text_field = "content"
     request_model = ChatCompletionRequest
 
     def routing_prompt(self, raw: dict[str, Any], tokenizer: PromptTokenizer) -> str:
-        messages = raw.get("messages") if isinstance(raw.get("messages"), list) else []
+        messages = raw.get("messages")
+        if not isinstance(messages, list):
+            return ""
         rendered = [{"role": "user", "content": _text(m.get("content"))} for m in messages if isinstance(m, dict)]
         return tokenizer.render_chat(rendered) if rendered else ""
 
@@ -96,7 +105,9 @@ class ChatEndpoint:
         choice = ChatChoice(message=AssistantMessage(content=text), finish_reason=finish)
         return ChatCompletion(id=ids.id, created=ids.created, model=ids.model, choices=[choice], usage=usage)
 
-    def _chunk(self, ids: ResponseIds, choices: list[ChatChunkChoice], usage: Usage | None = None):
+    def _chunk(
+        self, ids: ResponseIds, choices: list[ChatChunkChoice], usage: Usage | None = None
+    ) -> ChatCompletionChunk:
         return ChatCompletionChunk(id=ids.id, created=ids.created, model=ids.model, choices=choices, usage=usage)
 
     def opening(self, ids: ResponseIds) -> list[BaseModel]:
@@ -113,7 +124,7 @@ class ChatEndpoint:
 
 
 class CompletionsEndpoint:
-    name = "completions"
+    name: EngineKind = "completions"
     id_prefix = "cmpl"
     prompt_param = "prompt"
     text_field = "text"
@@ -125,7 +136,7 @@ class CompletionsEndpoint:
     def prompt(self, body: CompletionRequest, tokenizer: PromptTokenizer) -> str:
         return body.prompt_text
 
-    def _completion(self, ids: ResponseIds, choices: list[CompletionChoice], usage: Usage | None = None):
+    def _completion(self, ids: ResponseIds, choices: list[CompletionChoice], usage: Usage | None = None) -> Completion:
         return Completion(id=ids.id, created=ids.created, model=ids.model, choices=choices, usage=usage)
 
     def response(self, ids: ResponseIds, text: str, finish: FinishReason | None, usage: Usage) -> Completion:

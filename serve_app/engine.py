@@ -10,27 +10,18 @@ ranks below it serve long documents, the others chats; a lone replica serves bot
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from ray import serve
 
 from scheduler.config import PolicyConfig
-from scheduler.sim.presets import PRESETS
 from scheduler.slo import SloTargets
 from serve_app.backpressure import Admit, BackpressureLimits, decide, derive_limits
 from serve_app.config import AppConfig, EngineKnobs, validate
-from serve_app.engine_backend import (
-    EngineBackend,
-    EngineError,
-    GenerateRequest,
-    RequestError,
-    ResponseItem,
-    StreamItem,
-)
+from serve_app.engine_backend import EngineBackend, EngineCapacity, EngineError, OpenAIRequest, ResponseItem
 from serve_app.metrics import EngineMetrics
 from serve_app.request_log import configure_logging
 from serve_app.route_records import Lane, RouteTicket, RoutingStats
@@ -48,25 +39,21 @@ def lane_for(rank: int, world_size: int, long_lane_replicas: int | None) -> Lane
 
 
 def backpressure_limits(
-    cfg: AppConfig, knobs: EngineKnobs, policy: PolicyConfig, max_ongoing_requests: int
+    capacity: EngineCapacity, knobs: EngineKnobs, policy: PolicyConfig, max_ongoing_requests: int
 ) -> BackpressureLimits:
-    """This replica's limits: derived from the deployment's knobs, with the user_config's overrides."""
-    sim_rate = PRESETS[cfg.sim.preset].cost.prefill_tok_per_s if cfg.backend == "sim" else None
-    context = cfg.context_limit_tokens or PRESETS[cfg.sim.preset].cost.kv_pool_tokens
+    """This replica's limits: derived from its engine's capacity and the deployment's knobs, with the
+    user_config's overrides."""
     limits = derive_limits(
         max_ongoing_requests=max_ongoing_requests,
         prefill_concurrency=policy.prefill_concurrency,
-        context_limit_tokens=context,
-        prefill_tokens_per_s=sim_rate,
+        context_limit_tokens=capacity.context_limit_tokens,
+        prefill_tokens_per_s=capacity.prefill_tokens_per_s,
     )
-    overrides: dict[str, Any] = {}
+    overrides: dict[str, Any] = {"prefill_tokens_per_s": capacity.wall_prefill_tokens_per_s}
     if knobs.max_queued_requests is not None:
         overrides["max_queued_requests"] = knobs.max_queued_requests
     if knobs.max_queued_prefill_tokens is not None:
         overrides["max_queued_prefill_tokens"] = knobs.max_queued_prefill_tokens
-    if sim_rate is not None:
-        # The simulated engine drains at its rate scaled to wall time: Retry-After is in wall seconds.
-        overrides["prefill_tokens_per_s"] = sim_rate / knobs.time_scale if knobs.time_scale > 0 else None
     return limits.model_copy(update=overrides)
 
 
@@ -109,7 +96,9 @@ class Engine:
         if await self.backend.restart_if_needed():
             logger.warning("replica %s: engine restarted for the new policy", self.replica_id)
         self.knobs = knobs
-        self.limits = backpressure_limits(self.cfg, knobs, self.backend.policy, _serve_max_ongoing_requests())
+        self.limits = backpressure_limits(
+            self.backend.capacity(), knobs, self.backend.policy, _serve_max_ongoing_requests()
+        )
         await self._ensure_started()
         logger.info("replica %s: lane=%s knobs=%s", self.replica_id, self.lane.value, knobs.model_dump())
 
@@ -149,47 +138,25 @@ class Engine:
             await self.backend.shutdown()
 
     # -- requests --------------------------------------------------------------------------
-    async def generate(self, request: GenerateRequest, route: RouteTicket | None = None) -> AsyncIterator[StreamItem]:
-        """The backend's `Chunk`s as they are; a request the engine refuses or aborts ends with one `EngineError`."""
+    async def respond(
+        self, request: OpenAIRequest, route: RouteTicket | None = None
+    ) -> AsyncIterator[Sequence[ResponseItem]]:
+        """The backend's OpenAI response to `request`, relayed as it comes (one stream item per list). Backpressure
+        first: over a limit, one `EngineError` (429) and nothing reaches the engine."""
         await self._ensure_started()
         decision = route.decision if route is not None else None
-        if decision is not None and decision.traffic_class is not request.traffic_class:
-            request = dataclasses.replace(request, traffic_class=decision.traffic_class)
+        if decision is not None:
+            request = request.routed_as(decision.traffic_class)
         uncached = decision.uncached_tokens if decision is not None else request.prompt_tokens
         admission = decide({self.replica_id: self.backend.load()}, uncached, self.limits)
         if not isinstance(admission, Admit):
             # Over a limit: a 429 now, rather than a queue the client waits in until it times out.
-            yield EngineError(admission.status, admission.message, admission.code, admission.retry_after_s)
+            yield [EngineError(admission.status, admission.message, admission.code, admission.retry_after_s)]
             return
-        try:
-            gen = self.backend.generate(request)
-            async with contextlib.aclosing(gen):
-                async for chunk in gen:
-                    yield chunk
-        except RequestError as e:
-            yield EngineError(e.status, e.message)
-
-    async def respond(
-        self,
-        kind: str,
-        body: dict[str, Any],
-        rid: str,
-        session_id: str | None = None,
-        prompt_tokens: int = 0,
-        route: RouteTicket | None = None,
-    ) -> AsyncIterator[ResponseItem]:
-        """The engine's own OpenAI response to `body` (sglang backend): `ResponseStart`, then `ResponseBody` items.
-        Backpressure first, as for `generate`: over a limit, one `EngineError` (429) and nothing reaches sglang."""
-        await self._ensure_started()
-        uncached = route.decision.uncached_tokens if route is not None and route.decision is not None else prompt_tokens
-        admission = decide({self.replica_id: self.backend.load()}, uncached, self.limits)
-        if not isinstance(admission, Admit):
-            yield EngineError(admission.status, admission.message, admission.code, admission.retry_after_s)
-            return
-        gen = self.backend.openai(kind, body, rid, session_id, prompt_tokens)  # type: ignore[attr-defined]
-        async with contextlib.aclosing(gen):
-            async for item in gen:
-                yield item
+        parts = self.backend.respond(request)
+        async with contextlib.aclosing(parts):
+            async for batch in parts:
+                yield batch
 
     async def describe(self, route: RouteTicket | None = None) -> dict[str, Any]:
         """Admin view of this replica (reach a given replica with a ticket whose hint names `target_replica`)."""

@@ -1,82 +1,58 @@
 """The one interface every engine backend implements, and the records that cross it.
 
-A backend lives inside one engine replica. The replica hands it a `GenerateRequest` and relays
-what `generate` yields (`Chunk`s) to the ingress as they are, across the process boundary; a
-request the engine refuses or aborts for a reason the client should hear ends its stream with one
-`EngineError` (the backend raises `RequestError`, the replica turns it into the record). On client
-disconnect the replica's task is cancelled and the backend must drop the request from its queue
-and free its KV (`abort`). `load()` is what the replica publishes to routers.
+A backend lives inside one engine replica. The replica hands it an `OpenAIRequest` (the client's body as it
+came, and what routing knows) and relays what `respond` yields to the ingress as it is: the OpenAI response
+the backend wrote, as `ResponseStart` (status, media type) and `ResponseBody` bytes (JSON, or SSE events
+ending with `data: [DONE]`). Each yielded list is what is ready together; it crosses to the ingress as one
+stream item. sglang's backend has sglang's own serving classes write it; the sim backend writes it from its
+engine's chunks. Errors are part of the response: a request the engine refuses is an error response (status
+and OpenAI's error body); an error after a stream started is an SSE error event, then `[DONE]`, in a body
+that names its status (`error_status`). The replica's own refusal (backpressure, before the backend sees the
+request) is the one other item: `EngineError`. Closing the iteration early (the client went away: the
+replica's task is cancelled) must abort the request in the engine, freeing its queue slot and KV.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import dataclasses
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from scheduler.config import PolicyConfig
 from scheduler.traffic import TrafficClass
 from serve_app.config import EngineKnobs
+from serve_app.errors import OpenAIError
 
-FinishReason = Literal["stop", "length"]
-
-
-class RequestError(Exception):
-    """The engine refused or aborted a request for a reason the client should hear (e.g. it can never fit in
-    KV, sglang aborted it). Any other exception from a backend is a bug: a 500, never a 4xx."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
+EngineKind = Literal["chat", "completions"]
+"""The OpenAI endpoints an engine answers (`/v1/chat/completions`, `/v1/completions`)."""
+JSON = "application/json"
+SSE = "text/event-stream"
 
 
 @dataclass(frozen=True, slots=True)
-class GenerateRequest:
+class OpenAIRequest:
+    """One OpenAI request as the replica receives it: the client's body unchanged (the backend validates it
+    against what it implements), and what the ingress and the router know of it."""
+
+    kind: EngineKind
+    body: dict[str, Any]
     rid: str
-    prompt_text: str
-    prompt_tokens: int
-    max_tokens: int
+    """The request id: the response's `id`, and the engine's id for it (abort, published pending requests)."""
     session_id: str | None = None
-    prompt_token_ids: list[int] | None = None
-    """Set when the ingress tokenized with the model's tokenizer (sglang); the sim counts only."""
-    stop: tuple[str, ...] = ()
-    temperature: float = 1.0
+    prompt_tokens: int = 0
+    """The prompt's size as routing counted it (the backend counts its own for usage)."""
     traffic_class: TrafficClass = TrafficClass.SHORT
-    """The router's class for this request, for metrics and the sim's records."""
+    """The router's class for this request (set by the replica from the route decision)."""
 
-
-@dataclass(frozen=True, slots=True)
-class Chunk:
-    """What a stream yields: the tokens ready now, coalesced (one Ray item per chunk, not per token)."""
-
-    text: str = ""
-    num_tokens: int = 0
-    """Output tokens this chunk carries."""
-    cached_tokens: int | None = None
-    """Set on a stream's first chunk: prompt tokens served from the session's prefix cache."""
-    finish_reason: FinishReason | None = None
-    """Set on a stream's last chunk."""
-    completion_tokens: int = 0
-    """Output tokens so far, this chunk included."""
-
-
-@dataclass(frozen=True, slots=True)
-class EngineError:
-    """The last item of a stream the engine ended in error: an HTTP status and a message for the client."""
-
-    status: int
-    message: str
-    code: str | None = None
-    """OpenAI's error code, e.g. `rate_limit_exceeded` (None: the status says enough)."""
-    retry_after_s: int | None = None
-    """Sent as `Retry-After` (backpressure)."""
+    def routed_as(self, traffic_class: TrafficClass) -> OpenAIRequest:
+        return self if traffic_class is self.traffic_class else dataclasses.replace(self, traffic_class=traffic_class)
 
 
 @dataclass(frozen=True, slots=True)
 class ResponseStart:
-    """First item of an OpenAI response written by the engine itself (sglang's serving classes): the status and
-    the media type (`application/json`, or `text/event-stream` for a stream). `ResponseBody` items follow."""
+    """First item of a response the engine wrote: the status and the media type (`application/json`, or
+    `text/event-stream` for a stream). `ResponseBody` items follow."""
 
     status: int
     media_type: str
@@ -84,34 +60,60 @@ class ResponseStart:
 
 @dataclass(frozen=True, slots=True)
 class ResponseBody:
-    """Bytes of an engine-written response, passed to the client as they are (SSE events or a JSON body)."""
+    """Bytes of the response, passed to the client as they are (SSE events or a JSON body)."""
 
     data: bytes
+    error_status: int | None = None
+    """Set when these bytes end a started stream with an error event: the status the request ended with."""
 
 
-StreamItem = Chunk | EngineError
-"""What the engine replica streams to the ingress (sim backend)."""
+@dataclass(frozen=True, slots=True)
+class EngineError:
+    """The replica refused the request before its engine saw it (backpressure): an HTTP status and a message."""
+
+    status: int
+    message: str
+    code: str | None = None
+    """OpenAI's error code, e.g. `rate_limit_exceeded` (None: the status says enough)."""
+    retry_after_s: int | None = None
+    """Sent as `Retry-After`."""
+
+
+ResponsePart = ResponseStart | ResponseBody
+"""What a backend writes."""
 
 ResponseItem = ResponseStart | ResponseBody | EngineError
-"""What the engine replica streams to the ingress when the engine writes the OpenAI response (sglang backend);
-an `EngineError` first means the replica refused the request (backpressure) before the engine saw it."""
+"""What the engine replica streams to the ingress: a backend's parts, or the replica's own refusal."""
 
 
-def joined_bodies(items: list[ResponseItem]) -> list[ResponseItem]:
-    """`items` with each run of consecutive `ResponseBody`s joined into one (the same bytes, fewer stream items)."""
-    out: list[ResponseItem] = []
-    run: list[bytes] = []
+def error_response(error: OpenAIError) -> list[ResponsePart]:
+    """`error` as a whole response: its status and OpenAI's error body, the bytes the ingress writes for its own."""
+    return [ResponseStart(error.status, JSON), ResponseBody(error.encoded())]
+
+
+def joined_bodies(items: Sequence[ResponsePart]) -> list[ResponsePart]:
+    """`items` with each run of consecutive `ResponseBody`s joined into one (the same bytes, fewer stream items;
+    the run's error status, if any, kept)."""
+    out: list[ResponsePart] = []
+    run: list[ResponseBody] = []
     for item in items:
         if isinstance(item, ResponseBody):
-            run.append(item.data)
+            run.append(item)
             continue
         if run:
-            out.append(ResponseBody(b"".join(run)))
+            out.append(_join(run))
             run = []
         out.append(item)
     if run:
-        out.append(ResponseBody(b"".join(run)))
+        out.append(_join(run))
     return out
+
+
+def _join(run: list[ResponseBody]) -> ResponseBody:
+    if len(run) == 1:
+        return run[0]
+    error_status = next((b.error_status for b in reversed(run) if b.error_status is not None), None)
+    return ResponseBody(b"".join(b.data for b in run), error_status)
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +160,18 @@ class ReplicaLoad:
         return cls(**{f: type(getattr(defaults, f))(d.get(f, getattr(defaults, f))) for f in cls.__dataclass_fields__})
 
 
+@dataclass(frozen=True, slots=True)
+class EngineCapacity:
+    """What sizes a replica's backpressure limits (`backpressure.derive_limits`), as its engine knows it."""
+
+    context_limit_tokens: int
+    """The largest request (prompt and output) the engine takes."""
+    prefill_tokens_per_s: float | None = None
+    """The engine's prefill rate in its own time, when it has one: the queued-token limit is a minute of it."""
+    wall_prefill_tokens_per_s: float | None = None
+    """The same rate in wall-clock seconds, which `Retry-After` counts in (None: a fixed `Retry-After`)."""
+
+
 @dataclass
 class EngineCounters:
     """Monotonic counts a backend keeps for metrics and the admin view."""
@@ -169,21 +183,22 @@ class EngineCounters:
 
 
 class EngineBackend(Protocol):
-    model_id: str
+    """Every call the engine replica makes on its backend."""
 
     async def start(self) -> None:
         """Bring the engine up (called once, inside the replica's event loop)."""
 
-    def generate(self, request: GenerateRequest) -> AsyncIterator[Chunk]:
-        """Yields `Chunk`s: the first has `cached_tokens`, the last `finish_reason`. Raises `RequestError` when
-        the engine refuses or aborts the request. Cancelling the iteration aborts the request."""
-        ...
-
-    def abort(self, rid: str) -> bool:
-        """Drop a request from the queue and free its KV. False if unknown or already done."""
+    def respond(self, request: OpenAIRequest) -> AsyncGenerator[list[ResponsePart], None]:
+        """The OpenAI response to `request`, as lists of what is ready together: a `ResponseStart` first, then
+        `ResponseBody` bytes. Bad input and refusals are error responses, never exceptions; an exception is a bug
+        (the client gets a 500). Closing the iteration early aborts the request in the engine."""
         ...
 
     def load(self) -> ReplicaLoad: ...
+
+    def capacity(self) -> EngineCapacity:
+        """The figures backpressure is sized from, under the knobs in force."""
+        ...
 
     def reconfigure(self, knobs: EngineKnobs) -> None:
         """Apply knobs; raise `ConfigError` on a bad value, leaving the old ones in force. Called before `start`

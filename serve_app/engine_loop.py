@@ -12,7 +12,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -65,7 +65,7 @@ class EngineLoop:
                 for item in batch:
                     yield item
 
-    async def batches(self, make: Callable[[], AsyncIterator[T]]) -> AsyncIterator[list[T]]:
+    async def batches(self, make: Callable[[], AsyncIterator[T]]) -> AsyncGenerator[list[T], None]:
         """As `stream`, but each step yields every item produced since the consumer last looked: a consumer that
         forwards them (one Serve stream item per batch) keeps up with a fast producer with fewer, larger items."""
         caller = asyncio.get_running_loop()

@@ -49,6 +49,10 @@ class OpenAIError(Exception):
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
+    def encoded(self) -> bytes:
+        """The error body's bytes, as `response()` writes them."""
+        return bytes(JSONResponse(self.body()).body)
+
     def response(self) -> JSONResponse:
         return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
 

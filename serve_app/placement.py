@@ -171,7 +171,7 @@ class Candidates:
         """A document: where chats keep their SLO first, then not busy, its own lane, soonest drained. A chat: not
         busy, its own lane, lowest predicted TTFT. Counts break ties (and decide when no rate is published)."""
 
-        def key(v: ReplicaView):
+        def key(v: ReplicaView) -> tuple[bool, bool, bool, tuple[float, int, int, int], str]:
             cls = self.traffic_class(v)
             load = self.loads[v.replica_id]
             if cls is TrafficClass.LONG:

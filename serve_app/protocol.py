@@ -1,14 +1,19 @@
-"""OpenAI wire format: request models (validated, 400 on anything wrong), responses and error bodies."""
+"""OpenAI wire format: request models (validated, 400 on anything wrong), responses and error bodies. Their
+server-sent events: `sse`."""
 
 from __future__ import annotations
 
-import json
-import re
 import time
-from typing import Any, Literal
+from typing import Any, Literal, Self, cast
 
-from pydantic import BaseModel, Field, field_validator, model_serializer, model_validator
-from pydantic_core import to_json
+from pydantic import (
+    BaseModel,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from serve_app.errors import OpenAIError as OpenAIError  # re-exported: the error body is part of the wire format
 from serve_app.request_rules import STRICT_PART, STRICT_REQUEST
@@ -21,7 +26,7 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
-class _Sampling(BaseModel):
+class SamplingRequest(BaseModel):
     """Fields both endpoints share. Unknown fields are ignored (clients send many we do not use); types are
     strict (`"stream": "yes"` is a 400, as in OpenAI's API)."""
 
@@ -55,7 +60,7 @@ class _Sampling(BaseModel):
         return v
 
     @model_validator(mode="after")
-    def _stream_options_need_stream(self):
+    def _stream_options_need_stream(self) -> Self:
         if self.stream_options is not None and not self.stream:
             raise ValueError("stream_options is only allowed when stream is true")
         return self
@@ -69,6 +74,10 @@ class _Sampling(BaseModel):
     @property
     def include_usage(self) -> bool:
         return bool(self.stream_options and self.stream_options.include_usage)
+
+    @property
+    def output_limit(self) -> int | None:
+        return self.max_tokens
 
 
 class TextPart(BaseModel):
@@ -92,7 +101,7 @@ class ChatMessage(BaseModel):
         return "".join(p.text for p in self.content)
 
 
-class ChatCompletionRequest(_Sampling):
+class ChatCompletionRequest(SamplingRequest):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1)
 
@@ -101,7 +110,7 @@ class ChatCompletionRequest(_Sampling):
         return self.max_completion_tokens or self.max_tokens
 
 
-class CompletionRequest(_Sampling):
+class CompletionRequest(SamplingRequest):
     prompt: str | list[str]
     echo: bool = False
 
@@ -123,10 +132,6 @@ class CompletionRequest(_Sampling):
     def prompt_text(self) -> str:
         return self.prompt if isinstance(self.prompt, str) else self.prompt[0]
 
-    @property
-    def output_limit(self) -> int | None:
-        return self.max_tokens
-
 
 class EmbeddingRequest(BaseModel):
     """`/v1/embeddings` on the sim backend: every OpenAI field (`input` as text, texts, token ids or lists of
@@ -141,7 +146,7 @@ class EmbeddingRequest(BaseModel):
 
     @field_validator("input")
     @classmethod
-    def _not_empty(cls, v):
+    def _not_empty(cls, v: str | list[Any]) -> str | list[Any]:
         if isinstance(v, str | list) and len(v) == 0:
             raise ValueError("input must not be empty")
         if isinstance(v, list) and any(isinstance(x, str | list) and len(x) == 0 for x in v):
@@ -155,7 +160,7 @@ class EmbeddingRequest(BaseModel):
             return [v]
         if v and isinstance(v[0], int):
             return [v]  # one input as token ids
-        return list(v)
+        return list(cast(list[str] | list[list[int]], v))
 
 
 # -- responses ------------------------------------------------------------------------------
@@ -215,7 +220,7 @@ class ChatDelta(BaseModel):
     content: str | None = None
 
     @model_serializer(mode="wrap")
-    def _without_unset(self, handler):
+    def _without_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         return {k: v for k, v in handler(self).items() if v is not None}
 
 
@@ -245,49 +250,6 @@ class Completion(_Response):
     object: Literal["text_completion"] = "text_completion"
     choices: list[CompletionChoice]
     usage: Usage | None = None
-
-
-def sse(data: BaseModel | dict[str, Any] | str, *, exclude: set[str] | None = None) -> str:
-    """One server-sent event. Pydantic models are written with `exclude` left out (e.g. `usage` when the
-    client did not ask for it in chunks)."""
-    if isinstance(data, BaseModel):
-        payload = data.model_dump_json(exclude=exclude)
-    elif isinstance(data, dict):
-        payload = json.dumps(data, separators=(",", ":"))
-    else:
-        payload = data
-    return f"data: {payload}\n\n"
-
-
-class EventTemplate:
-    """The SSE event of `model` with one string field open, for the many events of a stream that differ only
-    in it (the deltas): the model is serialized once, each event then costs one string's encoding, the same
-    bytes as `sse(model with that string)`. Building and dumping a chunk model per delta cost ~40 µs each.
-
-    Make the model with `EventTemplate.SLOT` where the string goes: `EventTemplate(endpoint.delta(ids, SLOT))`."""
-
-    SLOT = "\x00fairshare-event-slot\x00"
-
-    def __init__(self, model: BaseModel, *, exclude: set[str] | None = None) -> None:
-        slot = to_json(self.SLOT).decode()
-        head, found, tail = sse(model, exclude=exclude).partition(slot)
-        if not found or slot in tail:
-            raise ValueError("the model must carry EventTemplate.SLOT exactly once")
-        self._head, self._tail = head, tail
-
-    def __call__(self, text: str) -> str:
-        return self._head + to_json(text).decode() + self._tail
-
-
-_TOKEN_EVENT = {field: re.compile(rb'"' + field.encode() + rb'": ?"(?!")') for field in ("content", "text")}
-
-
-def token_events(data: bytes, text_field: str) -> int:
-    """How many SSE events in `data` carry generated text: a non-empty `text_field` string (`content` in chat
-    chunks, `text` in completion chunks). A byte scan, no JSON decoding: the opening role chunk (`"content":""`),
-    the finish, usage and error events and `[DONE]` carry none. One event may carry several tokens (engines
-    coalesce under load); the ingress cannot see how many without the tokenizer."""
-    return len(_TOKEN_EVENT[text_field].findall(data))
 
 
 def now_s() -> int:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, RunningReplica
 
@@ -33,7 +34,7 @@ ROUTE_KWARG = "route"
 
 
 class LaneRouter(RequestRouter):
-    def initialize_state(self, **kwargs) -> None:
+    def initialize_state(self, **kwargs: Any) -> None:
         self.policy = LanePolicy()
         self._metrics = metrics.RouterMetrics()
 

@@ -10,16 +10,12 @@ scheduler process starts: a later policy change restarts the replica's engine in
 the admin view's `engine_starts`); requests in flight then end with an error.
 Mixed decode has one switch, the policy's `mixed_decode`, passed as sglang's `enable_mixed_chunk`.
 
-Kept to the calls checked against sglang 0.5.23's source (unit tests drive a stand-in engine):
-`Engine.async_generate(input_ids=..., sampling_params=..., stream=True, rid=...)` returns an async
-iterator of dicts with cumulative `text` and `meta_info` (`prompt_tokens`, `completion_tokens`,
-`cached_tokens`, `finish_reason`); `tokenizer_manager.abort_request(rid=...)` aborts one request;
-`tokenizer_manager.get_loads()` returns per-scheduler `LoadSnapshot`s; `get_internal_state()` each scheduler's
-state, where the plugin's live state is ``fairshare`` (the pass-cost fit): the admin view's `scheduler_policy`.
-
-OpenAI requests are answered by sglang's own serving classes (`openai`, `sglang_openai`): the engine
-writes the response, this backend relays it. The engine is built and always called on its own loop
-(`EngineLoop`), never on the replica's.
+OpenAI requests are answered by sglang's own serving classes (`respond`, `sglang_openai`): the engine
+writes the response, this backend relays it. Besides them, kept to the calls checked against sglang
+0.5.23's source (unit tests drive a stand-in engine): `tokenizer_manager.get_loads()` returns per-scheduler
+`LoadSnapshot`s (the published load, `sglang_load`); `get_internal_state()` each scheduler's state, where the
+plugin's live state is ``fairshare`` (the pass-cost fit): the admin view's `scheduler_policy`. The engine is
+built and always called on its own loop (`EngineLoop`), never on the replica's.
 """
 
 from __future__ import annotations
@@ -31,53 +27,43 @@ import logging
 import os
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
-from http import HTTPStatus
-from typing import Any
+from collections.abc import AsyncGenerator, Callable
+from typing import TYPE_CHECKING, Any
 
 from scheduler.config import PolicyConfig, env_var_name
 from serve_app.config import AppConfig, EngineKnobs, engine_policy
 from serve_app.engine_backend import (
-    Chunk,
+    EngineCapacity,
     EngineCounters,
-    FinishReason,
-    GenerateRequest,
+    OpenAIRequest,
     ReplicaLoad,
-    RequestError,
     ResponseBody,
+    ResponsePart,
     joined_bodies,
 )
 from serve_app.engine_loop import EngineLoop
 from serve_app.sglang_load import PRIOR_PREFILL_TOK_PER_S, PendingPrefill, PrefillRate, replica_load
-from serve_app.sglang_openai import OpenAIKind, SglangOpenAI
+from serve_app.sglang_openai import SglangOpenAI
+
+if TYPE_CHECKING:
+    from sglang.srt.entrypoints.engine import Engine as SglangEngine
 
 logger = logging.getLogger(__name__)
 
 LOAD_REFRESH_S = 0.25
 POLICY_STATE_POLLS = 8  # the plugin's state every 8th load poll (2 s): sglang assembles its whole internal state
 MAX_TRACKED_SESSIONS = 4096
-EngineFactory = Callable[..., Any]
+
+
+EngineFactory = Callable[..., "SglangEngine"]
 """`sglang.Engine`, or a stand-in with the same calls (tests)."""
 
 
-def _sglang_engine(**kwargs: Any) -> Any:
-    import sglang  # here, not at module level: importing sglang takes seconds and only this backend needs it
+def _sglang_engine(**kwargs: Any) -> SglangEngine:
+    # Imported here, not at module level: importing sglang takes seconds and only this backend needs it.
+    from sglang.srt.entrypoints.engine import Engine
 
-    return sglang.Engine(**kwargs)
-
-
-def finish_of(meta: dict[str, Any]) -> FinishReason | None:
-    """The OpenAI finish reason of an sglang output's `meta_info`; an abort raises `RequestError` (never a `stop`)."""
-    finish = meta.get("finish_reason")
-    if not finish:
-        return None
-    kind = finish.get("type") if isinstance(finish, dict) else str(finish)
-    if kind == "abort":
-        status = finish.get("status_code") if isinstance(finish, dict) else None
-        message = (finish.get("message") if isinstance(finish, dict) else None) or "The engine aborted the request."
-        # sglang leaves the status unset for aborts it considers graceful; for a client that is still an error.
-        raise RequestError(int(status) if status else HTTPStatus.INTERNAL_SERVER_ERROR, message)
-    return "length" if kind == "length" else "stop"
+    return Engine(**kwargs)
 
 
 class SglangBackend:
@@ -87,7 +73,7 @@ class SglangBackend:
         self._engine_factory = engine_factory
         self._policy_overrides = dict(knobs.policy)
         self._policy = engine_policy(cfg, knobs.policy)
-        self._engine: Any = None
+        self._engine: SglangEngine | None = None
         self._loop: EngineLoop | None = None
         self._openai: SglangOpenAI | None = None
         self._load = ReplicaLoad(ready=False)
@@ -95,7 +81,7 @@ class SglangBackend:
         self._rate = PrefillRate(PRIOR_PREFILL_TOK_PER_S)
         self._pending = PendingPrefill()
         self._policy_state: list[Any] = []
-        self._load_task: asyncio.Task | None = None
+        self._load_task: asyncio.Task[None] | None = None
         self._active: set[str] = set()
         self._sessions: OrderedDict[str, int] = OrderedDict()
         self._counters = EngineCounters()
@@ -127,8 +113,9 @@ class SglangBackend:
         # Built on its own loop's thread: the constructor blocks while weights load (the replica's loop keeps
         # answering health checks), and sglang must later be called on the loop it was built with.
         self._loop = EngineLoop()
-        self._engine = await self._loop.build(lambda: self._engine_factory(**kwargs))
-        self._openai = await self._loop.build(lambda: SglangOpenAI(self._engine))
+        engine = await self._loop.build(lambda: self._engine_factory(**kwargs))
+        self._engine = engine
+        self._openai = await self._loop.build(lambda: SglangOpenAI(engine))
         self._load_task = asyncio.get_running_loop().create_task(self._poll_load())
         self.engine_starts += 1
 
@@ -170,100 +157,49 @@ class SglangBackend:
     def policy(self) -> PolicyConfig:
         return self._policy
 
-    async def generate(self, request: GenerateRequest) -> AsyncIterator[Chunk]:
-        sampling = {"max_new_tokens": request.max_tokens, "temperature": request.temperature}
-        if request.stop:
-            sampling["stop"] = list(request.stop)
-        source = (
-            {"input_ids": request.prompt_token_ids}
-            if request.prompt_token_ids is not None
-            else {"prompt": request.prompt_text}
-        )
-        assert self._loop is not None, "generate before start"
-        stream = self._loop.stream(
-            lambda: self._engine_stream(sampling_params=sampling, stream=True, rid=request.rid, **source)
-        )
-        self._active.add(request.rid)
-        finished = False  # a normal end (stop or length)
-        ended_by_engine = False  # sglang aborted it: nothing left to abort
-        sent_chars = 0
-        completion_tokens = 0
-        first = True
-        try:
-            async for out in stream:
-                meta = out.get("meta_info", {})
-                text = out.get("text") or ""  # cumulative (sglang's default, non-incremental streaming)
-                num_new = int(meta.get("completion_tokens", completion_tokens)) - completion_tokens
-                completion_tokens += num_new
-                delta, sent_chars = text[sent_chars:], len(text)
-                try:
-                    reason = finish_of(meta)
-                except RequestError:
-                    ended_by_engine = True
-                    raise
-                finished = reason is not None
-                if delta or num_new or finished:
-                    cached = int(meta.get("cached_tokens", 0)) if first else None
-                    yield Chunk(delta, num_new, cached, reason, completion_tokens)
-                    first = False
-                if finished:
-                    return
-        finally:
-            self._active.discard(request.rid)
-            if finished:
-                self._counters.num_finished += 1
-                self._remember(request.session_id, request.prompt_tokens + completion_tokens)
-            elif not ended_by_engine:
-                self.abort(request.rid)
+    def capacity(self) -> EngineCapacity:
+        context = self.cfg.context_limit_tokens
+        assert context is not None, "AppConfig requires a context window for the sglang backend"
+        # No prefill rate before the engine has run: the queued-token limit is two windows, Retry-After fixed.
+        return EngineCapacity(context)
 
-    async def _engine_stream(self, **kwargs: Any) -> AsyncIterator[dict[str, Any]]:
-        async for out in await self._engine.async_generate(**kwargs):
-            yield out
-
-    async def openai(
-        self, kind: OpenAIKind, body: dict[str, Any], rid: str, session_id: str | None = None, prompt_tokens: int = 0
-    ) -> AsyncIterator[Any]:
-        """sglang's own answer to an OpenAI request: `ResponseStart`, then `ResponseBody` items. Closing the
-        iteration early (client gone) aborts the request in the engine."""
-        assert self._loop is not None and self._openai is not None, "openai before start"
-        openai = self._openai
+    async def respond(self, request: OpenAIRequest) -> AsyncGenerator[list[ResponsePart], None]:
+        """sglang's own answer: `ResponseStart`, then `ResponseBody` items, in lists of what is ready together.
+        Closing the iteration early (client gone) aborts the request in the engine."""
+        assert self._loop is not None and self._openai is not None, "respond before start"
+        openai, rid = self._openai, request.rid
         self._active.add(rid)
-        self._pending.sent(rid, prompt_tokens - self._sessions.get(session_id or "", 0))
+        self._pending.sent(rid, request.prompt_tokens - self._sessions.get(request.session_id or "", 0))
         finished = False
         try:
             # sglang writes one SSE event per output; what is ready together goes to the ingress as one stream item.
-            batches = self._loop.batches(lambda: openai.respond(kind, body, rid))
+            batches = self._loop.batches(lambda: openai.respond(request.kind, request.body, rid))
             async with contextlib.aclosing(batches):
                 async for batch in batches:
-                    for item in joined_bodies(batch):
-                        if isinstance(item, ResponseBody):
-                            self._pending.answered(rid)  # its first output: prefilled
-                        yield item
+                    parts = joined_bodies(batch)
+                    if any(isinstance(part, ResponseBody) for part in parts):
+                        self._pending.answered(rid)  # its first output: prefilled
+                    yield parts
             finished = True
         finally:
             self._active.discard(rid)
             self._pending.answered(rid)
             if finished:
                 self._counters.num_finished += 1
-                self._remember(session_id, prompt_tokens)
+                self._remember(request.session_id, request.prompt_tokens)
             else:  # the client left: `SglangOpenAI.respond` aborted it in sglang
                 self._counters.num_aborted += 1
 
-    def abort(self, rid: str) -> bool:
-        if self._engine is None or self._loop is None:
-            return False
-        self._loop.call_soon(lambda: self._engine.tokenizer_manager.abort_request(rid=rid))
-        self._counters.num_aborted += 1
-        return True
-
     async def _poll_load(self) -> None:
+        assert self._engine is not None and self._loop is not None, "polled before start"
+        loop, tm = self._loop, self._engine.tokenizer_manager
+        assert tm is not None, "sglang's engine starts with its tokenizer manager"
         for poll in itertools.count():
-            tm = self._engine.tokenizer_manager
             with contextlib.suppress(Exception):
                 if poll % POLICY_STATE_POLLS == 0:
-                    self._policy_state = [s.get("fairshare") for s in await self._loop.call(tm.get_internal_state)]
+                    self._policy_state = [s.get("fairshare") for s in await loop.call(tm.get_internal_state)]
             with contextlib.suppress(Exception):
-                snaps = await self._loop.call(tm.get_loads)
+                snaps = await loop.call(tm.get_loads)
                 chunk = self.cfg.sglang.chunked_prefill_size or self._policy.chunk_budget_tokens
                 self._load = replica_load(snaps, self._rate, time.monotonic(), self._policy, chunk, self._pending)
             await asyncio.sleep(LOAD_REFRESH_S)

@@ -7,6 +7,9 @@ whatever they answer (a response model, an SSE stream, an error with its status)
 logprobs, `n`, `echo`, list prompts, ...) works, and none is re-implemented here. A field sglang's model
 does not declare would be dropped silently by pydantic: it is a 400 naming the field instead.
 
+An error sglang writes into a started stream (an abort: its status as the error's `code`) marks its body with
+that status (`stream_error_status`), so the ingress counts the request with it.
+
 sglang polls the Starlette `Request` it is given for a disconnect; ours is built from a scope whose
 `receive` reports one once the caller has gone. Cancelling the stream also aborts the request's ids
 (sglang suffixes `_<i>` to the id of each of `n` choices) so the scheduler frees their KV.
@@ -17,22 +20,28 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from serve_app.engine_backend import ResponseBody, ResponseStart
+from serve_app.engine_backend import JSON, SSE, ResponseBody, ResponsePart, ResponseStart, error_response
 from serve_app.errors import OpenAIError
 from serve_app.request_rules import check_supported_fields, validation_error
 
+if TYPE_CHECKING:
+    from sglang.srt.entrypoints.engine import Engine
+    from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
+    from sglang.srt.entrypoints.openai.serving_base import OpenAIServingBase
+    from sglang.srt.managers.tokenizer_manager import TokenizerManager
+
+    SglangRequest = ChatCompletionRequest | CompletionRequest | EmbeddingRequest
+
 OpenAIKind = Literal["chat", "completions", "embeddings"]
-JSON = "application/json"
-SSE = "text/event-stream"
 ROUTING_ONLY_FIELDS = frozenset({"rid"})
 """Fields routing sets on the request; a client may not set them (its own id would break abort)."""
 
 
-def request_models() -> dict[OpenAIKind, type[BaseModel]]:
+def request_models() -> dict[OpenAIKind, type[SglangRequest]]:
     from sglang.srt.entrypoints.openai import protocol  # imported with the engine: sglang takes seconds to import
 
     return {
@@ -42,17 +51,23 @@ def request_models() -> dict[OpenAIKind, type[BaseModel]]:
     }
 
 
-def serving_classes(engine: Any) -> dict[OpenAIKind, Any]:
+def serving_classes(engine: Engine) -> dict[OpenAIKind, OpenAIServingBase]:
     """sglang's serving objects for `engine`, as its HTTP server builds them."""
     from sglang.srt.entrypoints.openai.serving_completions import OpenAIServingCompletion
     from sglang.srt.entrypoints.openai.serving_embedding import OpenAIServingEmbedding
 
-    tm, templates = engine.tokenizer_manager, engine.template_manager
+    tm, templates = tokenizer_manager(engine), engine.template_manager
     return {
         "chat": tm.serving_chat_class(tm, templates),
         "completions": OpenAIServingCompletion(tm, templates),
         "embeddings": OpenAIServingEmbedding(tm, templates),
     }
+
+
+def tokenizer_manager(engine: Engine) -> TokenizerManager:
+    tm: TokenizerManager | None = engine.tokenizer_manager
+    assert tm is not None, "sglang's engine starts with its tokenizer manager"
+    return tm
 
 
 def check_fields(kind: OpenAIKind, body: dict[str, Any], model: type[BaseModel]) -> None:
@@ -68,8 +83,19 @@ def request_ids(kind: OpenAIKind, body: dict[str, Any], rid: str) -> str | list[
     return rid
 
 
-def error_items(error: OpenAIError) -> list[ResponseStart | ResponseBody]:
-    return [ResponseStart(error.status, JSON), ResponseBody(json.dumps(error.body()).encode())]
+_ERROR_EVENT = b'data: {"error"'
+
+
+def stream_error_status(event: bytes) -> int | None:
+    """The status of an error event sglang wrote into a started stream (`create_streaming_error_response`:
+    `{"error": {..., "code": <status>}}`); None for any other event."""
+    if not event.startswith(_ERROR_EVENT):
+        return None
+    try:
+        code = json.loads(event.removeprefix(b"data: "))["error"]["code"]
+    except (ValueError, KeyError, TypeError):
+        return 500
+    return code if isinstance(code, int) and 400 <= code < 600 else 500
 
 
 def openai_error_of(status: int, body: bytes) -> OpenAIError:
@@ -106,12 +132,12 @@ class DisconnectableRequest:
 class SglangOpenAI:
     """The serving classes of one engine; `respond` must run on the engine's own loop (`EngineLoop.stream`)."""
 
-    def __init__(self, engine: Any) -> None:
+    def __init__(self, engine: Engine) -> None:
         self._engine = engine
-        self._models: dict[OpenAIKind, type[BaseModel]] = {}
-        self._serving: dict[OpenAIKind, Any] = {}
+        self._models: dict[OpenAIKind, type[SglangRequest]] = {}
+        self._serving: dict[OpenAIKind, OpenAIServingBase] = {}
 
-    async def respond(self, kind: OpenAIKind, body: dict[str, Any], rid: str) -> AsyncIterator[Any]:
+    async def respond(self, kind: OpenAIKind, body: dict[str, Any], rid: str) -> AsyncIterator[ResponsePart]:
         if not self._serving:  # built on first use, on the engine's loop, as sglang's HTTP server does at start
             self._models, self._serving = request_models(), serving_classes(self._engine)
         model = self._models[kind]
@@ -119,11 +145,11 @@ class SglangOpenAI:
             check_fields(kind, body, model)
             request = model.model_validate({**body, "rid": request_ids(kind, body, rid)})
         except OpenAIError as e:
-            for item in error_items(e):
+            for item in error_response(e):
                 yield item
             return
         except ValidationError as e:
-            for item in error_items(validation_error(e.errors())):
+            for item in error_response(validation_error(e.errors())):
                 yield item
             return
         raw = DisconnectableRequest(f"/v1/{kind}")
@@ -138,25 +164,27 @@ class SglangOpenAI:
                 raw.disconnect()
                 self._abort(rid, max(getattr(request, "n", 1) or 1, len(getattr(request, "input", None) or ())))
 
-    async def _items(self, result: Any) -> AsyncIterator[ResponseStart | ResponseBody]:
+    async def _items(self, result: object) -> AsyncIterator[ResponsePart]:
         from starlette.responses import Response, StreamingResponse
 
         if isinstance(result, StreamingResponse):
             yield ResponseStart(result.status_code, SSE)
             async for piece in result.body_iterator:
-                yield ResponseBody(piece.encode() if isinstance(piece, str) else bytes(piece))
+                event = piece.encode() if isinstance(piece, str) else bytes(piece)
+                yield ResponseBody(event, stream_error_status(event))
         elif isinstance(result, Response):
             if result.status_code >= 400:
-                for item in error_items(openai_error_of(result.status_code, bytes(result.body))):
+                for item in error_response(openai_error_of(result.status_code, bytes(result.body))):
                     yield item
             else:
                 yield ResponseStart(result.status_code, JSON)
                 yield ResponseBody(bytes(result.body))
         else:
+            assert isinstance(result, BaseModel), f"sglang answered with {type(result).__name__}"
             yield ResponseStart(200, JSON)
             yield ResponseBody(result.model_dump_json(exclude_none=False).encode())
 
     def _abort(self, rid: str, n: int) -> None:
-        tm = self._engine.tokenizer_manager
+        tm = tokenizer_manager(self._engine)
         for one in (rid, *(f"{rid}_{i}" for i in range(n))):
             tm.abort_request(rid=one)

@@ -1,4 +1,5 @@
-"""Prompt rendering and token counting at the ingress (routing needs the count before a replica is chosen).
+"""Prompt rendering and token counting: at the ingress (routing needs the count before a replica is chosen),
+and in the sim backend (its engine's prompt size and `usage`).
 
 `sim`: a deterministic approximate tokenizer (a token is `chars_per_token` characters), no downloads.
 `sglang`: the model's own tokenizer and chat template, loaded from the local model path.
@@ -20,10 +21,6 @@ class PromptTokenizer(Protocol):
 
     def count(self, text: str) -> int: ...
 
-    def encode(self, text: str) -> list[int] | None:
-        """Token ids when the engine wants them (sglang); None when only the count matters (sim)."""
-        ...
-
 
 class ApproxTokenizer:
     blocking = False  # arithmetic on the text's length
@@ -38,9 +35,6 @@ class ApproxTokenizer:
     def count(self, text: str) -> int:
         return max(1, math.ceil(len(text) / self.chars_per_token))
 
-    def encode(self, text: str) -> list[int] | None:
-        return None
-
 
 class HFTokenizer:
     """The model's tokenizer (transformers comes with sglang). Loaded lazily: only the sglang backend uses it."""
@@ -53,13 +47,12 @@ class HFTokenizer:
         self._tok = AutoTokenizer.from_pretrained(model_path, local_files_only=True)
 
     def render_chat(self, messages: list[dict[str, str]]) -> str:
-        return self._tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        rendered = self._tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        assert isinstance(rendered, str)  # `tokenize=False`: the text
+        return rendered
 
     def count(self, text: str) -> int:
-        return len(self.encode(text))
-
-    def encode(self, text: str) -> list[int]:
-        return self._tok.encode(text, add_special_tokens=False)
+        return len(self._tok.encode(text, add_special_tokens=False))
 
 
 def make_tokenizer(cfg: AppConfig) -> PromptTokenizer:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import random
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,6 +27,9 @@ from scheduler.sim.request import SimRequest
 from scheduler.sim.rules import make_scheduler
 from scheduler.sim.runner import run
 from scheduler.traffic import TrafficClass
+
+# 40 workloads, each simulated at five pass sizes: about 15 s on one core, so `make test` runs it, not test-fast.
+pytestmark = pytest.mark.slow
 
 PASS_TOKENS = [128, 256, 512, 1024, 2048]
 

@@ -5,6 +5,7 @@ import pytest
 from scheduler.sim.cli import main
 
 
+@pytest.mark.slow  # the whole reproduction again (test_reproduce checks its figures): `make test` runs it
 def test_reproduce_json_rows(capsys):
     assert main(["reproduce", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]

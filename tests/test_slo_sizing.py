@@ -17,6 +17,7 @@ from scheduler.sim.cost_model import CostModel
 from scheduler.sim.presets import H100_8B
 from scheduler.snapshot import Candidate, QueueSnapshot
 from tests.factories import cand, cfg, snap
+from tests.test_attention_work import PaddedCost
 
 H100 = H100_8B.cost
 
@@ -108,7 +109,8 @@ def test_a_short_request_waiting_for_a_slot_while_streams_decode_gets_passes_wit
 def test_a_target_no_pass_can_keep_is_counted_logged_once_and_gets_the_minimal_pass(caplog):
     # One H100 pass costs 12 ms fixed: a 1 ms TBT target cannot be kept. The pass comes as close as it can while the
     # document keeps its floor.
-    planner = PassPlanner(cfg(tbt_target_s=0.001, long_pass_floor_tokens=100), pass_cost=H100)
+    knobs = dict(tbt_target_s=0.001, long_pass_floor_tokens=100, missed_pass_stretch=1.0)
+    planner = PassPlanner(cfg(**knobs), pass_cost=H100)
     decoding = snap([], continuing=[doc()], num_decoding=2, num_short_decoding=2)
     with caplog.at_level(logging.WARNING, logger="fairshare.scheduler"):
         plans = [planner.plan(decoding) for _ in range(3)]
@@ -116,6 +118,23 @@ def test_a_target_no_pass_can_keep_is_counted_logged_once_and_gets_the_minimal_p
     assert planner.slo_counters.missed_passes["tbt"] == 3
     (line,) = caplog.messages
     assert "the tbt target 0.001 s cannot be met" in line
+
+
+def test_a_pass_no_size_keeps_in_target_stretches_the_documents_share_by_what_the_floor_costs():
+    """Padded attention 12k tokens into a document (sglang's torch_native on CPU): the document's presence costs
+    the causal square whatever its chunk, so the floor's 128 tokens cost most of the pass; no size keeps a 0.1 s
+    bound. The pass may spend twice what the floor costs it on the document: thousands of tokens, not 128."""
+    deep = snap([], continuing=[doc(ctx=12_000)], num_decoding=2, num_short_decoding=2)
+    knobs = dict(chunk_budget_tokens=8192, interactive_pass_tokens=512, ttft_target_s=0.1, tbt_target_s=0.1)
+    floor = PassPlanner(cfg(**knobs, missed_pass_stretch=1.0), pass_cost=PaddedCost()).plan(deep)
+    stretched = PassPlanner(cfg(**knobs), pass_cost=PaddedCost()).plan(deep)
+    assert floor.missed_targets and floor.pass_budget_tokens == 128
+    assert stretched.missed_targets and 2048 <= stretched.pass_budget_tokens < 8192 - 2
+    assert stretched.predicted_pass_s <= 2 * floor.predicted_pass_s
+    # With linear costs (H100) the floor costs the pass little, and so does the stretch: a few more tokens.
+    decoding = snap([], continuing=[doc()], num_decoding=2, num_short_decoding=2)
+    linear = PassPlanner(cfg(tbt_target_s=0.001), pass_cost=H100).plan(decoding)
+    assert linear.missed_targets and 128 < linear.pass_budget_tokens <= 2 * 128 + 2
 
 
 class Raising:
@@ -212,12 +231,22 @@ def _planned(cost: CostModel, snapshot: QueueSnapshot, **knobs: object):
 @settings(max_examples=300, deadline=None, derandomize=True)
 @given(COSTS, situations(), TARGETS_S, TARGETS_S, TARGETS_S)
 def test_passes_grow_with_the_targets_never_above_the_chunk_budget(cost, snapshot, ttft_s, tbt_s, more_s):
-    plan = _planned(cost, snapshot, ttft_target_s=ttft_s, tbt_target_s=tbt_s)
-    looser_ttft = _planned(cost, snapshot, ttft_target_s=ttft_s + more_s, tbt_target_s=tbt_s)
-    looser_tbt = _planned(cost, snapshot, ttft_target_s=ttft_s, tbt_target_s=tbt_s + more_s)
-    for p in (plan, looser_ttft, looser_tbt):
-        assert 1 <= p.pass_budget_tokens <= 4096 and p.num_prefill_tokens <= p.pass_budget_tokens
-    assert plan.pass_budget_tokens <= min(looser_ttft.pass_budget_tokens, looser_tbt.pass_budget_tokens)
+    """Monotone in the targets. The one exception is by design (`missed_pass_stretch`): a pass no size keeps in
+    target may take the chunk where that costs little more than the minimal pass, so across the edge of what the
+    hardware can keep a tighter target can plan more; with the stretch off the controller is monotone throughout,
+    and with it on wherever the tighter target can be kept."""
+    for stretch in (1.0, 2.0):
+        plan = _planned(cost, snapshot, ttft_target_s=ttft_s, tbt_target_s=tbt_s, missed_pass_stretch=stretch)
+        looser_ttft = _planned(
+            cost, snapshot, ttft_target_s=ttft_s + more_s, tbt_target_s=tbt_s, missed_pass_stretch=stretch
+        )
+        looser_tbt = _planned(
+            cost, snapshot, ttft_target_s=ttft_s, tbt_target_s=tbt_s + more_s, missed_pass_stretch=stretch
+        )
+        for p in (plan, looser_ttft, looser_tbt):
+            assert 1 <= p.pass_budget_tokens <= 4096 and p.num_prefill_tokens <= p.pass_budget_tokens
+        if stretch == 1.0 or not plan.missed_targets:
+            assert plan.pass_budget_tokens <= min(looser_ttft.pass_budget_tokens, looser_tbt.pass_budget_tokens)
     # What the targets allowed is what the model predicts for the pass as planned, unless no pass could keep them.
     if plan.predicted_pass_s is not None and not plan.missed_targets and plan.sized_by != "slots":
         assert plan.predicted_pass_s <= plan.pass_bound_s * (1 + 1e-9)

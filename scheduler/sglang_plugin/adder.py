@@ -22,12 +22,12 @@ that would be a second cut request is refused.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from enum import Enum
 from itertools import islice
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from sglang.srt.managers.schedule_policy import AddReqResult
 
@@ -44,21 +44,27 @@ from scheduler.sglang_plugin.translate import (
     continuing_chunk_tokens,
     decode_ctx_tokens,
     engine_state,
+    prefix_cache,
 )
 from scheduler.snapshot import Candidate, Grant, PassPlan, QueueSnapshot
 
 if TYPE_CHECKING:
     from sglang.srt.managers.schedule_batch import Req
+    from sglang.srt.managers.schedule_policy import PrefillAdder
+    from sglang.srt.managers.scheduler import Scheduler
+    from sglang.srt.mem_cache.base_prefix_cache import BasePrefixCache
+    from sglang.srt.mem_cache.memory_pool import HybridReqToTokenPool
 
 
-def release_unadmitted(req: Req, tree_cache: Any) -> None:
+def release_unadmitted(req: Req, tree_cache: BasePrefixCache) -> None:
     """Upstream's cleanup for a matched request it does not admit (`scheduler.py`, after ``add_one_req``):
     ``init_next_round_input`` may stage a mamba copy-on-write and allocate a fresh mamba slot. Idempotent.
     Session-held slots have their own lifecycle and are left alone, as upstream does."""
     req.kv.mamba_cow_src_index = None
     req.kv.mamba_needs_clear = False
     if req.kv.holds_mamba and not getattr(req, "session", None):
-        tree_cache.req_to_token_pool.mamba_allocator.free(req.kv.mamba_pool_idx.unsqueeze(-1))
+        pool = cast("HybridReqToTokenPool", tree_cache.req_to_token_pool)  # a mamba slot implies a hybrid pool
+        pool.mamba_allocator.free(req.kv.mamba_pool_idx.unsqueeze(-1))
         req.kv.mamba_pool_idx = None
 
 
@@ -74,7 +80,7 @@ class PassRun:
 
     def __init__(
         self,
-        sched: Any,
+        sched: Scheduler,
         planner: PassPlanner,
         last_idle_scan: IdleScan | None = None,
         clock: PluginClock | None = None,
@@ -83,7 +89,7 @@ class PassRun:
     ) -> None:
         self.sched = sched
         self.planner = planner
-        self.adder: Any = None
+        self.adder: PrefillAdder | None = None
         self.snapshot: QueueSnapshot | None = None
         self.plan: PassPlan | None = None
         self.window: CandidateWindow | IdleScan | None = None
@@ -110,7 +116,7 @@ class PassRun:
     def skip_ahead(self) -> bool:
         return self.planner.cfg.skip_ahead
 
-    def bind(self, adder: Any) -> None:
+    def bind(self, adder: PrefillAdder) -> None:
         self.adder = adder
 
     def ensure_plan(self) -> PassPlan:
@@ -170,7 +176,9 @@ class PassRun:
 
     def judged_shorts(self) -> list[Candidate]:
         """The short index's requests the planner read that its walk had not judged (for the pass trace)."""
+        shorts: Sequence[Candidate]
         if self.reused_scan:
+            assert isinstance(self.window, IdleScan)  # a reused scan planned on its figures
             shorts = self.window.short_candidates or ()
         else:
             shorts = self.short_window.candidates if self.short_window is not None else ()
@@ -251,10 +259,16 @@ class PassRun:
         shorts = self.short_window.examined if self.short_window is not None else ()
         for req in [*self.window.examined, *shorts]:
             if id(req) not in admitted:
-                release_unadmitted(req, self.sched.tree_cache)
+                release_unadmitted(req, prefix_cache(self.sched))
 
 
-class FairShareAdder:
+if TYPE_CHECKING:
+    _AdderBase = PrefillAdder  # checked against upstream's adder, which it is mixed in before
+else:
+    _AdderBase = object
+
+
+class FairShareAdder(_AdderBase):
     """Mixed in before the scheduler's adder class (`PrefillAdder` upstream); see the module docstring."""
 
     _fairshare_run: PassRun
@@ -264,7 +278,7 @@ class FairShareAdder:
         self._fairshare_run = fairshare_run
         fairshare_run.bind(self)
 
-    def add_chunked_req(self, req: Req):
+    def add_chunked_req(self, req: Req) -> Req | None:
         limit = self._fairshare_run.continuing_limit(req)
         if limit is not None and self.rem_chunk_tokens is not None:
             # Upstream may have set a limit already (shortest-prefill-first); the smaller one holds.
@@ -273,7 +287,7 @@ class FairShareAdder:
         self._fairshare_run.continuing_cut = still_chunked is not None
         return still_chunked
 
-    def add_one_req(self, req: Req, has_chunked_req: bool, truncation_align_size: int | None):
+    def add_one_req(self, req: Req, has_chunked_req: bool, truncation_align_size: int | None) -> AddReqResult:
         run = self._fairshare_run
         route = run.route(req)
         if route is Route.OUTSIDE:
@@ -294,14 +308,14 @@ class FairShareAdder:
             return AddReqResult.CONTINUE
         return res  # strict FCFS: upstream's refusal ends the scan, with upstream's handling
 
-    def budget_state(self):
+    def budget_state(self) -> AddReqResult:
         res = super().budget_state()
         run = getattr(self, "_fairshare_run", None)
         if res is AddReqResult.CONTINUE and run is not None and run.exhausted:
             return AddReqResult.OTHER  # the plan admits nobody else this pass
         return res
 
-    def _select_prefill_admission(self, req: Req, **kwargs: Any):
+    def _select_prefill_admission(self, req: Req, **kwargs: Any) -> Any:
         admission = super()._select_prefill_admission(req, **kwargs)
         if (
             not isinstance(admission, AddReqResult)
@@ -311,7 +325,7 @@ class FairShareAdder:
             return AddReqResult.OTHER  # one half-prefilled request at a time; a second cut would assert
         return admission
 
-    def add_one_req_ignore_eos(self, req: Req):
+    def add_one_req_ignore_eos(self, req: Req) -> AddReqResult:
         # The ignore-EOS path (radix cache off) cuts without `_select_prefill_admission`; same invariant.
         would_cut = self.rem_chunk_tokens is not None and (
             len(req.full_untruncated_fill_ids) - req.prefix_len > self.rem_chunk_tokens
@@ -340,6 +354,6 @@ def fair_share_adder_class(base: type) -> type:
     return type(f"FairShare{base.__name__}", (FairShareAdder, base), {"__module__": __name__})
 
 
-def adder_factory(base: type, run: PassRun) -> functools.partial:
+def adder_factory(base: type, run: PassRun) -> functools.partial[FairShareAdder]:
     """What `get_prefill_adder_class` returns: called by sglang with the adder's usual arguments."""
     return functools.partial(fair_share_adder_class(base), fairshare_run=run)

@@ -32,12 +32,17 @@ import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from sglang.srt.managers.schedule_policy import CacheAgnosticPolicy
 from sglang.srt.runtime_context import get_parallel
 
-from scheduler.config import PolicyConfig, default_interactive_pass_tokens, env_var_name
+from scheduler.config import (
+    PolicyConfig,
+    default_interactive_pass_tokens,
+    default_long_pass_floor_tokens,
+    env_var_name,
+)
 from scheduler.diagnostics import log_pass_cost, pass_cost_line
 from scheduler.interleave import DecodeInterleave, short_decode_passes
 from scheduler.pass_cost import AttentionWork
@@ -68,8 +73,12 @@ INIT_INFO_KEY = "fairshare"
 SMALL_CAP_TOKENS = 128
 """Below this F, contended passes prefill in slivers: worth a warning at start."""
 
+if TYPE_CHECKING:
+    from sglang.srt.managers.schedule_batch import ScheduleBatch
+    from sglang.srt.managers.scheduler import Scheduler
 
-def policy_config_for(sched: Any) -> PolicyConfig:
+
+def policy_config_for(sched: Scheduler) -> PolicyConfig:
     """`PolicyConfig` for one scheduler (raises pydantic's ValidationError on a bad ``FAIRSHARE_*`` value)."""
     explicit = explicit_policy_fields()
     chunking = sched.chunked_prefill_size is not None
@@ -81,9 +90,12 @@ def policy_config_for(sched: Any) -> PolicyConfig:
         engine["max_running_requests"] = sched.max_running_requests
     if "chunk_budget_tokens" not in explicit:
         engine["chunk_budget_tokens"] = sched.chunked_prefill_size if chunking else sched.max_prefill_tokens
-    budget = engine.get("chunk_budget_tokens") or explicit_policy_value("chunk_budget_tokens")
+    # An explicit value is the field's own type (`env`: parsed as `PolicyConfig` declares it).
+    budget = cast(int, engine.get("chunk_budget_tokens") or explicit_policy_value("chunk_budget_tokens"))
     if "interactive_pass_tokens" not in explicit:
         engine["interactive_pass_tokens"] = default_interactive_pass_tokens(budget)
+    if "long_pass_floor_tokens" not in explicit:
+        engine["long_pass_floor_tokens"] = default_long_pass_floor_tokens(budget)
     if sched.enable_priority_scheduling:
         engine["skip_ahead"] = False  # overtaking by arrival would defeat priorities
     if not chunking:
@@ -91,7 +103,7 @@ def policy_config_for(sched: Any) -> PolicyConfig:
     return PolicyConfig(**engine)
 
 
-def fit_frozen_reason(sched: Any) -> str | None:
+def fit_frozen_reason(sched: Scheduler) -> str | None:
     """Why this scheduler's pass-cost fit must stay off (every rank must plan the same passes), or None."""
     tp_size, pp_size = int(getattr(sched, "tp_size", 1) or 1), int(get_parallel().pp_size or 1)
     if tp_size > 1 or pp_size > 1:
@@ -99,27 +111,27 @@ def fit_frozen_reason(sched: Any) -> str | None:
     return None
 
 
-def attention_work(sched: Any) -> AttentionWork:
+def attention_work(sched: Scheduler) -> AttentionWork:
     """What sglang's prefill attention backend computes for a chunk (`AttentionWork`)."""
     args = getattr(sched, "server_args", None)
     backend = getattr(args, "prefill_attention_backend", None) or getattr(args, "attention_backend", None)
     return AttentionWork.PADDED_CAUSAL if backend == "torch_native" else AttentionWork.QUERIES
 
 
-def launch_is_synchronous(sched: Any) -> bool:
+def launch_is_synchronous(sched: Scheduler) -> bool:
     """Does the device run a pass before ``run_batch`` returns? On CPU torch runs each op when it is called (sglang
     still runs its overlap loop there); GPU launches are asynchronous (`pass_timer`)."""
     return str(getattr(sched, "device", "")).startswith("cpu")
 
 
-def inactive_reason(sched: Any) -> str | None:
+def inactive_reason(sched: Scheduler) -> str | None:
     """Why the plugin leaves this scheduler to upstream entirely (checked at start)."""
     if sched.dllm_config is not None:
         return "dLLM scheduling has its own adder"
     return None
 
 
-def pass_exclusion(sched: Any, running_batch: Any) -> str | None:
+def pass_exclusion(sched: Scheduler, running_batch: ScheduleBatch | None) -> str | None:
     """Why this pass runs upstream's rules (these settings can change while serving)."""
     if sched.enable_hicache_storage or sched.enable_lmcache:
         return "hierarchical-cache storage / LMCache prefetch is on"
@@ -128,7 +140,7 @@ def pass_exclusion(sched: Any, running_batch: Any) -> str | None:
     return None
 
 
-def preemption_possible(sched: Any, running_batch: Any) -> bool:
+def preemption_possible(sched: Scheduler, running_batch: ScheduleBatch | None) -> bool:
     """Upstream's scan preempts only once the batch is full: when the waiting requests outnumber the free
     running slots. Other passes admit within the free slots and run the policy."""
     running_batch = sched.running_batch if running_batch is None else running_batch
@@ -163,7 +175,7 @@ class SchedulerPolicy:
     _queue_at_begin: list[str] = field(default_factory=list)
     _finishing_at_begin: list[str] = field(default_factory=list)
     _run: PassRun | None = None
-    _running_batch: Any = None
+    _running_batch: ScheduleBatch | None = None
     _idle_scan: IdleScan | None = None
     _warned: set[str] = field(default_factory=set)
 
@@ -171,7 +183,7 @@ class SchedulerPolicy:
     def cfg(self) -> PolicyConfig:
         return self.planner.cfg
 
-    def begin_pass(self, sched: Any, running_batch: Any) -> None:
+    def begin_pass(self, sched: Scheduler, running_batch: ScheduleBatch | None) -> None:
         """The pass boundary (`_get_new_batch_prefill_raw`), before sglang builds the adder."""
         self._running_batch = running_batch
         if self.clock is not None:
@@ -182,7 +194,7 @@ class SchedulerPolicy:
         if self.inactive_reason is None and self.cfg.skip_ahead:
             self._timed(self._refresh_short_index, sched)
 
-    def _refresh_short_index(self, sched: Any) -> None:
+    def _refresh_short_index(self, sched: Scheduler) -> None:
         in_order = sched.policy.policy is CacheAgnosticPolicy.FCFS and not sched.enable_priority_scheduling
         self.short_index.refresh(sched.waiting_queue, self.cfg, in_order)
 
@@ -190,14 +202,14 @@ class SchedulerPolicy:
         """`section` timed by the plugin clock when it is on (`clock`); nothing is read when it is off."""
         return section(*args) if self.clock is None else self.clock.timed(section, *args)
 
-    def idle_pass(self, sched: Any, running_batch: Any) -> bool:
+    def idle_pass(self, sched: Scheduler, running_batch: ScheduleBatch) -> bool:
         """True when this pass can admit nobody and is planned already, on the last idle scan, without sglang
         building an adder: `_get_new_batch_prefill_raw` then returns at once, as upstream's does while
         ``batch_is_full`` (`idle_scan`). Only where the rest of that call would change nothing: no continuing
         chunk, no grammar ready, no preemption, FCFS order (no queue reordering), free slots left."""
         return self._timed(self._idle_pass, sched, running_batch)
 
-    def _idle_pass(self, sched: Any, running_batch: Any) -> bool:
+    def _idle_pass(self, sched: Scheduler, running_batch: ScheduleBatch) -> bool:
         scan = self._idle_scan
         if (
             scan is None
@@ -235,11 +247,11 @@ class SchedulerPolicy:
             and self.planner.repeat_idle(last.plan, state.pass_index, state.num_decoding, state.num_short_decoding)
         )
 
-    def start_pass(self, sched: Any) -> PassRun | None:
+    def start_pass(self, sched: Scheduler) -> PassRun | None:
         """A new pass to plan, or None when upstream's rules apply to it."""
         return self._timed(self._start_pass, sched)
 
-    def _start_pass(self, sched: Any) -> PassRun | None:
+    def _start_pass(self, sched: Scheduler) -> PassRun | None:
         self._run = None
         reason = self.inactive_reason or pass_exclusion(sched, self._running_batch)
         if reason is not None:
@@ -256,20 +268,20 @@ class SchedulerPolicy:
     def status(self) -> str:
         return "active" if self.inactive_reason is None else f"inactive: {self.inactive_reason}"
 
-    def decode_due(self, running_batch: Any) -> bool:
+    def decode_due(self, running_batch: ScheduleBatch | None) -> bool:
         """Should this iteration run decode only (no prefill batch), for the short streams' sake?"""
         if self.inactive_reason is not None or running_batch is None:
             return False
         return self.interleave.decode_due(len(running_batch.reqs))
 
-    def end_pass(self, batch: Any = None) -> None:
+    def end_pass(self, batch: ScheduleBatch | None = None) -> None:
         """The pass boundary's end (after upstream's scan), called whether or not sglang built an adder. `batch`:
         the prefill batch sglang built, if any."""
         kind = self._timed(self._end_pass, batch)
         if self.clock is not None:
             self.clock.end_pass(kind)
 
-    def _end_pass(self, batch: Any) -> PassKind:
+    def _end_pass(self, batch: ScheduleBatch | None) -> PassKind:
         run, self._run, self._running_batch = self._run, None, None
         if run is not None:  # else sglang returned before planning: the last idle scan may still hold
             self._idle_scan = run.idle_scan
@@ -334,7 +346,7 @@ class SchedulerPolicy:
             "unusable_cost_passes": counters.unusable_cost_passes,
         }
 
-    def _record(self, run: PassRun, batch: Any) -> dict[str, Any]:
+    def _record(self, run: PassRun, batch: ScheduleBatch | None) -> dict[str, Any]:
         admitted = [(r.rid, int(r.extend_len)) for r in run.adder.can_run_list] if run.adder is not None else []
         judged = run.window.candidates
         shorts = run.judged_shorts()
@@ -362,7 +374,7 @@ def last_pass(plan: PassPlan) -> dict[str, Any]:
     }
 
 
-def attach_policy(sched: Any, missing_targets: list[str] | tuple[str, ...] = ()) -> SchedulerPolicy:
+def attach_policy(sched: Scheduler, missing_targets: list[str] | tuple[str, ...] = ()) -> SchedulerPolicy:
     """Create the scheduler's policy and log it (F first, in the article's wording); called once, at the end
     of `Scheduler.__init__`."""
     if logging.getLogger("fairshare").level == logging.NOTSET:
@@ -397,11 +409,12 @@ def attach_policy(sched: Any, missing_targets: list[str] | tuple[str, ...] = ())
     return policy
 
 
-def policy_of(sched: Any) -> SchedulerPolicy | None:
-    return getattr(sched, POLICY_ATTR, None)
+def policy_of(sched: Scheduler) -> SchedulerPolicy | None:
+    policy: SchedulerPolicy | None = getattr(sched, POLICY_ATTR, None)
+    return policy
 
 
-def log_startup(cfg: PolicyConfig, sched: Any) -> None:
+def log_startup(cfg: PolicyConfig, sched: Scheduler) -> None:
     """The rest of the start-up log; `PassPlanner` itself logs F in the article's wording
     (``Prefill concurrency N=20: long_prefill_token_threshold=409``)."""
     explicit = explicit_policy_fields()

@@ -30,7 +30,8 @@ compares the whole call with and without the plugin (`clock`). With the plugin o
 from __future__ import annotations
 
 import time
-from typing import Any, NamedTuple
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
@@ -44,24 +45,33 @@ from scheduler.sglang_plugin.server_args import apply_policy_env
 from scheduler.sglang_plugin.upstream_trace import around_get_new_batch_prefill_raw as around_upstream_prefill_traced
 from scheduler.sglang_plugin.upstream_trace import around_get_prefill_adder_class as around_upstream_adder_traced
 
+if TYPE_CHECKING:
+    from sglang.srt.managers.io_struct import GetInternalStateReqOutput
+    from sglang.srt.managers.schedule_batch import ScheduleBatch
+    from sglang.srt.managers.scheduler import Scheduler
+    from sglang.srt.server_args import ServerArgs
 
-def after_scheduler_init(result: Any, sched: Any, *args: Any, **kwargs: Any) -> None:
+Original = Callable[..., Any]
+"""The sglang method a hook wraps (`HookType.AROUND`), called with the same arguments."""
+
+
+def after_scheduler_init(result: None, sched: Scheduler, *args: Any, **kwargs: Any) -> None:
     missing = [spec.target for spec in TARGETS if spec.target not in HookRegistry._patched]
     attach_policy(sched, missing_targets=missing)
 
 
-def around_get_prefill_adder_class(original: Any, sched: Any) -> Any:
+def around_get_prefill_adder_class(original: Original, sched: Scheduler) -> Any:
     base = original(sched)
     policy = policy_of(sched)
     run = policy.start_pass(sched) if policy is not None else None
     return base if run is None else adder_factory(base, run)
 
 
-def around_get_new_batch_prefill_raw(original: Any, sched: Any, *args: Any, **kwargs: Any) -> Any:
+def around_get_new_batch_prefill_raw(original: Original, sched: Scheduler, *args: Any, **kwargs: Any) -> Any:
     policy = policy_of(sched)
     if policy is None:
         return original(sched, *args, **kwargs)
-    running_batch = kwargs["running_batch"] if "running_batch" in kwargs else args[1]
+    running_batch: ScheduleBatch = kwargs["running_batch"] if "running_batch" in kwargs else args[1]
     if policy.decode_due(running_batch):
         return None, running_batch  # no prefill this iteration: sglang runs the decode batch, as its interval does
     policy.begin_pass(sched, running_batch)
@@ -75,7 +85,7 @@ def around_get_new_batch_prefill_raw(original: Any, sched: Any, *args: Any, **kw
         policy.end_pass(batch)
 
 
-def around_upstream_prefill_raw_clocked(original: Any, sched: Any, *args: Any, **kwargs: Any) -> Any:
+def around_upstream_prefill_raw_clocked(original: Original, sched: Scheduler, *args: Any, **kwargs: Any) -> Any:
     """The plugin off, its clock on: upstream's call as is, timed (the clock opens its file at the first call, so
     only the scheduler process that makes them has one)."""
     clock = sched.__dict__.get(UPSTREAM_CLOCK_ATTR)
@@ -88,7 +98,7 @@ def around_upstream_prefill_raw_clocked(original: Any, sched: Any, *args: Any, *
         clock.end_pass(PassKind.NONE)
 
 
-def around_run_batch(original: Any, sched: Any, batch: Any, *args: Any, **kwargs: Any) -> Any:
+def around_run_batch(original: Original, sched: Scheduler, batch: ScheduleBatch, *args: Any, **kwargs: Any) -> Any:
     result = original(sched, batch, *args, **kwargs)
     policy = policy_of(sched)
     if policy is not None and policy.timer is not None:
@@ -96,7 +106,9 @@ def around_run_batch(original: Any, sched: Any, batch: Any, *args: Any, **kwargs
     return result
 
 
-def around_process_batch_result(original: Any, sched: Any, batch: Any, *args: Any, **kwargs: Any) -> Any:
+def around_process_batch_result(
+    original: Original, sched: Scheduler, batch: ScheduleBatch, *args: Any, **kwargs: Any
+) -> Any:
     policy = policy_of(sched)
     if policy is None or policy.timer is None:
         return original(sched, batch, *args, **kwargs)
@@ -107,13 +119,13 @@ def around_process_batch_result(original: Any, sched: Any, batch: Any, *args: An
     return result
 
 
-def after_get_internal_state(result: Any, sched: Any, *args: Any, **kwargs: Any) -> None:
+def after_get_internal_state(result: GetInternalStateReqOutput, sched: Scheduler, *args: Any, **kwargs: Any) -> None:
     policy = policy_of(sched)
     if policy is not None:
         result.internal_state[INIT_INFO_KEY] = policy.describe()
 
 
-def after_get_init_info(result: dict, sched: Any) -> None:
+def after_get_init_info(result: dict[str, Any], sched: Scheduler) -> None:
     policy = policy_of(sched)
     result[INIT_INFO_KEY] = policy.status if policy is not None else "inactive: not attached"
 
@@ -124,14 +136,14 @@ def after_launch_subprocesses(result: Any, *args: Any, **kwargs: Any) -> None:
         check_scheduler_infos(list(init_result.scheduler_infos))
 
 
-def before_resolve_once(server_args: Any) -> None:
+def before_resolve_once(server_args: ServerArgs) -> None:
     apply_policy_env(server_args)
 
 
 class HookSpec(NamedTuple):
     target: str
     hook_type: HookType
-    hook: Any
+    hook: Callable[..., Any]
 
 
 _SCHEDULER = "sglang.srt.managers.scheduler.Scheduler"

@@ -44,16 +44,25 @@ from sglang.srt.mem_cache.prefill_budget import PrefillBudget
 from scheduler.admission import free_kv_to_fit
 from scheduler.config import PolicyConfig
 from scheduler.sglang_plugin.short_index import ShortIndex
-from scheduler.sglang_plugin.translate import EngineState, admission_lag_passes, num_short_decoding
+from scheduler.sglang_plugin.translate import (
+    EngineState,
+    admission_lag_passes,
+    kv_allocator,
+    num_short_decoding,
+    prefix_cache,
+)
 from scheduler.snapshot import Candidate, PassPlan
 
 if TYPE_CHECKING:
-    from sglang.srt.managers.schedule_batch import Req
+    from sglang.srt.managers.schedule_batch import Req, ScheduleBatch
+    from sglang.srt.managers.schedule_policy import PrefillAdder
+    from sglang.srt.managers.scheduler import Scheduler
+    from sglang.srt.mem_cache.base_prefix_cache import BasePrefixCache
 
     from scheduler.sglang_plugin.translate import CandidateWindow
 
 
-def cache_fingerprint(tree_cache: Any) -> tuple[Any, Any]:
+def cache_fingerprint(tree_cache: BasePrefixCache) -> tuple[Any, Any]:
     """Changes whenever the prefix cache gains or loses tokens (an insert or an eviction)."""
     return tree_cache.evictable_size(), tree_cache.protected_size()
 
@@ -79,7 +88,7 @@ def engine_key(state: EngineState) -> tuple[int, int, int, int]:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class IdleScan:
-    queue: list = field(repr=False)
+    queue: list[Req] = field(repr=False)
     """The waiting-queue list object the scan walked (sglang replaces it after every admission)."""
     queue_len: int
     examined: list[Req] = field(repr=False)
@@ -106,8 +115,8 @@ class IdleScan:
     @classmethod
     def record(
         cls,
-        sched: Any,
-        adder: Any,
+        sched: Scheduler,
+        adder: PrefillAdder,
         state: EngineState,
         window: CandidateWindow,
         plan: PassPlan,
@@ -136,12 +145,12 @@ class IdleScan:
             cfg=cfg,
             engine=engine_key(state),
             running=tuple(adder.running_batch.reqs),
-            cache=cache_fingerprint(sched.tree_cache),
+            cache=cache_fingerprint(prefix_cache(sched)),
             prefill_max_requests=adder.prefill_max_requests,
-            plain_budget=type(adder.memory_budget) is PrefillBudget and not sched.tree_cache.supports_mamba(),
+            plain_budget=type(adder.memory_budget) is PrefillBudget and not prefix_cache(sched).supports_mamba(),
         )
 
-    def still_holds(self, sched: Any, state: EngineState, cfg: PolicyConfig) -> bool:
+    def still_holds(self, sched: Scheduler, state: EngineState, cfg: PolicyConfig) -> bool:
         """True when a fresh scan now would judge the same requests with the same figures and admit nobody."""
         queue = sched.waiting_queue
         return (
@@ -151,12 +160,14 @@ class IdleScan:
             and cfg is self.cfg
             and not state.continuing
             and engine_key(state) == self.engine
-            and cache_fingerprint(sched.tree_cache) == self.cache
+            and cache_fingerprint(prefix_cache(sched)) == self.cache
             and queue[: len(self.examined)] == self.examined  # identity: `Req` has no __eq__
             and (self.short_index is None or self.short_index.version == self.short_index_version)
         )
 
-    def state_without_adder(self, sched: Any, running_batch: Any, cfg: PolicyConfig) -> EngineState | None:
+    def state_without_adder(
+        self, sched: Scheduler, running_batch: ScheduleBatch, cfg: PolicyConfig
+    ) -> EngineState | None:
         """The engine state for a pass that may skip sglang's adder, or None when only an adder can tell.
 
         Free KV is bounded from above by the pool's free and evictable tokens (the adder subtracts the running
@@ -164,8 +175,8 @@ class IdleScan:
         request is still rejected whatever those reservations are now. Slots are read as the scan reads them."""
         if not self.plain_budget:
             return None
-        tree = sched.tree_cache
-        free_kv_bound = sched.token_to_kv_pool_allocator.available_size() + tree.evictable_size() - 1
+        tree = prefix_cache(sched)
+        free_kv_bound = kv_allocator(sched).available_size() + tree.evictable_size() - 1
         if free_kv_bound >= self.min_kv_to_fit:
             return None
         running = running_batch.reqs

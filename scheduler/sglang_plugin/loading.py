@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import pkgutil
+from typing import Any
 
 from scheduler.sglang_plugin.env import (
     PASS_TRACE_VAR,
@@ -115,7 +116,7 @@ class PluginNotLoadedError(RuntimeError):
     pass
 
 
-def check_scheduler_infos(infos: list[dict]) -> None:
+def check_scheduler_infos(infos: list[dict[str, Any]]) -> None:
     """Launcher side: every scheduler the launch started must report the policy's state (see
     `attach.INIT_INFO_KEY`); one that reports nothing never loaded the plugin."""
     from scheduler.sglang_plugin.attach import INIT_INFO_KEY

@@ -41,12 +41,15 @@ bounds the next pass's start.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
 from scheduler.pass_cost import AttentionWork, extend_pairs
 from scheduler.pass_cost_fit import OnlinePassCost
+
+if TYPE_CHECKING:
+    from sglang.srt.managers.schedule_batch import ScheduleBatch
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +72,7 @@ class TimedPass:
     """The model in force's prediction, made before the pass joined the fit's window."""
 
 
-def pass_figures(batch: Any, work: AttentionWork = AttentionWork.QUERIES) -> PassFigures | None:
+def pass_figures(batch: ScheduleBatch, work: AttentionWork = AttentionWork.QUERIES) -> PassFigures | None:
     """The figures of a generation batch the fit learns from, its attention counted as `work` computes it; None for
     a batch it does not learn from (see the module docstring)."""
     mode = batch.forward_mode

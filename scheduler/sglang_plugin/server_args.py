@@ -15,6 +15,7 @@ keeps short streams moving.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from scheduler.config import PolicyConfig, env_var_name
 from scheduler.sglang_plugin.env import explicit_policy_value
@@ -28,8 +29,11 @@ POLICY_FIELD_TO_SERVER_ARG = {
 POLICY_DEFAULT_FIELDS = frozenset({"mixed_decode"})
 """Fields whose policy default is written onto sglang's arguments when the operator leaves them unset."""
 
+if TYPE_CHECKING:
+    from sglang.srt.server_args import ServerArgs
 
-def apply_policy_env(server_args) -> None:
+
+def apply_policy_env(server_args: ServerArgs) -> None:
     """BEFORE hook on `ServerArgs.resolve_once`: the record is still the operator's input here."""
     if getattr(server_args, "_resolution_finished", False) or getattr(server_args, "_resolution_failed", False):
         return  # already resolved (e.g. a copy pickled into a child process): the record is sealed

@@ -15,7 +15,7 @@ but mostly cached is still found by the ordinary scan, as upstream finds it.
 from __future__ import annotations
 
 from itertools import islice
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from scheduler.config import PolicyConfig
 
@@ -29,12 +29,12 @@ class ShortIndex:
         """The indexed short requests, in queue order."""
         self.version = 0
         """Changes whenever `reqs` does (a scan reused across passes must see the same index)."""
-        self._queue: list | None = None
+        self._queue: list[Req] | None = None
         self._num_indexed = 0
         self._last: Req | None = None
         self._threshold: int | None = None
 
-    def refresh(self, queue: list, cfg: PolicyConfig, in_order: bool) -> None:
+    def refresh(self, queue: list[Req], cfg: PolicyConfig, in_order: bool) -> None:
         """Bring the index up to `queue`; `in_order`: sglang keeps the queue in arrival order (FCFS)."""
         n = self._num_indexed
         unchanged_head = (
@@ -59,5 +59,5 @@ class ShortIndex:
         self._queue = None
 
 
-def short_prompt(req: Any, cfg: PolicyConfig) -> bool:
+def short_prompt(req: Req, cfg: PolicyConfig) -> bool:
     return cfg.is_short(len(req.origin_input_ids))

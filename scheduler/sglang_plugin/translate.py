@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast, overload
 
 from sglang.srt.managers.schedule_policy import CLIP_MAX_NEW_TOKENS
 
@@ -41,8 +41,11 @@ from scheduler.config import PolicyConfig
 from scheduler.snapshot import Candidate, QueueSnapshot
 
 if TYPE_CHECKING:
-    from sglang.srt.managers.schedule_batch import Req
+    from sglang.srt.managers.schedule_batch import Req, ScheduleBatch
     from sglang.srt.managers.schedule_policy import PrefillAdder
+    from sglang.srt.managers.scheduler import Scheduler
+    from sglang.srt.mem_cache.allocator.base import BaseTokenToKVPoolAllocator
+    from sglang.srt.mem_cache.base_prefix_cache import BasePrefixCache
 
 
 class CandidateWindow(Sequence["LazyCandidate"]):
@@ -51,7 +54,11 @@ class CandidateWindow(Sequence["LazyCandidate"]):
     merely reaches it, so exactly the requests the planner judges are matched."""
 
     def __init__(
-        self, reqs: Sequence[Req], tree_cache: Any, adder: PrefillAdder, release: Callable[[Req, Any], None]
+        self,
+        reqs: Sequence[Req],
+        tree_cache: BasePrefixCache,
+        adder: PrefillAdder,
+        release: Callable[[Req, BasePrefixCache], None],
     ) -> None:
         self._reqs = reqs
         self._tree_cache = tree_cache
@@ -71,7 +78,13 @@ class CandidateWindow(Sequence["LazyCandidate"]):
     def __len__(self) -> int:
         return len(self._reqs)
 
-    def __getitem__(self, i):  # type: ignore[override]
+    @overload
+    def __getitem__(self, i: int) -> LazyCandidate: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[LazyCandidate]: ...
+
+    def __getitem__(self, i: int | slice) -> LazyCandidate | list[LazyCandidate]:
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
         if i < 0:
@@ -181,7 +194,7 @@ def uncached_prompt_tokens(req: Req) -> int:
     return max(0, len(req.origin_input_ids) - req.cached_tokens)
 
 
-def decode_ctx_tokens(running_batch: Any) -> int:
+def decode_ctx_tokens(running_batch: ScheduleBatch) -> int:
     """The decoding streams' sequence lengths, summed: from the batch's CPU copy when it has one (no device sync)."""
     seq_lens = running_batch.seq_lens_cpu
     if seq_lens is not None and len(seq_lens) == len(running_batch.reqs):
@@ -194,19 +207,19 @@ def num_short_decoding(running: Sequence[Req], cfg: PolicyConfig) -> int:
     return sum(cfg.is_short(uncached_prompt_tokens(r)) for r in running)
 
 
-def finishing_rids(sched: Any, running_batch: Any) -> list[str]:
+def finishing_rids(sched: Scheduler, running_batch: ScheduleBatch) -> list[str]:
     """Running requests whose last token is in flight (`Scheduler._reqs_finishing_inflight`: the overlap scheduler
     plans a pass before it processes the pass before): they keep their slot and KV until then, and decode no more."""
     return [r.rid for r in sched._reqs_finishing_inflight(running_batch)]
 
 
-def mixed_decode_rows(batch: Any) -> int:
+def mixed_decode_rows(batch: ScheduleBatch | None) -> int:
     """Decoding rows that ride along in the prefill batch `_get_new_batch_prefill_raw` built (sglang's mixed chunk):
     the running batch less the rows whose last token is still in flight (overlap scheduler), which it leaves out."""
     return len(batch.decoding_reqs) if batch is not None and batch.decoding_reqs else 0
 
 
-def granule_tokens(sched: Any, adder: PrefillAdder) -> int:
+def granule_tokens(sched: Scheduler, adder: PrefillAdder) -> int:
     return math.lcm(
         adder.page_size,
         adder.kv_shard_granule or 1,
@@ -249,7 +262,7 @@ class EngineState:
         )
 
 
-def engine_state(sched: Any, adder: PrefillAdder, cfg: PolicyConfig, with_decode_ctx: bool = True) -> EngineState:
+def engine_state(sched: Scheduler, adder: PrefillAdder, cfg: PolicyConfig, with_decode_ctx: bool = True) -> EngineState:
     """Read after the adder is built and before it admits anyone. `with_decode_ctx`: read the decoding streams'
     contexts (a tensor sum each pass; 0 without), which only the pass-cost model uses."""
     running_batch = adder.running_batch
@@ -279,16 +292,16 @@ def engine_state(sched: Any, adder: PrefillAdder, cfg: PolicyConfig, with_decode
     )
 
 
-def admission_lag_passes(sched: Any) -> int:
+def admission_lag_passes(sched: Scheduler) -> int:
     """1 under the overlap scheduler, which plans a pass before processing the result of the pass in flight."""
     return int(bool(sched.enable_overlap))
 
 
 def build_snapshot(
-    sched: Any,
+    sched: Scheduler,
     adder: PrefillAdder,
     cfg: PolicyConfig,
-    release: Callable[[Req, Any], None],
+    release: Callable[[Req, BasePrefixCache], None],
     state: EngineState | None = None,
     shorts: Sequence[Req] | None = None,
 ) -> tuple[QueueSnapshot, CandidateWindow, CandidateWindow | None]:
@@ -297,6 +310,19 @@ def build_snapshot(
     (`adder.release_unadmitted`). `shorts`: the short waiting requests in queue order (`short_index`), also
     matched only when the planner reads them."""
     state = state or engine_state(sched, adder, cfg)
-    window = CandidateWindow(sched.waiting_queue, sched.tree_cache, adder, release)
-    short_window = None if shorts is None else CandidateWindow(shorts, sched.tree_cache, adder, release)
-    return state.snapshot(window, short_window), window, short_window
+    tree_cache = prefix_cache(sched)
+    window = CandidateWindow(sched.waiting_queue, tree_cache, adder, release)
+    short_window = None if shorts is None else CandidateWindow(shorts, tree_cache, adder, release)
+    # A `LazyCandidate` reads as a `Candidate` (the same fields; its request is matched on the first read).
+    waiting, waiting_short = cast("Sequence[Candidate]", window), cast("Sequence[Candidate] | None", short_window)
+    return state.snapshot(waiting, waiting_short), window, short_window
+
+
+def prefix_cache(sched: Scheduler) -> BasePrefixCache:
+    """The scheduler's prefix cache (`Scheduler.tree_cache`, which sglang leaves untyped)."""
+    return cast("BasePrefixCache", sched.tree_cache)
+
+
+def kv_allocator(sched: Scheduler) -> BaseTokenToKVPoolAllocator:
+    """The scheduler's KV pool allocator (`Scheduler.token_to_kv_pool_allocator`, which sglang leaves untyped)."""
+    return cast("BaseTokenToKVPoolAllocator", sched.token_to_kv_pool_allocator)

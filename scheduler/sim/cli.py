@@ -8,6 +8,7 @@ import json
 import math
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 from rich.console import Console
@@ -17,6 +18,9 @@ from scheduler.sim.presets import CARD12GB, PRESETS
 from scheduler.sim.workload import OVERLOAD_SCENARIOS, SCENARIOS, load_workload, scenario
 from scheduler.slo import SloTargets
 from scheduler.traffic import TrafficClass
+
+if TYPE_CHECKING:
+    from scheduler.sim.compare import Cell
 
 console = Console()
 
@@ -71,7 +75,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cell(c) -> str:
+def _cell(c: Cell) -> str:
     if c.value is None:
         return "—"
     return _fmt(c.value) + ("" if c.ratio is None else f" ({c.ratio:.2f}×)")
@@ -178,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return args.func(args)
+        status: int = args.func(args)
+        return status
     except (ValueError, ValidationError) as exc:
         # Bad policy specs and workload files name the offending value; no stack trace for input errors.
         parser.exit(2, f"fairshare-sim: error: {exc}\n")

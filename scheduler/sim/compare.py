@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import BaseModel
 from tqdm import tqdm
 
 from scheduler.sim.experiments import run_spec
-from scheduler.sim.metrics import RunMetrics, measure
+from scheduler.sim.metrics import ClassMetrics, RunMetrics, measure
 from scheduler.sim.presets import Preset
 from scheduler.sim.runner import RunResult
 from scheduler.sim.workload import Workload
@@ -82,7 +83,7 @@ def compare(
     return comparison, results
 
 
-def _get(m: RunMetrics, cls: TrafficClass, get) -> float | None:
+def _get(m: RunMetrics, cls: TrafficClass, get: Callable[[ClassMetrics], float | None]) -> float | None:
     c = m.classes.get(cls.value)
     return None if c is None else get(c)
 

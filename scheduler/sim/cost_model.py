@@ -37,7 +37,7 @@ class CostModel(BaseModel):
             + decode_rows * self.decode_row_s
         )
         p = self.overlap_p
-        return (self.fixed_s**p + compute**p) ** (1.0 / p)
+        return float((self.fixed_s**p + compute**p) ** (1.0 / p))
 
     def pass_efficiency(self, tokens: int) -> float:
         """Prefill speed of passes of `tokens` tokens relative to one unbounded pass (attention aside)."""

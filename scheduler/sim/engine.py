@@ -26,9 +26,13 @@ from scheduler.sim.step_plan import StepPlan
 
 
 class StepScheduler(Protocol):
-    max_running_requests: int
-    overlap_schedule: bool
-    """A pass's results are processed only after the next pass is planned (sglang's overlap event loop)."""
+    @property
+    def max_running_requests(self) -> int: ...
+
+    @property
+    def overlap_schedule(self) -> bool:
+        """A pass's results are processed only after the next pass is planned (sglang's overlap event loop)."""
+        ...
 
     def plan_step(self, engine: SimEngine) -> StepPlan: ...
 

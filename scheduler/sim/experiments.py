@@ -54,10 +54,10 @@ def added_waits(workload: Workload, spec: str, preset: Preset) -> tuple[RunResul
     the same workload without them (same requests, same arrivals). Returns the run with documents too."""
     with_docs = run_spec(workload, spec, preset)
     alone = run(workload.short_only(), preset, make_scheduler(spec, preset), policy=spec)
-    reference = {r.rid: r.ttft_s for r in alone.requests}
+    reference = {r.rid: r.ttft_s for r in alone.requests if r.ttft_s is not None}
     added = [
         r.ttft_s - reference[r.rid]
         for r in with_docs.requests
-        if r.traffic_class is TrafficClass.SHORT and r.ttft_s is not None and reference.get(r.rid) is not None
+        if r.traffic_class is TrafficClass.SHORT and r.ttft_s is not None and r.rid in reference
     ]
     return with_docs, added

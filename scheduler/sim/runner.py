@@ -65,11 +65,10 @@ def run(
         if after_step is not None:
             after_step(engine, res)
         if res.kind is PassKind.IDLE:
-            if engine.idle:
-                continue  # it only processed the last pass's results: the finishing requests left
-            if i >= len(reqs):
+            if i < len(reqs):
+                now = reqs[i].arrival_s
+            elif not engine.idle:  # idle: it only processed the last pass's results, the finishing requests left
                 raise StuckError(f"{len(engine.waiting)} requests wait but none can be admitted")
-            now = reqs[i].arrival_s
             continue
         if step_clock:
             res.duration_s = 1.0

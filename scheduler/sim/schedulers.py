@@ -9,7 +9,7 @@ allows (see `rules`).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, overload
 
 from scheduler.config import PolicyConfig
 from scheduler.interleave import DecodeInterleave, PassKind
@@ -32,7 +32,13 @@ class CandidateView(Sequence[Candidate]):
     def __len__(self) -> int:
         return len(self._reqs)
 
-    def __getitem__(self, i):  # type: ignore[override]
+    @overload
+    def __getitem__(self, i: int) -> Candidate: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[Candidate]: ...
+
+    def __getitem__(self, i: int | slice) -> Candidate | list[Candidate]:
         if isinstance(i, slice):
             return [to_candidate(r) for r in self._reqs[i]]
         return to_candidate(self._reqs[i])

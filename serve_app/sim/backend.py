@@ -1,7 +1,8 @@
 """`SimBackend`: the `EngineBackend` of a `sim` replica, orchestrating the engine loop, streams and prefix cache.
 
-Output text is synthetic; token counts, timings, queueing, prefix caching and the scheduler are the
-simulated engine's.
+`respond` answers OpenAI requests through `serving` (validation, the prompt's count, OpenAI's response written
+from `generate`'s chunks). Output text is synthetic; token counts, timings, queueing, prefix caching and the
+scheduler are the simulated engine's.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from scheduler.config import PolicyConfig
@@ -18,13 +19,17 @@ from scheduler.sim.presets import PRESETS
 from scheduler.sim.request import Phase, SimRequest
 from scheduler.sim.schedulers import PolicyScheduler
 from serve_app.config import AppConfig, EngineKnobs, policy_config
-from serve_app.engine_backend import Chunk, EngineCounters, FinishReason, GenerateRequest, ReplicaLoad, RequestError
+from serve_app.engine_backend import EngineCapacity, EngineCounters, OpenAIRequest, ReplicaLoad, ResponsePart
+from serve_app.protocol import FinishReason
+from serve_app.sim.generation import Chunk, GenerateRequest, RequestError
 from serve_app.sim.loop import EngineLoop
 from serve_app.sim.policy import base_policy
 from serve_app.sim.prefix_cache import SessionPrefixCache
+from serve_app.sim.serving import SimServing
 from serve_app.sim.stop import StopMatcher
 from serve_app.sim.streams import Streams, next_progress
 from serve_app.sim.synthetic_text import synthetic_text
+from serve_app.tokenizer import ApproxTokenizer
 from serve_app.ttft_prediction import interactive_pass_tokens, overtakes_queued_prefill, wait_pass_tokens
 
 logger = logging.getLogger(__name__)
@@ -45,6 +50,13 @@ class SimBackend:
         self.loop = EngineLoop(self.engine, self.streams, knobs.time_scale)
         self.cache = SessionPrefixCache(
             cfg.sim.chars_per_token, knobs.session_cache_sessions, self.preset.cost.kv_pool_tokens
+        )
+        self.serving = SimServing(
+            self.model_id,
+            ApproxTokenizer(cfg.sim.chars_per_token),
+            cfg.context_limit_tokens,
+            cfg.default_max_tokens,
+            self.generate,
         )
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -72,7 +84,17 @@ class SimBackend:
     def time_scale(self) -> float:
         return self.loop.time_scale
 
+    def capacity(self) -> EngineCapacity:
+        rate = self.preset.cost.prefill_tok_per_s
+        # The simulated engine drains at its rate scaled to wall time: Retry-After is in wall seconds.
+        wall_rate = rate / self.time_scale if self.time_scale > 0 else None
+        context = self.cfg.context_limit_tokens or self.preset.cost.kv_pool_tokens
+        return EngineCapacity(context, prefill_tokens_per_s=rate, wall_prefill_tokens_per_s=wall_rate)
+
     # -- requests --------------------------------------------------------------------------
+    def respond(self, request: OpenAIRequest) -> AsyncGenerator[list[ResponsePart], None]:
+        return self.serving.respond(request)
+
     def output_plan(self, max_tokens: int) -> tuple[int, FinishReason]:
         """How many tokens the answer has and why it ends: its natural length (`stop`) or `max_tokens` (`length`)."""
         natural = self.cfg.sim.natural_output_tokens
@@ -98,7 +120,7 @@ class SimBackend:
             raise RequestError(400, str(e)) from None
         return sim_req
 
-    async def generate(self, request: GenerateRequest) -> AsyncIterator[Chunk]:
+    async def generate(self, request: GenerateRequest) -> AsyncGenerator[Chunk, None]:
         sim_req = self._admit(request)
         queue = self.streams.open(request.rid)
         self.loop.wake()

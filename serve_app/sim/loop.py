@@ -28,7 +28,7 @@ class EngineLoop:
         self.time_scale = time_scale
         self.num_passes_by_kind: Counter[str] = Counter()
         self._wake = asyncio.Event()
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         if self._task is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from scheduler.config import PolicyConfig
 from scheduler.sim.presets import PRESETS
 from scheduler.sim.rules import RuleSet, policy_for
-from serve_app.config import SimSettings
+from serve_app.sim.settings import SimSettings
 
 
 def base_policy(sim: SimSettings) -> tuple[PolicyConfig, int]:

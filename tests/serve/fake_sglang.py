@@ -1,4 +1,4 @@
-"""A stand-in for `sglang.Engine` with the calls the sglang backend makes, scripted per request.
+"""A stand-in for `sglang.Engine` with the calls the sglang backend makes outside sglang's serving classes.
 
 It records the constructor's arguments and the `FAIRSHARE_*` environment the scheduler process would
 inherit at that moment, so tests see exactly what a real engine would have started with.
@@ -7,7 +7,6 @@ inherit at that moment, so tests see exactly what a real engine would have start
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
 
@@ -28,8 +27,6 @@ class FakeTokenizerManager:
 
 class FakeSglangEngine:
     started: ClassVar[list[FakeSglangEngine]] = []
-    script: ClassVar[list[dict[str, Any]]] = []
-    """The outputs every request streams (cumulative `text`, `meta_info`), as sglang's `async_generate` yields."""
     policy_state: ClassVar[dict[str, Any]] = {}
     """What the plugin reports in the scheduler's internal state (`SchedulerPolicy.describe`)."""
 
@@ -37,23 +34,7 @@ class FakeSglangEngine:
         self.kwargs = kwargs
         self.env = {k: v for k, v in os.environ.items() if k.startswith("FAIRSHARE_")}
         self.tokenizer_manager = FakeTokenizerManager()
-        self.requests: list[dict[str, Any]] = []
         FakeSglangEngine.started.append(self)
-
-    async def async_generate(self, **kwargs: Any) -> AsyncIterator[dict[str, Any]]:
-        self.requests.append(kwargs)
-        outputs = list(FakeSglangEngine.script)
-
-        async def stream() -> AsyncIterator[dict[str, Any]]:
-            for out in outputs:
-                yield out
-
-        return stream()
 
     def shutdown(self) -> None:
         pass
-
-
-def output(text: str, completion_tokens: int, finish: dict[str, Any] | None = None, cached: int = 0) -> dict:
-    meta = {"completion_tokens": completion_tokens, "cached_tokens": cached, "finish_reason": finish}
-    return {"text": text, "meta_info": meta}

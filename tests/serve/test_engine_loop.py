@@ -10,21 +10,32 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from serve_app.engine_backend import EngineError, ResponseBody, ResponseStart, joined_bodies
+from serve_app.engine_backend import ResponseBody, ResponseStart, joined_bodies
 from serve_app.engine_loop import EngineLoop
 
 ITEMS = st.lists(
     st.one_of(
-        st.binary(max_size=8).map(ResponseBody),
+        st.builds(ResponseBody, st.binary(max_size=8), st.none() | st.sampled_from([500, 503])),
         st.just(ResponseStart(200, "text/event-stream")),
-        st.just(EngineError(503, "gone")),
+        st.just(ResponseStart(400, "application/json")),
     ),
     max_size=12,
 )
 
 
+def _runs(items) -> list[list[ResponseBody]]:
+    runs: list[list[ResponseBody]] = []
+    for a, b in itertools.pairwise([None, *items]):
+        if isinstance(b, ResponseBody):
+            if isinstance(a, ResponseBody):
+                runs[-1].append(b)
+            else:
+                runs.append([b])
+    return runs
+
+
 @given(items=ITEMS)
-def test_joined_bodies_keep_every_byte_and_every_other_item_in_order(items) -> None:
+def test_joined_bodies_keep_every_byte_every_other_item_and_each_runs_error_in_order(items) -> None:
     joined = joined_bodies(items)
 
     def others(xs):
@@ -35,6 +46,8 @@ def test_joined_bodies_keep_every_byte_and_every_other_item_in_order(items) -> N
 
     assert others(joined) == others(items) and data(joined) == data(items)
     assert not any(isinstance(a, ResponseBody) and isinstance(b, ResponseBody) for a, b in itertools.pairwise(joined))
+    last_errors = [next((b.error_status for b in reversed(run) if b.error_status), None) for run in _runs(items)]
+    assert [b.error_status for b in joined if isinstance(b, ResponseBody)] == last_errors
 
 
 def run_with_loop(consume):

@@ -1,6 +1,6 @@
-"""The engine replica without Ray: knobs before start (issue 7 defect 1), an sglang abort reaching the client as
-an OpenAI error (defect 3), and which engine failures are client errors. sglang is a scripted stand-in here;
-tests against the real engine live with the CPU sglang environment."""
+"""The engine replica without Ray: knobs before start, what it hands its backend and relays back, and which engine
+failures are client errors; the sim backend's OpenAI answers on engine errors, as the ingress relays them. sglang
+is a scripted stand-in here; tests against the real engine live with the CPU sglang environment."""
 
 from __future__ import annotations
 
@@ -8,27 +8,29 @@ import asyncio
 import json
 import os
 import time
-from http import HTTPStatus
 from types import SimpleNamespace
 
 import pytest
 
 import serve_app.engine as engine_module
 from scheduler.traffic import TrafficClass
+from serve_app import relay
 from serve_app.config import AppConfig, ConfigError, validate
-from serve_app.endpoints import CHAT, COMPLETIONS, ResponseIds
-from serve_app.engine_backend import Chunk, EngineError, GenerateRequest
-from serve_app.ingress import Ingress, _Call
-from serve_app.protocol import OpenAIError
+from serve_app.endpoints import CHAT, COMPLETIONS
+from serve_app.engine_backend import JSON, SSE, EngineError, OpenAIRequest, ReplicaLoad, ResponseBody, ResponseStart
+from serve_app.ingress import Ingress
 from serve_app.route_records import Lane, RouteDecision, RouteHint, RouteReason, RouteTicket
+from serve_app.routed_call import RoutedCall
 from serve_app.sglang_backend import SglangBackend
-from tests.serve.fake_sglang import FakeSglangEngine, output
+from serve_app.sim.generation import Chunk, RequestError
+from serve_app.sim.serving import SimServing
+from serve_app.tokenizer import ApproxTokenizer
+from tests.serve.fake_sglang import FakeSglangEngine
 
 # Serve awaits a deployment's async `__del__`; outside Serve Python calls it and drops the coroutine.
 pytestmark = pytest.mark.filterwarnings("ignore:coroutine .*__del__' was never awaited:RuntimeWarning")
 
 SGLANG_ARGS = {"backend": "sglang", "sglang": {"model_path": "/models/tiny-llama", "context_length": 4096}}
-ABORT_503 = {"type": "abort", "message": "KV cache pool exhausted", "status_code": HTTPStatus.SERVICE_UNAVAILABLE}
 
 
 @pytest.fixture(autouse=True)
@@ -36,7 +38,6 @@ def isolated(monkeypatch):
     # The backend exports the policy as FAIRSHARE_* variables: keep them inside the test.
     monkeypatch.setattr(os, "environ", {k: v for k, v in os.environ.items() if not k.startswith("FAIRSHARE_")})
     FakeSglangEngine.started = []
-    FakeSglangEngine.script = []
     FakeSglangEngine.policy_state = {}
     ctx = SimpleNamespace(replica_tag="Engine#r0", rank=SimpleNamespace(rank=0), world_size=1)
     monkeypatch.setattr(engine_module.serve, "get_replica_context", lambda: ctx)
@@ -49,15 +50,29 @@ def replica():
     return engine_module.Engine.func_or_class(SGLANG_ARGS)
 
 
-def req(rid: str = "r1") -> GenerateRequest:
-    return GenerateRequest(rid, "hello", 5, 8, session_id="s", prompt_token_ids=[1, 2, 3, 4, 5])
+def req(rid: str = "r1", prompt_tokens: int = 5) -> OpenAIRequest:
+    body = {"model": "tiny-llama", "messages": [{"role": "user", "content": "hello"}]}
+    return OpenAIRequest("chat", body, rid, session_id="s", prompt_tokens=prompt_tokens)
 
 
-async def items(rep, request: GenerateRequest, route: RouteTicket | None = None) -> list:
-    return [item async for item in rep.generate(request, route)]
+async def items(rep, request: OpenAIRequest, route: RouteTicket | None = None) -> list:
+    return [item async for item in rep.respond(request, route)]
 
 
-# -- defect 1: the first user_config is applied before the engine starts ------------------------------
+def answering(rep, batches: list[list]) -> list[OpenAIRequest]:
+    """Make the replica's backend answer every request with `batches`; the requests it was handed."""
+    seen: list[OpenAIRequest] = []
+
+    async def respond(request: OpenAIRequest):
+        seen.append(request)
+        for batch in batches:
+            yield batch
+
+    rep.backend.respond = respond
+    return seen
+
+
+# -- the first user_config is applied before the engine starts ----------------------------------------
 
 
 def test_first_user_config_policy_is_in_force_when_the_engine_starts() -> None:
@@ -131,72 +146,49 @@ def test_mixed_chunk_has_no_second_switch() -> None:
         validate(AppConfig, args, "args")
 
 
-# -- defect 3: an sglang abort is an error, never a `stop` ---------------------------------------------
+# -- what the replica hands its backend, and relays back ----------------------------------------------
 
 
-def test_sglang_abort_ends_the_stream_with_its_status_and_message() -> None:
-    FakeSglangEngine.script = [output("Hel", 1), output("Hello", 2, finish=ABORT_503)]
-
-    async def go():
-        rep = replica()
-        await rep.reconfigure({})
-        return rep, await items(rep, req())
-
-    rep, got = asyncio.run(go())
-    assert got == [Chunk("Hel", 1, 0, None, 1), EngineError(503, "KV cache pool exhausted")]
-    assert rep.backend.counters().num_finished == 0
-    assert FakeSglangEngine.started[0].tokenizer_manager.aborted == []  # sglang ended it: nothing to abort
-
-
-def test_sglang_abort_without_a_status_is_a_server_error() -> None:
-    FakeSglangEngine.script = [output("", 0, finish={"type": "abort", "message": "Aborted", "status_code": None})]
+def test_the_replica_relays_the_backends_answer_as_it_comes() -> None:
+    answer = [[ResponseStart(200, SSE), ResponseBody(b"data: a\n\n")], [ResponseBody(b"data: [DONE]\n\n")]]
 
     async def go():
         rep = replica()
         await rep.reconfigure({})
-        return await items(rep, req())
+        seen = answering(rep, answer)
+        return seen, await items(rep, req())
 
-    assert asyncio.run(go()) == [EngineError(500, "Aborted")]
-
-
-def test_normal_ends_map_to_stop_and_length() -> None:
-    FakeSglangEngine.script = [output("a", 1), output("ab", 2, finish={"type": "length", "length": 2})]
-
-    async def go():
-        rep = replica()
-        await rep.reconfigure({})
-        first = await items(rep, req("r1"))
-        FakeSglangEngine.script = [output("a.", 2, finish={"type": "stop", "matched": 2})]
-        second = await items(rep, req("r2"))
-        return rep, first, second
-
-    rep, first, second = asyncio.run(go())
-    assert [c.finish_reason for c in first] == [None, "length"]
-    assert [c.finish_reason for c in second] == ["stop"]
-    assert rep.backend.counters().num_finished == 2
+    (seen,), got = asyncio.run(go())
+    assert got == answer and seen == req()
 
 
 def test_the_route_decision_sets_the_requests_class() -> None:
-    FakeSglangEngine.script = [output("a", 1, finish={"type": "length"})]
     decision = RouteDecision("Engine#r0", Lane.LONG, TrafficClass.LONG, RouteReason.LEAST_LOADED, 9000, "s")
     ticket = RouteTicket(RouteHint("s", 9000), decision, 0.0)
 
     async def go():
         rep = replica()
         await rep.reconfigure({})
-        seen = []
-        original = rep.backend.generate
-
-        def spy(request):
-            seen.append(request)
-            return original(request)
-
-        rep.backend.generate = spy
+        seen = answering(rep, [[ResponseStart(200, JSON), ResponseBody(b"{}")]])
         await items(rep, req(), ticket)
         return seen
 
     (seen,) = asyncio.run(go())
     assert seen.traffic_class is TrafficClass.LONG
+
+
+def test_over_a_limit_the_replica_refuses_before_its_engine_sees_the_request() -> None:
+    async def go():
+        rep = replica()
+        await rep.reconfigure({"max_queued_prefill_tokens": 100})
+        seen = answering(rep, [[ResponseStart(200, JSON), ResponseBody(b"{}")]])
+        rep.backend._load = ReplicaLoad(prefill_tokens=90)  # a document already queued
+        return seen, await items(rep, req(prompt_tokens=50))
+
+    seen, got = asyncio.run(go())
+    assert seen == []
+    ((refusal,),) = got
+    assert isinstance(refusal, EngineError) and refusal.status == 429 and refusal.retry_after_s
 
 
 def test_a_bug_in_a_backend_is_not_a_client_error() -> None:
@@ -208,7 +200,7 @@ def test_a_bug_in_a_backend_is_not_a_client_error() -> None:
             raise ValueError("an index went wrong")
             yield  # pragma: no cover
 
-        rep.backend.generate = broken
+        rep.backend.respond = broken
         return await items(rep, req())
 
     with pytest.raises(ValueError, match="an index went wrong"):  # Serve answers it as a 500
@@ -259,55 +251,75 @@ def ingress() -> Ingress:
     return ing
 
 
-def call() -> _Call:
-    c = _Call(ResponseIds("chatcmpl-1", 0, "m"), "s", 5, 0.0)
-    c.first_item_s = 0.001
-    return c
-
-
 def events(body: str) -> list:
     return [line[len("data: ") :] for line in body.split("\n") if line.startswith("data: ")]
+
+
+def sim_answer(endpoint, chunks: list, stream: bool = True, include_usage: bool = False) -> list[list]:
+    """The sim backend's answer to a request whose engine streams `chunks` (an exception in them is raised)."""
+
+    async def generate(request):
+        for c in chunks:
+            if isinstance(c, Exception):
+                raise c
+            yield c
+
+    serving = SimServing("m", ApproxTokenizer(), None, 16, generate)
+    body = {"model": "m", "stream": stream, **({"stream_options": {"include_usage": True}} if include_usage else {})}
+    body |= {"messages": [{"role": "user", "content": "hi"}]} if endpoint is CHAT else {"prompt": "hi"}
+
+    async def go():
+        return [batch async for batch in serving.respond(OpenAIRequest(endpoint.name, body, "chatcmpl-1"))]
+
+    return asyncio.run(go())
+
+
+def relayed(ing: Ingress, endpoint, batches: list[list]) -> str:
+    first, *rest = batches
+    stream = FakeStream(rest)
+
+    async def go():
+        call = RoutedCall("s", 0.0)
+        call.first_item_s = 0.001
+        return b"".join([part async for part in relay.relay(stream, first, call, endpoint, ing.metrics)])
+
+    return asyncio.run(go()).decode()
 
 
 @pytest.mark.parametrize("endpoint", [CHAT, COMPLETIONS], ids=lambda e: e.name)
 def test_an_engine_error_mid_stream_is_an_sse_error_then_done(endpoint) -> None:
     ing = ingress()
-    first = Chunk("Hel", 1, 0, None, 1)
-    stream = FakeStream([EngineError(503, "KV cache pool exhausted")])
-
-    async def go():
-        return "".join([part async for part in ing._sse(endpoint, stream, first, call(), include_usage=True)])
-
-    data = events(asyncio.run(go()))
+    answer = sim_answer(
+        endpoint, [Chunk("Hel", 1, 0, None, 1), RequestError(503, "KV cache pool exhausted")], True, True
+    )
+    assert answer[-1][-1].error_status == 503
+    data = events(relayed(ing, endpoint, answer))
     assert data[-1] == "[DONE]"
     error = json.loads(data[-2])["error"]
     assert (error["message"], error["type"]) == ("KV cache pool exhausted", "server_error")
     assert all('"finish_reason":"stop"' not in d for d in data)
     assert ing.metrics.requests.counts == {(("endpoint", endpoint.name), ("status", "503")): 1}
-    assert not stream.cancelled  # the engine ended it
 
 
-def test_an_engine_error_in_a_plain_response_is_its_status_and_message() -> None:
-    ing = ingress()
-    stream = FakeStream([EngineError(400, "needs 300000 KV tokens, the pool holds 262144")])
-
-    async def go():
-        await ing._collect(CHAT, stream, Chunk("a", 1, 0, None, 1), call())
-
-    with pytest.raises(OpenAIError) as e:
-        asyncio.run(go())
-    assert (e.value.status, e.value.type) == (400, "invalid_request_error")
-    assert "262144" in e.value.message
+@pytest.mark.parametrize(
+    "chunks",
+    [
+        [RequestError(400, "needs 300000 KV tokens, the pool holds 262144")],
+        [Chunk("a", 1, 0, None, 1), RequestError(400, "needs 300000 KV tokens, the pool holds 262144")],
+    ],
+    ids=["refused", "aborted"],
+)
+def test_an_engine_error_in_a_plain_response_is_its_status_and_message(chunks) -> None:
+    ((head, body),) = sim_answer(CHAT, chunks, stream=False)
+    assert head == ResponseStart(400, JSON)
+    error = json.loads(body.data)["error"]
+    assert error["type"] == "invalid_request_error" and "262144" in error["message"]
 
 
 def test_a_finished_stream_has_no_error_and_counts_as_200() -> None:
     ing = ingress()
-    stream = FakeStream([Chunk("lo", 1, None, "length", 2)])
-
-    async def go():
-        return "".join([p async for p in ing._sse(CHAT, stream, Chunk("Hel", 1, 0, None, 1), call(), False)])
-
-    data = events(asyncio.run(go()))
+    answer = sim_answer(CHAT, [Chunk("Hel", 1, 0, None, 1), Chunk("lo", 1, None, "length", 2)])
+    data = events(relayed(ing, CHAT, answer))
     chunks = [json.loads(d) for d in data[:-1]]
     assert data[-1] == "[DONE]" and all("error" not in c and "usage" not in c for c in chunks)
     assert [c["choices"][0]["finish_reason"] for c in chunks] == [None, None, None, "length"]

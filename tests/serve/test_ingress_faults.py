@@ -4,19 +4,22 @@ item is routed again once, then 503; after it, the stream ends with an explicit 
 from __future__ import annotations
 
 import asyncio
+import json
 from types import SimpleNamespace
 
 import pytest
 from ray.exceptions import ActorDiedError
 
+from serve_app import relay
 from serve_app.backpressure import LanesFull, Shed, ShedReason
-from serve_app.engine_backend import Chunk, EngineError, GenerateRequest
+from serve_app.endpoints import CHAT
+from serve_app.engine_backend import SSE, EngineError, OpenAIRequest, ResponseBody, ResponseStart
 from serve_app.errors import OpenAIError
-from serve_app.ingress import Ingress
 from serve_app.route_records import RouteHint, RouteTicket
+from serve_app.routed_call import RoutedCall
 
-IngressClass = Ingress.func_or_class
-REQUEST = GenerateRequest(rid="r1", prompt_text="hi", prompt_tokens=1, max_tokens=3)
+REQUEST = OpenAIRequest("chat", {"model": "m", "messages": []}, rid="r1", prompt_tokens=1)
+HEAD = ResponseStart(200, SSE)
 
 
 class FakeStream:
@@ -51,25 +54,25 @@ class Counter:
 
 def fake_ingress(streams: list[FakeStream]) -> SimpleNamespace:
     calls = iter(streams)
-    metrics = SimpleNamespace(shed=Counter(), observe_ttft=lambda *a: None, observe_itl=lambda *a: None)
-    ingress = SimpleNamespace(
-        engine_stream=SimpleNamespace(generate=SimpleNamespace(remote=lambda req, route: next(calls))),
+    metrics = SimpleNamespace(
+        shed=Counter(), requests=Counter(), observe_ttft=lambda *a: None, observe_itl=lambda *a: None
+    )
+    return SimpleNamespace(
+        engine_stream=SimpleNamespace(respond=SimpleNamespace(remote=lambda req, route: next(calls))),
         metrics=metrics,
     )
-    ingress._map_error = lambda e: IngressClass._map_error(ingress, e)
-    return ingress
 
 
 def start(ingress, ticket: RouteTicket):
-    send = lambda t: ingress.engine_stream.generate.remote(REQUEST, route=t)  # noqa: E731  (as `_serve` sends)
-    return asyncio.run(IngressClass._start(ingress, send, ticket))
+    send = lambda t: ingress.engine_stream.respond.remote(REQUEST, route=t)  # noqa: E731  (as `_respond` sends)
+    return asyncio.run(relay.start(send, ticket, ingress.metrics))
 
 
 def test_replica_lost_before_the_first_item_is_routed_again() -> None:
-    lost, ok = FakeStream([ActorDiedError()]), FakeStream([Chunk(text="a", cached_tokens=0, completion_tokens=1)])
+    lost, ok = FakeStream([ActorDiedError()]), FakeStream([[HEAD, ResponseBody(b"data: a\n\n")]])
     ticket = RouteTicket(RouteHint(session_id="s", prompt_tokens=1))
-    stream, first, used = start(fake_ingress([lost, ok]), ticket)
-    assert stream is ok and first.text == "a" and lost.cancelled
+    stream, head, first, used = start(fake_ingress([lost, ok]), ticket)
+    assert stream is ok and head == HEAD and first[1].data == b"data: a\n\n" and lost.cancelled
     assert used is not ticket and used.hint == ticket.hint  # a fresh ticket: the router decides anew
 
 
@@ -83,7 +86,7 @@ def test_replica_lost_twice_is_503_with_a_message() -> None:
 
 def test_engine_backpressure_is_429_with_its_retry_after() -> None:
     shed = EngineError(429, "Every engine replica has ...", "rate_limit_exceeded", 7)
-    ingress = fake_ingress([FakeStream([shed])])
+    ingress = fake_ingress([FakeStream([[shed]])])
     with pytest.raises(OpenAIError) as e:
         start(ingress, RouteTicket(RouteHint(session_id=None, prompt_tokens=1)))
     assert (e.value.status, e.value.code, e.value.type) == (429, "rate_limit_exceeded", "rate_limit_exceeded")
@@ -101,18 +104,51 @@ def test_a_request_the_router_shed_is_429_with_the_routers_answer() -> None:
 
 
 @pytest.mark.parametrize(
+    ("failure", "status", "code"),
+    [(ActorDiedError(), 503, "engine_replica_lost"), (RuntimeError("engine bug"), 500, None)],
+)
+def test_a_failure_mid_stream_ends_with_an_error_event_and_done(failure: BaseException, status: int, code) -> None:
+    first = [HEAD, ResponseBody(b'data: {"a"}\n\n')]
+    stream = FakeStream([[ResponseBody(b'data: {"b"}\n\n')], failure, [ResponseBody(b"never")]])
+    ingress = fake_ingress([])
+    call = RoutedCall("s", received_s=0.0)
+
+    async def events():
+        return b"".join([e async for e in relay.relay(stream, first, call, CHAT, ingress.metrics)])
+
+    got = asyncio.run(events()).decode().split("\n\n")[:-1]
+    assert got[:2] == ['data: {"a"}', 'data: {"b"}'] and got[-1] == "data: [DONE]" and len(got) == 4
+    error = json.loads(got[2].removeprefix("data: "))["error"]
+    assert (error["type"], error["code"]) == ("server_error", code)
+    assert ingress.metrics.requests.tags == [{"endpoint": "chat", "status": str(status)}]
+    assert not stream.cancelled  # the engine call already failed
+
+
+def test_an_error_the_engine_wrote_mid_stream_counts_with_its_status() -> None:
+    error_event = b'data: {"error": {"message": "aborted", "code": 503}}\n\ndata: [DONE]\n\n'
+    stream = FakeStream([[ResponseBody(error_event, error_status=503)]])
+    ingress = fake_ingress([])
+
+    async def events():
+        first = [HEAD, ResponseBody(b'data: {"a"}\n\n')]
+        return b"".join([e async for e in relay.relay(stream, first, RoutedCall("s", 0.0), CHAT, ingress.metrics)])
+
+    assert asyncio.run(events()).endswith(error_event)  # relayed as the engine wrote it
+    assert ingress.metrics.requests.tags == [{"endpoint": "chat", "status": "503"}]
+
+
+@pytest.mark.parametrize(
     ("failure", "status"),
     [(ActorDiedError(), 503), (RuntimeError("engine bug"), 500)],
 )
-def test_a_failure_mid_stream_ends_with_an_engine_error(failure: BaseException, status: int) -> None:
-    first = Chunk(text="a", cached_tokens=0, completion_tokens=1)
-    stream = FakeStream([Chunk(text="b", completion_tokens=2), failure, Chunk(text="never", completion_tokens=3)])
+def test_a_failure_before_a_whole_response_is_complete_is_an_error_response(failure, status: int) -> None:
+    stream = FakeStream([failure])
     ingress = fake_ingress([])
-    call = SimpleNamespace(first_item_s=None, received_s=0.0, lane="chat", traffic_class="short")
 
-    async def items():
-        return [i async for i in IngressClass._items(ingress, stream, first, call)]
+    async def body():
+        first = [ResponseStart(200, "application/json")]
+        return await relay.whole_body(stream, first, RoutedCall("s", 0.0), CHAT, ingress.metrics, timed=True)
 
-    got = asyncio.run(items())
-    assert [getattr(i, "text", None) for i in got[:2]] == ["a", "b"]
-    assert isinstance(got[-1], EngineError) and got[-1].status == status and len(got) == 3
+    with pytest.raises(OpenAIError) as e:
+        asyncio.run(body())
+    assert e.value.status == status and e.value.type == "server_error"

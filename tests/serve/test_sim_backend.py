@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from serve_app.config import AppConfig, ConfigError, EngineKnobs
-from serve_app.engine_backend import GenerateRequest
 from serve_app.sim.backend import SimBackend
+from serve_app.sim.generation import GenerateRequest
 from serve_app.sim.prefix_cache import SessionPrefixCache
 from serve_app.sim.stop import StopMatcher
 

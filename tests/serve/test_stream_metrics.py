@@ -1,24 +1,30 @@
-"""TTFT and ITL at the ingress: one rule (`StreamTimer`) for the sim backend's chunks and sglang's relayed SSE bytes."""
+"""TTFT and ITL at the ingress, and each response judged against its SLO targets: one rule (`StreamTimer`) on the
+relayed bytes, whichever backend wrote them."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from sglang.srt.entrypoints.openai.sse_utils import build_sse_content
 
-import serve_app.ingress as ingress_module
+import serve_app.relay as relay_module
 from scheduler.slo import SloTargets
 from scheduler.traffic import TrafficClass
 from serve_app.endpoints import CHAT, COMPLETIONS, ResponseIds
-from serve_app.engine_backend import Chunk, ReplicaLoad, ResponseBody
-from serve_app.ingress import Ingress, _Call
+from serve_app.engine_backend import JSON, SSE, OpenAIRequest, ReplicaLoad, ResponseBody, ResponseStart
 from serve_app.metrics import StreamTimer
-from serve_app.protocol import EventTemplate, Usage, sse, token_events
-from serve_app.route_records import Lane, RouteDecision, RouteReason
+from serve_app.protocol import Usage
+from serve_app.route_records import Lane, ReplicaView, RouteDecision, RouteReason, RoutingStats
+from serve_app.routed_call import RoutedCall
+from serve_app.sim.generation import Chunk
+from serve_app.sim.serving import SimServing
+from serve_app.sse import EventTemplate, sse, token_events
+from serve_app.tokenizer import ApproxTokenizer
 from tests.serve.test_engine_replica import FakeCounter, FakeStream
 
 IDS = ResponseIds("chatcmpl-1", 1700000000, "m")
@@ -94,8 +100,6 @@ def test_a_class_without_targets_is_not_counted() -> None:
 
 
 def test_a_route_carries_its_class_targets_from_the_replica_that_serves_it() -> None:
-    from serve_app.route_records import ReplicaView, RoutingStats
-
     stats = RoutingStats.from_dict(
         RoutingStats(Lane.BOTH, ReplicaLoad(), 2048, 0.0, interactive_slo=CHAT_SLO).to_dict()
     )
@@ -139,17 +143,11 @@ def test_an_error_event_carries_no_text() -> None:
     assert token_events(error, "content") == token_events(error, "text") == 0
 
 
-# -- both ingress paths observe the same ------------------------------------------------------------
+# -- every backend's bytes, relayed, observe the same -----------------------------------------------
 
 
-def ingress(m: RecordingMetrics) -> Ingress:
-    ing = object.__new__(Ingress.func_or_class)
-    ing.metrics = m
-    return ing
-
-
-def call() -> _Call:
-    c = _Call(IDS, "s", 5, received_s=0.0)
+def call() -> RoutedCall:
+    c = RoutedCall("s", received_s=0.0)
     c.first_item_s = 0.25
     c.decision = RouteDecision("r0", Lane.CHAT, TrafficClass.SHORT, RouteReason.LEAST_LOADED, 5, "s", CHAT_SLO)
     return c
@@ -157,23 +155,68 @@ def call() -> _Call:
 
 @pytest.fixture
 def clock(monkeypatch):
-    """The ingress's `time.perf_counter`, one second later at each read (arrival times the test can name)."""
+    """The relay's `time.perf_counter`, one second later at each read (arrival times the test can name)."""
     ticks = itertools.count(1)
-    monkeypatch.setattr(ingress_module.time, "perf_counter", lambda: float(next(ticks)))
+    monkeypatch.setattr(relay_module.time, "perf_counter", lambda: float(next(ticks)))
 
 
-def test_the_sim_path_observes_ttft_at_the_first_item_and_itl_per_token(clock) -> None:
-    m = RecordingMetrics()
-    stream = FakeStream([Chunk("b", 1, None, None, 2), Chunk("cde", 3, None, "length", 5)])
+def sim_batches(chunks: list[Chunk], stream: bool) -> list[list]:
+    """What the sim backend writes for these chunks (`sim.serving`), one list per engine-replica stream item."""
+
+    async def generate(request):
+        for c in chunks:
+            yield c
+
+    serving = SimServing("m", ApproxTokenizer(), None, 16, generate)
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": stream}
 
     async def go():
-        return [p async for p in ingress(m)._sse(CHAT, stream, Chunk("a", 1, 0, None, 1), call(), False)]
+        return [batch async for batch in serving.respond(OpenAIRequest("chat", body, "chatcmpl-1"))]
+
+    return asyncio.run(go())
+
+
+def test_the_sim_backends_stream_observes_ttft_at_the_first_text_and_itl_per_text_event(clock) -> None:
+    m = RecordingMetrics()
+    first, *rest = sim_batches(
+        [Chunk("a", 1, 0, None, 1), Chunk("b", 1, None, None, 2), Chunk("cde", 3, None, "length", 5)], True
+    )
+    stream = FakeStream(rest)
+
+    async def go():
+        return [p async for p in relay_module.relay(stream, first, call(), CHAT, m)]
 
     asyncio.run(go())
-    assert [s for *_, s in m.ttft] == [0.25]
-    assert [s for *_, s in m.itl] == [0.75, 1 / 3]  # t=1 after 0.25 for one token; t=2 after t=1 for three
+    assert [s for *_, s in m.ttft] == [0.25]  # the first item, which carries the first text
+    assert [s for *_, s in m.itl] == [0.75, 1.0]  # t=1 after 0.25; t=2 after t=1, for one event (three tokens)
     assert m.requests.counts == {(("endpoint", "chat"), ("status", "200")): 1}
     assert slo_counts(m) == {"ttft": "within", "tbt": "over", "all": "over"}  # judged by the route's targets
+
+
+def test_a_whole_response_observes_ttft_when_its_text_arrives(clock) -> None:
+    m = RecordingMetrics()
+    first, *rest = sim_batches([Chunk("a", 1, 0, None, 1), Chunk("b", 1, None, "stop", 2)], False)
+    assert first[0] == ResponseStart(200, JSON) and rest == []  # written whole, once the engine finished
+
+    async def go():
+        return await relay_module.whole_body(FakeStream(rest), first, call(), CHAT, m, timed=True)
+
+    assert json.loads(asyncio.run(go()))["choices"][0]["message"]["content"] == "ab"
+    assert [s for *_, s in m.ttft] == [0.25] and m.itl == []
+    assert slo_counts(m) == {"ttft": "within", "tbt": "within", "all": "within"}  # its tokens arrive together
+
+
+def test_an_error_response_is_neither_timed_nor_judged(clock) -> None:
+    m = RecordingMetrics()
+    body = b'{"error": {"message": "bad", "type": "invalid_request_error", "code": 400}}'
+
+    async def go():
+        return await relay_module.whole_body(
+            FakeStream([]), [ResponseStart(400, JSON), ResponseBody(body)], call(), CHAT, m, timed=False
+        )
+
+    assert asyncio.run(go()) == body
+    assert m.ttft == [] and m.slo.counts == {}
 
 
 @pytest.mark.parametrize("endpoint", [CHAT, COMPLETIONS], ids=lambda e: e.name)
@@ -189,10 +232,12 @@ def test_the_sglang_relay_observes_the_same_from_the_sse_bytes(clock, endpoint) 
         "".join(events[skip + 2 : skip + 4]),  # t=3: two more in one item
         "".join(events[skip + 4 :]),  # t=4: finish, usage, [DONE]: no text
     ]
-    stream = FakeStream([ResponseBody(i.encode()) for i in items])
+    first = [ResponseStart(200, SSE)]  # sglang's head comes alone, before its first output
+    stream = FakeStream([[ResponseBody(i.encode())] for i in items])
+    c = call()
 
     async def go():
-        return b"".join([p async for p in ingress(m)._relay(endpoint, stream, call())])
+        return b"".join([p async for p in relay_module.relay(stream, first, c, endpoint, m)])
 
     assert asyncio.run(go()) == "".join(events).encode()  # relayed unchanged
     assert [s for *_, s in m.ttft] == [1.0]
@@ -200,3 +245,18 @@ def test_the_sglang_relay_observes_the_same_from_the_sse_bytes(clock, endpoint) 
     assert m.requests.counts == {(("endpoint", endpoint.name), ("status", "200")): 1}
     assert not stream.cancelled
     assert slo_counts(m) == {"ttft": "over", "tbt": "over", "all": "over"}  # the same verdicts as the sim path
+
+
+def test_a_stream_the_engine_ended_with_an_error_is_counted_with_it_and_not_judged(clock) -> None:
+    m = RecordingMetrics()
+    text = _our_stream(CHAT, ["a"], include_usage=False)
+    error = b'data: {"error": {"message": "aborted", "type": "server_error", "code": 503}}\n\ndata: [DONE]\n\n'
+    stream = FakeStream([[ResponseBody(text[: text.index(b"data: [DONE]")])], [ResponseBody(error, 503)]])
+
+    async def go():
+        return [p async for p in relay_module.relay(stream, [ResponseStart(200, SSE)], call(), CHAT, m)]
+
+    asyncio.run(go())
+    assert [s for *_, s in m.ttft] == [1.0]  # its text was timed as it came
+    assert m.requests.counts == {(("endpoint", "chat"), ("status", "503")): 1}
+    assert m.slo.counts == {}  # it did not end normally: no verdict

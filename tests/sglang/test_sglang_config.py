@@ -46,7 +46,8 @@ SWITCH_VALUES = {
     "slo_sizing": ("false", False),
     "ttft_target_s": ("0.8", 0.8),
     "tbt_target_s": ("0.4", 0.4),
-    "long_pass_floor_tokens": ("128", 128),
+    "long_pass_floor_tokens": ("200", 200),
+    "missed_pass_stretch": ("3.0", 3.0),
     "slot_aware_passes": ("false", False),
 }
 SGLANG_OWNED = {"mixed_decode": "enable_mixed_chunk", "decode_steps_per_prefill": "prefill_decode_interval"}
@@ -107,6 +108,12 @@ def test_scheduler_reports_the_policy_in_its_handshake_and_the_launcher_checks_i
 def test_small_sglang_chunk_clamps_the_interactive_pass():
     cfg = policy_config_for(build_scheduler(EngineSpec(chunk_tokens=256), patched=True))
     assert (cfg.chunk_budget_tokens, cfg.interactive_pass_tokens) == (256, 256)
+
+
+def test_a_chunk_smaller_than_the_documents_floor_clamps_the_floor():
+    # sglang's chunk below the default floor (128): the scheduler process must still start, its floor the chunk.
+    cfg = policy_config_for(build_scheduler(EngineSpec(chunk_tokens=64), patched=True))
+    assert (cfg.chunk_budget_tokens, cfg.long_pass_floor_tokens) == (64, 64)
 
 
 def test_bad_switch_fails_at_start_naming_it(monkeypatch):
