@@ -94,27 +94,25 @@ class AdmissionScan:
         self._rejected = True
         return True
 
-    def may_overtake(self, extend_tokens: int) -> bool:
-        """May a request that fits be admitted past the requests rejected before it?"""
-        return not self._reserved_ahead or self._cfg.is_short(extend_tokens)
+    def may_overtake(self, short: bool) -> bool:
+        """May a request that fits be admitted past the requests rejected before it? `short`: it is short
+        (`PolicyConfig.is_short` of its prefill)."""
+        return not self._reserved_ahead or short
 
 
-def fits(
-    cfg: PolicyConfig, extend_tokens: int, need_tokens: int, free_kv: int, free_slots: int, engine_idle: bool
-) -> bool:
+def fits(cfg: PolicyConfig, short: bool, need_tokens: int, free_kv: int, free_slots: int, engine_idle: bool) -> bool:
     """Does a request fit in what is free? A long one must leave the interactive reserve, unless the
-    engine holds nothing else (it could never run otherwise)."""
-    return free_kv >= free_kv_to_fit(cfg, extend_tokens, need_tokens, free_slots, engine_idle)
+    engine holds nothing else (it could never run otherwise). `short`: `PolicyConfig.is_short` of its prefill."""
+    return free_kv >= free_kv_to_fit(cfg, short, need_tokens, free_slots, engine_idle)
 
 
-def free_kv_to_fit(
-    cfg: PolicyConfig, extend_tokens: int, need_tokens: int, free_slots: int, engine_idle: bool
-) -> int | float:
+def free_kv_to_fit(cfg: PolicyConfig, short: bool, need_tokens: int, free_slots: int, engine_idle: bool) -> int | float:
     """The least free KV with which the request fits, given the free slots (infinite when the slots alone
-    refuse it). Engines that skip a scan while free KV stays below this (the plugin's idle scan) rely on it
-    being the exact threshold of `fits`."""
+    refuse it); `short`: `PolicyConfig.is_short` of its prefill (callers classify a request once). Engines that
+    skip a scan while free KV stays below this (the plugin's idle scan) rely on it being the exact threshold of
+    `fits`."""
     if free_slots <= 0:
         return math.inf
-    if cfg.is_short(extend_tokens) or engine_idle:
+    if short or engine_idle:
         return need_tokens
     return need_tokens + cfg.reserved_kv_tokens if free_slots > cfg.reserved_slots else math.inf

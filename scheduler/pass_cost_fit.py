@@ -197,6 +197,11 @@ class OnlinePassCost:
         return self.model.pass_s(prefill_tokens, prefill_ctx_pairs, decode_rows, decode_ctx_tokens)
 
     @property
+    def predicts(self) -> bool:
+        """Whether `pass_s` answers a figure (from the first fit on); before, no figure of a pass changes its NaN."""
+        return self.num_fits > 0
+
+    @property
     def num_window(self) -> int:
         return min(self.num_observed, self.settings.window_passes)
 

@@ -57,7 +57,7 @@ class PassPlanner:
         deferred: list[str] = []
         longs: set[str] | None = None
         for attempt in range(RESCANS + 1):
-            plan, admitted, past_rejection, budget = self._plan_once(snap, pass_index, set(deferred), longs)
+            plan, admitted, shorts, past_rejection, budget = self._plan_once(snap, pass_index, set(deferred), longs)
             granted = {g.rid for g in plan.grants}
             dropped = [c.rid for c in admitted if c.rid not in granted]
             if not dropped or not self.cfg.skip_ahead:
@@ -71,7 +71,7 @@ class PassPlanner:
         plan.num_skip_ahead = sum(g.rid in past_rejection for g in plan.grants)
         self.num_skip_ahead += plan.num_skip_ahead
         self._predict(plan, snap, [*snap.continuing, *admitted])
-        self._commit(plan, pass_index, [c.extend_tokens for c in admitted if self.cfg.is_short(c.extend_tokens)])
+        self._commit(plan, pass_index, [c.extend_tokens for c in shorts])
         self.slo_counters.record(self.cfg, budget.size, budget.unusable_cost)
         log_plan(self.cfg, plan)
         return plan
@@ -100,7 +100,7 @@ class PassPlanner:
             ]
         plan = PassPlan(rejections=rejections)
         plan.pass_budget_tokens = self.sizer.budget(self.cfg, pass_index, 0, snap.num_decoding, snap.num_short_decoding)
-        plan.grants, plan.cap_tokens = self._allocate([], plan.pass_budget_tokens, snap)
+        plan.grants, plan.cap_tokens = self._allocate([], set(), plan.pass_budget_tokens, snap)
         plan.sized_by = "idle"
         # As the walk finds it: with no slot free it stops at once, leaving the short index's requests waiting.
         plan.short_left_waiting = snap.free_running_slots <= 0 and _short_left_waiting(snap, [], set(), [])
@@ -125,28 +125,36 @@ class PassPlanner:
 
     def _plan_once(
         self, snap: QueueSnapshot, pass_index: int, deferred: set[str], longs: set[str] | None
-    ) -> tuple[PassPlan, list[Candidate], set[str], PassBudget]:
+    ) -> tuple[PassPlan, list[Candidate], list[Candidate], set[str], PassBudget]:
+        """One scan and its plan; also returns the admitted requests and, of them, the short ones."""
         plan = PassPlan()
-        admitted, past_rejection, slot_wait = self._scan(snap, plan, pass_index, deferred, longs)
+        admitted, shorts, past_rejection, slot_wait = self._scan(snap, plan, pass_index, deferred, longs)
         sharers = [*snap.continuing, *admitted]
+        short_ids = {c.rid for c in shorts}
         cost = self.pass_cost
-        load = self._load(snap, sharers, admitted, slot_wait, with_ctx=cost is not None)
+        load = self._load(snap, sharers, shorts, short_ids, len(admitted), slot_wait, with_ctx=cost is not None)
         budget = self.sizer.size(self.cfg, cost, load, pass_index)
         plan.pass_budget_tokens = budget.tokens
         plan.sized_by = budget.size.by.value
         plan.pass_bound_s = budget.size.bound_s
         plan.missed_targets = tuple(t.value for t in budget.size.missed)
         plan.short_left_waiting = slot_wait
-        plan.grants, plan.cap_tokens = self._allocate(sharers, plan.pass_budget_tokens, snap)
-        return plan, admitted, past_rejection, budget
+        plan.grants, plan.cap_tokens = self._allocate(sharers, short_ids, plan.pass_budget_tokens, snap)
+        return plan, admitted, shorts, past_rejection, budget
 
     def _load(
-        self, snap: QueueSnapshot, sharers: list[Candidate], admitted: list[Candidate], slot_wait: bool, with_ctx: bool
+        self,
+        snap: QueueSnapshot,
+        sharers: list[Candidate],
+        shorts: list[Candidate],
+        short_ids: set[str],
+        num_admitted: int,
+        slot_wait: bool,
+        with_ctx: bool,
     ) -> PassLoad:
-        """What the pass costs besides its long prefill; contexts are read only when a cost model will use them."""
+        """What the pass costs besides its long prefill (`shorts`: the short requests admitted, `short_ids` their
+        rids); contexts are read only when a cost model will use them."""
         cfg = self.cfg
-        shorts = [c for c in admitted if cfg.is_short(c.extend_tokens)]
-        short_ids = {c.rid for c in shorts}
         long_sharers = [c for c in sharers if c.rid not in short_ids]
         short_tokens = sum(c.extend_tokens for c in shorts)
         rows = snap.num_decoding if cfg.mixed_decode else 0
@@ -162,7 +170,7 @@ class PassPlanner:
             admission_lag_passes=snap.admission_lag_passes,
             limit_long_tokens=max(0, cfg.chunk_budget_tokens - rows - short_tokens),
             num_long_sharers=len(long_sharers),
-            free_running_slots=snap.free_running_slots - len(admitted),
+            free_running_slots=snap.free_running_slots - num_admitted,
             short_waits_for_slot=slot_wait,
         )
 
@@ -193,12 +201,13 @@ class PassPlanner:
 
     def _scan(
         self, snap: QueueSnapshot, plan: PassPlan, pass_index: int, deferred: set[str], longs: set[str] | None
-    ) -> tuple[list[Candidate], set[str], bool]:
+    ) -> tuple[list[Candidate], list[Candidate], set[str], bool]:
         """Admission: walk the queue in order, collecting requests that fit in KV and slots (long ones
         leaving the interactive reserve), then the engine's index of short waiting requests past where the
         walk stopped. `deferred`: not admitted this pass; `longs`: the only long requests that may be
-        admitted (None = any). Also returns the rids admitted past a capacity rejection, and whether a short
-        request is left waiting with no running slot free."""
+        admitted (None = any). Also returns the short requests admitted, the rids admitted past a capacity
+        rejection, and whether a short request is left waiting with no running slot free. Each request judged is
+        classified (`PolicyConfig.is_short`) once."""
         cfg = self.cfg
         scan = AdmissionScan(cfg, self.ledger, pass_index)
         free_kv = snap.free_kv_tokens
@@ -207,18 +216,19 @@ class PassPlanner:
         demand_left = cfg.chunk_budget_tokens - sum(self._want(c) for c in snap.continuing)
         idle = not snap.continuing and not snap.num_decoding
         admitted: list[Candidate] = []
+        shorts: list[Candidate] = []
         past_rejection: set[str] = set()
         examined: set[str] = set()
         judged_shorts: list[str] = []
 
-        def consider(cand: Candidate) -> bool:
-            """Admit `cand` if it fits; False when the walk must stop."""
+        def consider(cand: Candidate, short: bool) -> bool:
+            """Admit `cand` (`short`: it is short) if it fits; False when the walk must stop."""
             nonlocal free_kv, free_slots, demand_left
             if cand.rid in deferred:
                 return True
-            if cfg.is_short(cand.extend_tokens):
+            if short:
                 judged_shorts.append(cand.rid)
-            if not fits(cfg, cand.extend_tokens, cand.need_tokens, free_kv, free_slots, idle and not admitted):
+            if not fits(cfg, short, cand.need_tokens, free_kv, free_slots, idle and not admitted):
                 goes_on = scan.on_capacity_rejection(cand.rid)
                 plan.rejections.append(
                     Rejection(
@@ -233,11 +243,13 @@ class PassPlanner:
                     )
                 )
                 return goes_on
-            if not (longs is None or cfg.is_short(cand.extend_tokens) or cand.rid in longs):
+            if not (longs is None or short or cand.rid in longs):
                 return True  # judged (a capacity rejection still counts), not admitted in this re-scan
-            if not scan.may_overtake(cand.extend_tokens):
+            if not scan.may_overtake(short):
                 return True  # a long request may not pass one that holds a reservation
             admitted.append(cand)
+            if short:
+                shorts.append(cand)
             if plan.rejections:
                 past_rejection.add(cand.rid)
             free_kv -= cand.need_tokens
@@ -249,7 +261,7 @@ class PassPlanner:
             if free_slots <= 0 or demand_left <= 0 or not scan.may_examine_next():
                 break
             examined.add(cand.rid)
-            if not consider(cand):
+            if not consider(cand, cfg.is_short(cand.extend_tokens)):
                 break
         if snap.waiting_short is not None and cfg.skip_ahead:
             scan = AdmissionScan(cfg, self.ledger, pass_index)  # its own lookahead past its own rejections
@@ -257,22 +269,25 @@ class PassPlanner:
                 if free_slots <= 0 or demand_left <= 0 or not scan.may_examine_next():
                     break
                 if cand.rid not in examined and cfg.is_short(cand.extend_tokens):  # the index may predate a reconfigure
-                    consider(cand)
+                    consider(cand, True)
         slot_wait = free_slots <= 0 and _short_left_waiting(snap, admitted, deferred, judged_shorts)
-        return admitted, past_rejection, slot_wait
+        return admitted, shorts, past_rejection, slot_wait
 
     def _want(self, cand: Candidate) -> int:
         """What a request can take at most in a contended pass."""
         return min(cand.extend_tokens, self.cfg.cap_tokens) if self.cfg.fair_share else cand.extend_tokens
 
-    def _allocate(self, sharers: list[Candidate], budget: int, snap: QueueSnapshot) -> tuple[list[Grant], int]:
-        """Split the pass budget; requests that would exceed the cut limit or get nothing sit this pass out."""
+    def _allocate(
+        self, sharers: list[Candidate], short_ids: set[str], budget: int, snap: QueueSnapshot
+    ) -> tuple[list[Grant], int]:
+        """Split the pass budget; requests that would exceed the cut limit or get nothing sit this pass out.
+        `short_ids`: the newly admitted short requests among `sharers`."""
         if not sharers:  # a pass that admits nobody (engines plan one every iteration while nothing fits)
             return [], per_request_cap(self.cfg, budget, 0)
         finish: set[str] = set()
         while True:
             cap = per_request_cap(self.cfg, budget, len(sharers))
-            shares = self._shares(sharers, budget, cap, snap, finish)
+            shares = self._shares(sharers, short_ids, budget, cap, snap, finish)
             grants = [Grant(c.rid, s, cut=s < c.extend_tokens) for c, s in zip(sharers, shares, strict=True) if s > 0]
             extra = _first_over_cut_limit(grants, snap.max_cut_requests, snap.continuing)
             if extra is None and len(grants) == len(sharers):
@@ -286,18 +301,20 @@ class PassPlanner:
             sharers = [c for c in sharers if c.rid != drop]
 
     def _shares(
-        self, sharers: list[Candidate], budget: int, cap: int, snap: QueueSnapshot, finish: set[str]
+        self,
+        sharers: list[Candidate],
+        short_ids: set[str],
+        budget: int,
+        cap: int,
+        snap: QueueSnapshot,
+        finish: set[str],
     ) -> list[int]:
         demands = [c.extend_tokens for c in sharers]
         if not self.cfg.fair_share:
             return sequential_fill(demands, budget, snap.granule_tokens)
         # New short requests are never cut for F, nor is a request the pass should finish. A half-prefilled
         # request counts as long whatever is left of it: it was cut because it was big.
-        continuing = {c.rid for c in snap.continuing}
-        whole = [
-            (c.rid not in continuing and self.cfg.is_short(d)) or c.rid in finish
-            for c, d in zip(sharers, demands, strict=True)
-        ]
+        whole = [c.rid in short_ids or c.rid in finish for c in sharers]
         wants = [d if w else min(d, cap) for d, w in zip(demands, whole, strict=True)]
         if not self.cfg.adaptive_pass:
             return align(water_fill(wants, budget), demands, snap.granule_tokens)

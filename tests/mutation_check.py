@@ -210,7 +210,7 @@ MUTANTS = [
     _c(
         "C9",
         "scheduler/admission.py",
-        "return not self._reserved_ahead or self._cfg.is_short(extend_tokens)",
+        "return not self._reserved_ahead or short",
         "return not self._reserved_ahead",
         "shorts blocked by a reservation",
     ),

@@ -53,7 +53,9 @@ def test_replay_is_the_walk_of_a_pass_that_admits_nobody(
     waiting = [cand(f"r{i}", extend, extend + extra) for i, (extend, extra) in enumerate(raw)]
     shorts = [c for c in waiting if cfg.is_short(c.extend_tokens)] if short_index else None
     # Less free KV than the least any request needs to fit (the walk's own threshold): nobody fits.
-    least = min(free_kv_to_fit(cfg, c.extend_tokens, c.need_tokens, slots, decoding == 0) for c in waiting)
+    least = min(
+        free_kv_to_fit(cfg, cfg.is_short(c.extend_tokens), c.need_tokens, slots, decoding == 0) for c in waiting
+    )
     ceiling = min(least - 1, 100_000)
     if ceiling < 0:
         return  # even an empty pool would fit someone

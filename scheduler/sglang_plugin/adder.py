@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from enum import Enum
 from itertools import islice
 from typing import TYPE_CHECKING, Any, cast
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING, Any, cast
 from sglang.srt.managers.schedule_policy import AddReqResult
 
 from scheduler.fair_share import align_down
+from scheduler.pass_cost_fit import OnlinePassCost
 from scheduler.planner import PassPlanner
 from scheduler.sglang_plugin.clock import PluginClock
 from scheduler.sglang_plugin.idle_scan import IdleScan
@@ -40,6 +42,7 @@ from scheduler.sglang_plugin.translate import (
     EngineState,
     build_snapshot,
     continuing_chunk_tokens,
+    decode_ctx_tokens,
     engine_state,
     prefix_cache,
 )
@@ -125,14 +128,18 @@ class PassRun:
         return self.plan
 
     def _plan(self) -> None:
-        """Plan the pass: on the last idle scan while it holds, else by matching the requests the planner reads."""
+        """Plan the pass: on the last idle scan while it holds, else by matching the requests the planner reads.
+        The decoding streams' contexts are read only where a figure depends on them: a fresh plan whose pass-cost
+        model predicts, and the pass trace, which records them."""
         cfg = self.planner.cfg
-        state = engine_state(self.sched, self.adder, cfg)
+        state = engine_state(self.sched, self.adder, cfg, with_decode_ctx=self._traced)
         last = self._last_idle_scan
         if last is not None and last.still_holds(self.sched, state, cfg):
             self._plan_on(last, state)
             self._index_plan()
         else:
+            if not self._traced and self._cost_predicts:
+                state = replace(state, decode_ctx_tokens=decode_ctx_tokens(self.adder.running_batch))
             index = self._short_index if cfg.skip_ahead else None
             shorts = index.reqs if index is not None else None
             self.snapshot, window, self.short_window = build_snapshot(
@@ -145,6 +152,12 @@ class PassRun:
             )
             self._index_plan()
             self._bring_forward_deep_grants()
+
+    @property
+    def _cost_predicts(self) -> bool:
+        """Does the planner's pass-cost model answer figures? (The online fit does not before its first fit.)"""
+        cost = self.planner.pass_cost
+        return cost is not None and (not isinstance(cost, OnlinePassCost) or cost.predicts)
 
     def plan_without_adder(self, state: EngineState) -> None:
         """Plan a pass sglang will not build an adder for (`SchedulerPolicy.idle_pass`): on the last idle

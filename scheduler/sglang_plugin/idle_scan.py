@@ -74,7 +74,10 @@ def min_kv_to_fit(cfg: PolicyConfig, state: EngineState, candidates: Sequence[Ca
     with the pass's free slots and idleness, which the scan's key holds fixed."""
     idle = not state.continuing and not state.num_decoding
     return min(
-        (free_kv_to_fit(cfg, c.extend_tokens, c.need_tokens, state.free_running_slots, idle) for c in candidates),
+        (
+            free_kv_to_fit(cfg, cfg.is_short(c.extend_tokens), c.need_tokens, state.free_running_slots, idle)
+            for c in candidates
+        ),
         default=math.inf,
     )
 

@@ -242,7 +242,8 @@ class EngineState:
     """sglang's `forward_ct`: forward passes run, decode-only ones included (the simulator's count)."""
     admission_lag_passes: int = 0
     decode_ctx_tokens: int = 0
-    """0 where a pass is replayed without an adder (`idle_scan`): a replayed plan does not read it."""
+    """0 where it is not read (`engine_state`): only the pass-cost model uses it, and a replayed plan
+    (`idle_scan`) does not ask the model."""
 
     def snapshot(self, waiting: Sequence[Candidate], waiting_short: Sequence[Candidate] | None = None) -> QueueSnapshot:
         return QueueSnapshot(
@@ -261,8 +262,9 @@ class EngineState:
         )
 
 
-def engine_state(sched: Scheduler, adder: PrefillAdder, cfg: PolicyConfig) -> EngineState:
-    """Read after the adder is built and before it admits anyone."""
+def engine_state(sched: Scheduler, adder: PrefillAdder, cfg: PolicyConfig, with_decode_ctx: bool = True) -> EngineState:
+    """Read after the adder is built and before it admits anyone. `with_decode_ctx`: read the decoding streams'
+    contexts (a tensor sum each pass; 0 without), which only the pass-cost model uses."""
     running_batch = adder.running_batch
     running_reqs = running_batch.reqs
     free_kv = int(adder.rem_total_tokens) - 1
@@ -286,7 +288,7 @@ def engine_state(sched: Scheduler, adder: PrefillAdder, cfg: PolicyConfig) -> En
         granule_tokens=granule_tokens(sched, adder),
         pass_index=sched.forward_ct,
         admission_lag_passes=admission_lag_passes(sched),
-        decode_ctx_tokens=decode_ctx_tokens(running_batch),
+        decode_ctx_tokens=decode_ctx_tokens(running_batch) if with_decode_ctx else 0,
     )
 
 
