@@ -254,9 +254,9 @@ MUTANTS = [
     # -- SLO-driven pass sizing and the SLO definition -------------------------------------------------
     _s(
         "S1",
-        "if load.short_waits_for_slot and load.num_decoding:",
-        "if False:",
-        "a chat waiting for a running slot ignored",
+        "    if load.num_short_decoding <= reserve:\n        return False\n",
+        "",
+        "passes shrink for slots that documents hold",
         "scheduler/pass_budget.py",
     ),
     _s(
