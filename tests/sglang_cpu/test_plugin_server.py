@@ -8,6 +8,7 @@ the test needs.
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +18,7 @@ import pytest
 from harness.cpu_env import CPU_SERVER_ARGS, cpu_sglang_env
 from harness.sglang_server import PLUGIN_START_LINE, LocalServer
 from harness.sglang_traffic import Generation, load, prompt_ids, trace_since, wait_for, wait_idle
-from scheduler.pass_cost import chunk_ctx_pairs
+from scheduler.pass_cost import AttentionWork, chunk_ctx_pairs, extend_pairs
 from scheduler.pass_trace import read_pass_timings, read_pass_trace
 from scheduler.sglang_plugin.clock import PassKind, read_clock
 
@@ -142,16 +143,21 @@ def test_every_pass_is_timed_where_its_result_lands_and_fitted(server, trace_pat
     Generation(server, "timed", prompt_ids(700, seed=77), max_new_tokens=20).finish()
     wait_idle(server)
     timed = read_pass_timings(trace_path)[start:]
-    # What the fit was fed, counted: the request's chunks (their attention pairs add up to its prompt's), then one
-    # decode row per token after the first, each attending to its whole sequence.
+    state = server.request("GET", "/server_info")["internal_states"][0]["fairshare"]
+    # What the fit was fed, counted: the request's chunks, each attending as the engine computes it (torch_native on
+    # CPU: the causal square of the sequence so far, whatever the chunk), then one decode row per token after the
+    # first, each attending to its whole sequence.
+    assert state["pass_cost"]["attention"] == AttentionWork.PADDED_CAUSAL
     assert sum(t["prefill_tokens"] for t in timed) == 700
-    assert sum(t["prefill_ctx_pairs"] for t in timed) == chunk_ctx_pairs(0, 700)
+    starts = itertools.accumulate((t["prefill_tokens"] for t in timed), initial=0)
+    padded = AttentionWork.PADDED_CAUSAL
+    chunks = [extend_pairs(padded, s, t["prefill_tokens"]) for s, t in zip(starts, timed, strict=False)]
+    assert sum(t["prefill_ctx_pairs"] for t in timed) == sum(chunks) > chunk_ctx_pairs(0, 700)
     assert sum(t["decode_rows"] for t in timed) == 19
     assert sum(t["decode_ctx_tokens"] for t in timed) == sum(700 + i for i in range(1, 20))
     assert all(t["measured_s"] > 0 and t["predicted_s"] > 0 for t in timed)
     # The planned passes carry the model they were planned with; sglang's internal state has the live one.
     assert all("pass_cost" in r for r in read_pass_trace(trace_path)[planned:])
-    state = server.request("GET", "/server_info")["internal_states"][0]["fairshare"]
     assert state["status"] == "active" and state["timed_passes"] == len(read_pass_timings(trace_path))
     fit = state["pass_cost"]
     assert fit["model"] == "fitted" and fit["observed_passes"] == state["timed_passes"] and fit["frozen"] is None
