@@ -81,9 +81,9 @@ class PolicyConfig(BaseSettings):
     slot_aware_passes: bool = Field(
         True,
         description="While short streams decoding hold more than the interactive reserve of running slots and a "
-        "short request waits for one (or no more than the reserve is free), passes carry no long prefill, so streams "
-        "finish at decode speed and give slots back. Off = passes ignore the slots, and past the slot limit chats "
-        "queue for a slot at the big passes' pace.",
+        "short request waits for one (or no more than the reserve is free), passes carry no long prefill beyond "
+        "long_pass_floor_tokens, so streams finish at decode speed and give slots back. Off = passes ignore the "
+        "slots, and past the slot limit chats queue for a slot at the big passes' pace.",
     )
     long_pass_floor_tokens: int = Field(
         128,

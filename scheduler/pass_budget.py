@@ -13,10 +13,11 @@ holds it plus at most `short_pass_extra_tokens` of long prefill, so its first to
 pass.
 
 Either way (unless `slot_aware_passes` is off), while short requests lack running slots (`slots_short`) the pass
-carries no long prefill. A stream holds its slot for as many passes as it has tokens, so bigger passes keep more
-streams decoding at once; past the slot limit each new chat waits for a stream to finish, and at big passes that
-took seconds (the cliff of static passes of 1,024-2,048 tokens on h100-8b's bursts: `benchmarks/pass_size_cliff.py`).
-Small passes while slots are short make the streams finish at decode speed and give slots back.
+carries no long prefill beyond the documents' floor (`long_pass_floor_tokens`). A stream holds its slot for as
+many passes as it has tokens, so bigger passes keep more streams decoding at once; past the slot limit each new
+chat waits for a stream to finish, and at big passes that took seconds (the cliff of static passes of 1,024-2,048
+tokens on h100-8b's bursts: `benchmarks/pass_size_cliff.py`). Small passes while slots are short make the streams
+finish at decode speed and give slots back.
 
 With mixed decode, each decoding row takes one token of the *chunk* budget, as sglang's mixed chunk does
 (`PrefillAdder` starts from ``chunked_prefill_size - running_bs``), not of the smaller pass the policy chose: a

@@ -13,9 +13,9 @@ A forward pass in flight cannot be interrupted, so the policy keeps its service 
   long is bounded too. A pass that admits short requests also gets no more than their wait left:
   ``ttft_target_s - (1 + lag) x`` the last pass's predicted seconds.
 - **Running slots** (`scheduler.pass_budget.slots_short`, with or without a cost model): while short streams hold
-  more than their reserve of slots and short requests lack one, passes carry no long prefill, so streams finish at
-  decode speed. A pass that admits short requests that waited for a slot gets what their whole wait left of the
-  TTFT target.
+  more than their reserve of slots and short requests lack one, passes carry no long prefill beyond the floor, so
+  streams finish at decode speed. A pass that admits short requests that waited for a slot gets what their whole
+  wait left of the TTFT target.
 
 Within those bounds a pass carries as much long prefill as the model predicts fits: bisection on the model, which
 must be non-decreasing in each argument, so the pass size is non-decreasing in each target. The long tokens are
@@ -58,7 +58,7 @@ class SizedBy(StrEnum):
     TBT = "tbt"
     TTFT = "ttft"  # room for a chat that arrives during this pass
     ADMIT = "admit"  # what the wait of the short requests this pass admits left of their TTFT
-    SLOTS = "slots"  # short requests lack running slots: no long prefill
+    SLOTS = "slots"  # short requests lack running slots: no long prefill beyond the floor
     IDLE = "idle"  # nobody to prefill: not sized
 
 
