@@ -95,10 +95,10 @@ class PolicyConfig(BaseSettings):
     missed_pass_stretch: float = Field(
         2.0,
         ge=1.0,
-        description="A pass held to the documents' floor (no size keeps a target, or chats lack running slots) may "
-        "spend on documents up to this many times what long_pass_floor_tokens already costs it: where a document's "
-        "presence costs most of a pass (deep padded attention on CPU) it carries thousands of tokens instead of "
-        "crawling; with linear costs a few more than the floor. 1 = the floor.",
+        description="Where no pass size keeps a target, a pass that admits no chat may spend on documents up to this "
+        "many times what long_pass_floor_tokens already costs it: where a document's presence costs most of a pass "
+        "(deep padded attention on CPU) it carries thousands of tokens instead of crawling; with linear costs a few "
+        "more than the floor. 1 = the floor.",
     )
     short_request_tokens: int = Field(
         2048, ge=1, description="A request whose uncached prompt is at most this many tokens counts as short."

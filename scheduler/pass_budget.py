@@ -92,7 +92,7 @@ class PassSizer:
     def _static(self, cfg: PolicyConfig, load: PassLoad, pass_index: int, unusable: str | None = None) -> PassBudget:
         if cfg.adaptive_pass and slots_short(cfg, load):
             floor = long_floor_tokens(cfg, load)
-            tokens = _within_chunk(cfg, min(cfg.chunk_budget_tokens, load.short_tokens + floor), load.num_decoding)
+            tokens = _within_chunk(cfg, load.short_tokens + floor, load.num_decoding)
             return PassBudget(tokens, PassSize(floor, SizedBy.SLOTS), unusable)
         tokens = self.budget(cfg, pass_index, load.short_tokens, load.num_decoding, load.num_short_decoding)
         return PassBudget(tokens, PassSize(tokens - load.short_tokens, SizedBy.STATIC), unusable)

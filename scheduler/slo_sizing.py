@@ -18,11 +18,12 @@ A forward pass in flight cannot be interrupted, so the policy keeps its service 
   wait left of the TTFT target.
 
 Within those bounds a pass carries as much long prefill as the model predicts fits: bisection on the model, which
-must be non-decreasing in each argument, so the pass size is non-decreasing in each target. The long tokens are
-charged at the largest context among the long requests sharing the pass (exact when one does, an upper bound when
-several do). A target that even the minimal pass (the short requests admitted, the decode rows, and in a pass that
-admits none ``long_pass_floor_tokens`` of documents) breaks is a miss: the pass is the minimal one, as close to the
-target as the hardware goes while documents keep the floor's progress, and the planner counts and logs it. A model
+must be non-decreasing in each argument, so the pass size is non-decreasing in each target wherever the targets can
+be kept. The long tokens are charged at the largest context among the long requests sharing the pass (exact when
+one does, an upper bound when several do). A target that even the minimal pass (the short requests admitted, the
+decode rows, and in a pass that admits none ``long_pass_floor_tokens`` of documents) breaks is a miss, which the
+planner counts and logs: the pass is the minimal one, its documents' share stretched by ``missed_pass_stretch``
+(what the floor costs the pass, times that), so documents keep moving where the floor's cost is mostly fixed. A model
 that cannot predict — it raises, or returns something other than a finite non-negative number, which is how an
 online fit with no data yet should answer — raises `UnusableCost`: the planner then sizes the pass with the
 static knobs.
@@ -199,17 +200,6 @@ class SloSizer:
             pairs = load.short_ctx_pairs + extend_pairs(work, load.long_ctx_tokens, long_tokens)
             return predict(cost, load.short_tokens + long_tokens, pairs, rows, rows_ctx)
 
-        def stretched(floor: int) -> int:
-            # A pass held to the documents' floor (no size keeps a target, or chats lack slots) may spend on them
-            # up to `missed_pass_stretch` x what the floor already costs it: where a document's presence costs
-            # most of the pass (deep padded attention on CPU: the causal square whatever the chunk), it then
-            # carries thousands of tokens instead of crawling; with linear costs, a few more than the floor.
-            if not floor:
-                return 0
-            base_s = seconds(0)
-            allowed_s = base_s + cfg.missed_pass_stretch * (seconds(floor) - base_s)
-            return largest_within(allowed_s, floor, load.limit_long_tokens, seconds)
-
         bounds = self.bounds(cfg, cost, load)
         tightest = min(bounds, key=lambda b: b.seconds)
         if slots_short:
@@ -217,7 +207,16 @@ class SloSizer:
         minimal_s = seconds(floor)
         missed = tuple(dict.fromkeys(b.target for b in bounds if minimal_s > b.seconds))
         if missed:
-            return PassSize(stretched(floor), tightest.by, tightest.seconds, missed, minimal_s)
+            # The pass may spend on documents up to `missed_pass_stretch` x what the floor already costs it: where a
+            # document's presence costs most of the pass (deep padded attention on CPU: the causal square whatever
+            # the chunk), it carries thousands of tokens instead of crawling; with linear costs, a few more than the
+            # floor. A chat's own pass (no floor) stays minimal.
+            tokens = floor
+            if floor:
+                base_s = seconds(0)
+                allowed_s = base_s + cfg.missed_pass_stretch * (minimal_s - base_s)
+                tokens = largest_within(allowed_s, floor, load.limit_long_tokens, seconds)
+            return PassSize(tokens, tightest.by, tightest.seconds, missed, minimal_s)
         tokens = largest_within(tightest.seconds, floor, load.limit_long_tokens, seconds)
         by = SizedBy.CHUNK if tokens == load.limit_long_tokens else tightest.by
         return PassSize(tokens, by, tightest.seconds, minimal_s=minimal_s)
