@@ -21,6 +21,7 @@ import yaml
 from harness import local_serve as sc
 from harness.net import free_port
 from scheduler.config import PolicyConfig
+from scheduler.sglang_plugin.server_args import SGLANG_OWNED_FIELDS
 from scheduler.sim.presets import PRESETS
 from scheduler.sim.rules import RuleSet, policy_for
 
@@ -41,16 +42,12 @@ def upstream_policy_overrides(preset: str) -> dict[str, Any]:
     return {k: v for k, v in a.items() if v != b[k]}
 
 
-SGLANG_OWNED = frozenset({"chunk_budget_tokens", "max_running_requests", "decode_steps_per_prefill"})
-"""Policy fields an sglang engine takes from its own server arguments (stock values there are upstream's)."""
-
-
 def sglang_upstream_overrides() -> dict[str, Any]:
     """`user_config.policy` that makes the plugin take upstream sglang's decisions: the `baseline` rule set's fields
-    that differ from the defaults, less those sglang's own arguments set (`SGLANG_OWNED`)."""
+    that differ from the defaults, less those sglang's own arguments set (`SGLANG_OWNED_FIELDS`)."""
     base = policy_for(RuleSet.BASELINE, PRESETS["h100-8b"])[0].model_dump()
     default = PolicyConfig().model_dump()
-    return {k: v for k, v in base.items() if v != default[k] and k not in SGLANG_OWNED}
+    return {k: v for k, v in base.items() if v != default[k] and k not in SGLANG_OWNED_FIELDS}
 
 
 def load_config(path: Path, port: int, overrides: dict[str, Any]) -> dict[str, Any]:

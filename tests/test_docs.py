@@ -9,14 +9,13 @@ from pathlib import Path
 
 from scheduler.config import PolicyConfig, env_var_name
 from scheduler.sglang_plugin import env as plugin_env
+from scheduler.sglang_plugin.server_args import SGLANG_OWNED_FIELDS
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
 DOCS = REPO / "docs"
 OUR_PACKAGES = {"scheduler", "serve_app", "harness", "benchmarks", "loadtests", "tests"}
 
-SGLANG_OWNED = {"chunk_budget_tokens", "max_running_requests", "decode_steps_per_prefill"}
-"""Knobs whose default inside sglang is the value sglang already has (the plugin reads it from the scheduler)."""
 PLUGIN_SWITCHES = {
     plugin_env.PLUGIN_ENABLED_VAR,
     plugin_env.PLUGIN_FORCE_VAR,
@@ -54,7 +53,7 @@ def test_plugin_switch_defaults_match_the_code():
     documented = _switch_table()
     for field, info in PolicyConfig.model_fields.items():
         default = documented[env_var_name(field)]
-        if field in SGLANG_OWNED:
+        if field in SGLANG_OWNED_FIELDS:
             assert default.startswith("sglang's"), field
         elif info.default is None:
             assert default.startswith("unset"), field

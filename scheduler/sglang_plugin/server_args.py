@@ -28,6 +28,10 @@ POLICY_FIELD_TO_SERVER_ARG = {
 }
 POLICY_DEFAULT_FIELDS = frozenset({"mixed_decode"})
 """Fields whose policy default is written onto sglang's arguments when the operator leaves them unset."""
+SCHEDULER_FIELDS = frozenset({"chunk_budget_tokens", "max_running_requests"})
+"""Fields the plugin reads from sglang's scheduler when the environment leaves them unset (`attach`)."""
+SGLANG_OWNED_FIELDS = SCHEDULER_FIELDS | (POLICY_FIELD_TO_SERVER_ARG.keys() - POLICY_DEFAULT_FIELDS)
+"""Fields whose default inside sglang is the value sglang's own arguments give (upstream's, on a stock server)."""
 
 if TYPE_CHECKING:
     from sglang.srt.server_args import ServerArgs

@@ -7,13 +7,14 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadtests.app import SGLANG_OWNED, sglang_upstream_overrides, upstream_policy_overrides
+from loadtests.app import sglang_upstream_overrides, upstream_policy_overrides
 from loadtests.prediction import population, predict
 from loadtests.recording import Sample
 from loadtests.report import figures, long_prefill_tok_per_s, slo_of, to_engine_time
 from loadtests.settings import LoadSettings
 from loadtests.stages import Stage
 from scheduler.config import PolicyConfig
+from scheduler.sglang_plugin.server_args import SGLANG_OWNED_FIELDS
 from scheduler.sim.experiments import run_spec
 from scheduler.sim.presets import PRESETS
 from scheduler.sim.request import TrafficClass
@@ -91,8 +92,8 @@ def test_upstream_on_sglang_is_the_baseline_rule_set_less_sglangs_own_arguments(
     base, _ = policy_for(RuleSet.BASELINE, H100_8B)
     live = policy_config(PolicyConfig(), sglang_upstream_overrides())  # an sglang replica's policy: the defaults
     differing = {k for k, v in live.model_dump().items() if v != base.model_dump()[k]}
-    assert differing <= SGLANG_OWNED
-    assert not set(sglang_upstream_overrides()) & SGLANG_OWNED
+    assert differing <= SGLANG_OWNED_FIELDS
+    assert not set(sglang_upstream_overrides()) & SGLANG_OWNED_FIELDS
 
 
 def test_a_lone_document_is_predicted_as_the_simulator_runs_it() -> None:
