@@ -120,7 +120,7 @@ def slots_short(cfg: PolicyConfig, load: PassLoad) -> bool:
 
 
 def _within_chunk(cfg: PolicyConfig, budget: int, num_decoding: int) -> int:
-    if num_decoding and cfg.mixed_decode:
-        # sglang's mixed chunk: decode rows come out of the chunk budget, not out of a smaller pass.
-        budget = min(budget, cfg.chunk_budget_tokens - num_decoding)
-    return max(1, budget)
+    """Every pass within sglang's chunk: a short prompt (up to short_request_tokens) may alone exceed it. With
+    sglang's mixed chunk the decode rows come out of the chunk budget, not out of a smaller pass."""
+    rows = num_decoding if cfg.mixed_decode else 0
+    return max(1, min(budget, cfg.chunk_budget_tokens - rows))

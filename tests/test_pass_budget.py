@@ -55,3 +55,20 @@ def test_adaptive_pass_off_always_allows_the_chunk_budget():
     planner = PassPlanner(cfg(adaptive_pass=False))
     planner.plan(snap([cand("q", 30)], continuing=[cand("doc", 100_000)]))
     assert planner.plan(snap([], continuing=[cand("doc", 90_000)])).pass_budget_tokens == 8192
+
+
+def test_a_short_prompt_longer_than_the_chunk_gets_the_chunk_while_chats_lack_slots():
+    # A short request may be longer than a small engine's chunk (short_request_tokens 2048, chunk 256): passes held
+    # small for chats short of slots still stop at the chunk, as sglang's own chunking does.
+    for slo_sizing in (False, True):
+        knobs = dict(
+            chunk_budget_tokens=256,
+            interactive_pass_tokens=128,
+            max_running_requests=3,
+            slo_sizing=slo_sizing,
+            mixed_decode=False,
+        )
+        planner = PassPlanner(cfg(**knobs))
+        plan = planner.plan(snap([cand("m", 373)], slots=1, num_decoding=2, num_short_decoding=2))
+        assert plan.sized_by == "slots" and plan.pass_budget_tokens == 256
+        assert [(g.rid, g.tokens) for g in plan.grants] == [("m", 256)]
