@@ -212,7 +212,8 @@ def check_plugin_config(log: str, cfg: PolicyConfig) -> None:
     if len(lines) != 1:
         raise ComparisonError(f"expected one plugin start-up line, found {len(lines)}")
     logged = dict(item.split("=", 1) for item in lines[0].split("fairshare policy: ", 1)[1].split() if "=" in item)
-    wrong = {k: (v, getattr(cfg, k)) for k, v in logged.items() if k in cfg.model_fields and v != str(getattr(cfg, k))}
+    fields = type(cfg).model_fields
+    wrong = {k: (v, getattr(cfg, k)) for k, v in logged.items() if k in fields and v != str(getattr(cfg, k))}
     if wrong:
         raise ComparisonError(f"the plugin runs another config than the simulator (logged, simulated): {wrong}")
 
