@@ -37,7 +37,7 @@ test: $(SGLANG_STAMP)
 FAST_TESTS := tests/test_*.py tests/sglang tests/serve/test_routing.py tests/serve/test_placement.py tests/serve/test_lane_router.py
 test-fast: $(SGLANG_STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q -m "not slow and not gpu" $(FAST_TESTS)
+	$(BIN)/python -m pytest -q -m "not slow and not gpu" --hypothesis-profile=fast $(FAST_TESTS)
 
 # mypy as pyproject's [tool.mypy] sets it: strict on scheduler/ and serve_app/, the sglang plugin checked against
 # sglang's own classes (installed by the sglang stamp). A first run reads sglang's source: minutes; then cached.

@@ -15,6 +15,7 @@ import tempfile
 import pytest
 
 from harness.results import RESULTS_DIR_ENV
+from tests import hypothesis_budget  # noqa: F401  (registers the fast tier's hypothesis profile)
 
 _exit_status = 0
 

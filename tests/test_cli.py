@@ -13,6 +13,7 @@ def test_reproduce_json_rows(capsys):
     assert any(r["case"] == "patch F=409" and r["metric"] == "short TTFT s" for r in rows)
 
 
+@pytest.mark.slow  # two whole runs and a matplotlib figure
 def test_compare_prints_ratios_and_writes_a_plot(capsys, tmp_path):
     png = tmp_path / "cmp.png"
     assert (
@@ -57,6 +58,7 @@ def test_missing_workload_file_is_named(capsys):
     assert "/nonexistent.yaml" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # three whole overload scenarios through the CLI
 @pytest.mark.parametrize("scenario", ["kv-burst", "poisson-80", "doc-flood"])
 def test_overload_scenarios_are_named_in_the_cli_and_sized_for_the_preset(capsys, scenario):
     assert main(["compare", "--scenario", scenario, "--preset", "h100-8b", "--policy", "fairshare", "--json"]) == 0

@@ -6,6 +6,7 @@ from hypothesis import strategies as st
 from scheduler.admission import StarvationLedger
 from scheduler.snapshot import Rejection
 from tests.factories import cfg
+from tests.hypothesis_budget import examples
 
 
 def test_a_skip_is_recorded_once_at_its_first_pass() -> None:
@@ -94,7 +95,7 @@ _ops = st.lists(
 )
 
 
-@settings(deadline=None, max_examples=300)
+@settings(deadline=None, max_examples=examples(300))
 @given(lists=st.lists(_lists, min_size=2, max_size=2), ops=_ops, max_entries=st.integers(0, 3))
 @example(lists=[[("a", True)], []], ops=[("record", 0, 1), ("forget", "a", 0), ("record", 0, 5)], max_entries=3)
 @example(lists=[[("a", True)], []], ops=[("record", 0, 1), ("prune", set(), 0), ("record", 0, 5)], max_entries=0)

@@ -1,6 +1,8 @@
 """The policy under overload: what a pass cannot run holds nothing, the interactive reserve, the short-request
 index past the lookahead, pass counters in forward passes, decode of short streams with mixed chunk off."""
 
+import pytest
+
 from scheduler.planner import PassPlanner
 from scheduler.sim.experiments import added_waits, run_spec
 from scheduler.sim.presets import CARD12GB, H100_8B
@@ -95,6 +97,7 @@ def test_with_mixed_chunk_off_short_streams_decode_between_prefill_passes():
     assert interleaved <= H100_8B.tbt_target_s < 1.0 < stalled
 
 
+@pytest.mark.slow  # the whole kv-burst scenario, twice
 def test_documents_add_about_a_pass_to_a_short_requests_wait_in_a_kv_oversubscribed_burst():
     unit = CARD12GB.interactive_pass_s()
     workload = scenario("kv-burst", CARD12GB)

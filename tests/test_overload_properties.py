@@ -25,6 +25,7 @@ from scheduler.sim.runner import run
 from scheduler.snapshot import Candidate, QueueSnapshot
 from scheduler.traffic import TrafficClass
 from tests.factories import FCFS
+from tests.hypothesis_budget import examples
 from tests.test_fcfs_reference import upstream_reference
 
 SHORT_TOKENS = 2048
@@ -149,7 +150,7 @@ def snapshots(draw) -> QueueSnapshot:
     )
 
 
-@settings(max_examples=400, deadline=None, derandomize=True)
+@settings(max_examples=examples(400), deadline=None, derandomize=True)
 @given(snapshots(), st.sampled_from([2048, 4096, 8192]))
 def test_with_every_switch_off_decisions_equal_upstream(snap, budget):
     cfg = PolicyConfig(**FCFS, short_decode_interleave=False, mixed_decode=False, chunk_budget_tokens=budget)

@@ -14,6 +14,7 @@ from scheduler.config import PolicyConfig
 from scheduler.planner import PassPlanner
 from scheduler.snapshot import Grant, PassPlan
 from tests.factories import cand, snap
+from tests.hypothesis_budget import examples
 
 
 def state(p: PassPlanner) -> tuple:
@@ -36,7 +37,7 @@ CFG = st.builds(
 CANDS = st.lists(st.tuples(st.integers(1, 5000), st.integers(0, 3000)), min_size=1, max_size=40)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     cfg=CFG,
     raw=CANDS,

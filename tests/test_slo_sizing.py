@@ -17,6 +17,7 @@ from scheduler.sim.cost_model import CostModel
 from scheduler.sim.presets import H100_8B
 from scheduler.snapshot import Candidate, QueueSnapshot
 from tests.factories import cand, cfg, snap
+from tests.hypothesis_budget import examples
 from tests.test_attention_work import PaddedCost
 
 H100 = H100_8B.cost
@@ -228,7 +229,7 @@ def _planned(cost: CostModel, snapshot: QueueSnapshot, **knobs: object):
     return planner.plan(snapshot)
 
 
-@settings(max_examples=300, deadline=None, derandomize=True)
+@settings(max_examples=examples(300), deadline=None, derandomize=True)
 @given(COSTS, situations(), TARGETS_S, TARGETS_S, TARGETS_S)
 def test_passes_grow_with_the_targets_never_above_the_chunk_budget(cost, snapshot, ttft_s, tbt_s, more_s):
     """Monotone in the targets. The one exception is by design (`missed_pass_stretch`): a pass no size keeps in
@@ -252,7 +253,7 @@ def test_passes_grow_with_the_targets_never_above_the_chunk_budget(cost, snapsho
         assert plan.predicted_pass_s <= plan.pass_bound_s * (1 + 1e-9)
 
 
-@settings(max_examples=100, deadline=None, derandomize=True)
+@settings(max_examples=examples(100), deadline=None, derandomize=True)
 @given(situations(), st.sampled_from([0.0, math.nan, -1.0, math.inf, None]))
 def test_any_answer_from_a_model_with_no_data_yet_plans_within_the_chunk_budget(snapshot, seconds):
     plan = _planned(Raising() if seconds is None else Answering(seconds), snapshot)

@@ -26,6 +26,7 @@ from serve_app.ttft_prediction import (
     wait_pass_tokens,
     with_request,
 )
+from tests.hypothesis_budget import examples
 from tests.serve.strategies import limits_st
 
 T0 = 1000.0
@@ -76,7 +77,7 @@ loads_st = st.builds(
 )
 
 
-@settings(deadline=None, max_examples=300)
+@settings(deadline=None, max_examples=examples(300))
 @given(ld=loads_st, tokens=st.integers(1, 50_000), more=st.integers(0, 50_000))
 def test_the_prediction_never_falls_as_work_is_added(ld: ReplicaLoad, tokens: int, more: int) -> None:
     base = predict_ttft_s(ld, tokens)
@@ -293,7 +294,7 @@ views_st = st.builds(
 )
 
 
-@settings(deadline=None, max_examples=400)
+@settings(deadline=None, max_examples=examples(400))
 @given(
     views=st.lists(views_st, min_size=1, max_size=6, unique_by=lambda v: v.replica_id),
     requests=st.lists(st.tuples(st.sampled_from([None, "s1", "s2"]), st.integers(1, 150_000)), min_size=1, max_size=8),

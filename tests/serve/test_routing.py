@@ -23,6 +23,7 @@ from serve_app.route_records import (
     RoutingStats,
 )
 from serve_app.routing import ARRIVAL_MARGIN_S, LanePolicy
+from tests.hypothesis_budget import examples
 from tests.serve.strategies import limits_st
 
 KNOBS = RoutingKnobs(class_hysteresis=0.5, busy_pending_requests=2, busy_prefill_tokens=16384)
@@ -317,7 +318,7 @@ def views_of(max_waiting: int, **published: st.SearchStrategy) -> st.SearchStrat
 replica_views = views_of(8, short_request_tokens=st.sampled_from([512, 2048, 8192]))
 
 
-@settings(deadline=None, max_examples=200)
+@settings(deadline=None, max_examples=examples(200))
 @given(
     views=st.lists(replica_views, min_size=1, max_size=6, unique_by=lambda v: v.replica_id),
     requests=st.lists(st.tuples(st.sampled_from([None, "s1", "s2"]), st.integers(1, 150_000)), min_size=1, max_size=6),
@@ -450,7 +451,7 @@ def over_limit(load: ReplicaLoad, v: ReplicaView, tokens: int) -> bool:
     return v.limits is not None and not assess(load, tokens, v.limits, count_ongoing=False).admits
 
 
-@settings(deadline=None, max_examples=300)
+@settings(deadline=None, max_examples=examples(300))
 @given(
     views=st.lists(limited_views, min_size=1, max_size=6, unique_by=lambda v: v.replica_id),
     requests=st.lists(st.tuples(st.sampled_from([None, "s1", "s2"]), st.integers(1, 150_000)), min_size=1, max_size=8),
