@@ -45,8 +45,8 @@ def offset_causal_mask(
     prefix_tokens: int, chunk_tokens: int, window_tokens: int | None, device: torch.device
 ) -> torch.Tensor | None:
     """The mask of a chunk's queries (positions ``prefix .. prefix + chunk``) over its sequence's keys: causal, and
-    within `window_tokens` behind when there is a window; None where every query sees every key before it
-    without one (a one-token chunk, or a chunk from the start, which SDPA's own causal flag covers)."""
+    within `window_tokens` behind when there is a window. None where no window and no mask is needed: a one-token
+    chunk sees its whole sequence, and a chunk from the start is SDPA's own causal square."""
     if window_tokens is None and (chunk_tokens == 1 or prefix_tokens == 0):
         return None
     return TorchNativeAttnBackend._make_sliding_window_mask(
@@ -65,7 +65,7 @@ class ChunkQueryTorchAttnBackend(TorchNativeAttnBackend):
         super().__init__(model_runner)
         logger.info(STARTED_LINE)
 
-    def _run_sdpa_forward_extend(  # type: ignore[override]
+    def _run_sdpa_forward_extend(
         self,
         query: torch.Tensor,
         output: torch.Tensor,
