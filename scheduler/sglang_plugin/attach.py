@@ -112,10 +112,17 @@ def fit_frozen_reason(sched: Scheduler) -> str | None:
 
 
 def attention_work(sched: Scheduler) -> AttentionWork:
-    """What sglang's prefill attention backend computes for a chunk (`AttentionWork`)."""
-    args = getattr(sched, "server_args", None)
-    backend = getattr(args, "prefill_attention_backend", None) or getattr(args, "attention_backend", None)
-    return AttentionWork.PADDED_CAUSAL if backend == "torch_native" else AttentionWork.QUERIES
+    """What the prefill attention backend this engine runs computes for a chunk (`AttentionWork`), read from the
+    backend object, not its name: sglang's own ``torch_native`` extend pads every request to its whole sequence;
+    every other extend (FlashInfer, FlashAttention, triton, a ``torch_native`` whose extend a plugin replaced)
+    attends from the chunk's queries."""
+    from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
+
+    backend = getattr(getattr(getattr(sched, "tp_worker", None), "model_runner", None), "attn_backend", None)
+    prefill = getattr(backend, "prefill_backend", backend)  # HybridAttnBackend: prefill and decode backends differ
+    extend = getattr(type(prefill), "_run_sdpa_forward_extend", None)
+    padded = extend is TorchNativeAttnBackend._run_sdpa_forward_extend
+    return AttentionWork.PADDED_CAUSAL if padded else AttentionWork.QUERIES
 
 
 def launch_is_synchronous(sched: Scheduler) -> bool:

@@ -62,6 +62,9 @@ def test_in_process_engine_with_priority_scheduling_runs_the_policy(tiny_model_d
     assert [o["meta_info"]["prompt_tokens"] for o in outputs] == [600, 20]
     log = (tmp_path / "engine" / "engine.log").read_text()
     assert log.count(PLUGIN_START_LINE) == 1  # one scheduler process, the policy attached
+    from harness.cpu_attention import STARTED_LINE  # imports sglang: only in the test that runs an engine
+
+    assert STARTED_LINE in log  # extend attends from the chunk's queries, as on a GPU
     assert "fairshare policy: skip_ahead=False" in log  # no overtaking by arrival under priorities
     records = read_pass_trace(trace)
     assert records[0]["admitted"][0][0] == "doc" and ["q", 20] in records[0]["admitted"]

@@ -144,15 +144,15 @@ def test_every_pass_is_timed_where_its_result_lands_and_fitted(server, trace_pat
     wait_idle(server)
     timed = read_pass_timings(trace_path)[start:]
     state = server.request("GET", "/server_info")["internal_states"][0]["fairshare"]
-    # What the fit was fed, counted: the request's chunks, each attending as the engine computes it (torch_native on
-    # CPU: the causal square of the sequence so far, whatever the chunk), then one decode row per token after the
-    # first, each attending to its whole sequence.
-    assert state["pass_cost"]["attention"] == AttentionWork.PADDED_CAUSAL
+    # What the fit was fed, counted: the request's chunks, each attending as the engine computes it (the CPU test
+    # engine's extend, `harness.cpu_attention`: the chunk's queries against its context, as on a GPU, so the chunks
+    # add up to the whole prompt's pairs), then one decode row per token after the first, each attending to its
+    # whole sequence.
+    assert state["pass_cost"]["attention"] == AttentionWork.QUERIES
     assert sum(t["prefill_tokens"] for t in timed) == 700
     starts = itertools.accumulate((t["prefill_tokens"] for t in timed), initial=0)
-    padded = AttentionWork.PADDED_CAUSAL
-    chunks = [extend_pairs(padded, s, t["prefill_tokens"]) for s, t in zip(starts, timed, strict=False)]
-    assert sum(t["prefill_ctx_pairs"] for t in timed) == sum(chunks) > chunk_ctx_pairs(0, 700)
+    chunks = [extend_pairs(AttentionWork.QUERIES, s, t["prefill_tokens"]) for s, t in zip(starts, timed, strict=False)]
+    assert len(chunks) > 1 and sum(t["prefill_ctx_pairs"] for t in timed) == sum(chunks) == chunk_ctx_pairs(0, 700)
     assert sum(t["decode_rows"] for t in timed) == 19
     assert sum(t["decode_ctx_tokens"] for t in timed) == sum(700 + i for i in range(1, 20))
     assert all(t["measured_s"] > 0 and t["predicted_s"] > 0 for t in timed)
