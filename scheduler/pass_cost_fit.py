@@ -140,7 +140,7 @@ class FitSettings:
     """Fitted predictions of passes with prefill the window needs before the fit states their error."""
     prior_error: float = 0.15
     """The error the fit states before it has measured its own: the median error issue 21 holds the fit to, and
-    about what it measured on the CPU engine (14-22% over passes with prefill)."""
+    about what it measured on the CPU engine (15-22% over passes with prefill)."""
 
     def __post_init__(self) -> None:
         if self.window_passes < self.min_passes or self.min_passes < 1 or self.refit_every_passes < 1:
