@@ -15,8 +15,9 @@ Printed:
 
 (a) the online fit's accuracy: each forward pass the plugin timed during the measured runs, against what the fit
     in force predicted for it before the pass joined its window (`scheduler.pass_cost_fit`): the median absolute
-    relative error (target <= 15%), over all passes and by kind (with prefill, decode only); and the fitted model
-    as the server reports it (``/server_info``);
+    relative error (target <= 15%), over all passes and by kind (with prefill, decode only); the error the fit
+    states, which the SLO sizer charges each predicted pass with; and the fitted model as the server reports it
+    (``/server_info``);
 (b) per mode: the chats' TTFT p50 / p99 (nearest rank) against the TTFT target, their time-between-tokens p99
     against the TBT target, SLO attainment (`scheduler.slo.meets_slo`: the policy's own targets, the defaults of
     `PolicyConfig`), and the documents' prefill throughput (document tokens / the document's TTFT; median over
@@ -181,6 +182,10 @@ def report(results: dict[str, list[RunResult]], fit_state: dict[str, Any] | None
         verdict = "met" if error <= FIT_ERROR_TARGET else "missed"
         print(f"median abs error {error:.1%} (target <= {FIT_ERROR_TARGET:.0%}): {verdict}")
     if fit_state is not None:
+        print(
+            f"error the fit states at the end (the SLO sizer's margin on each predicted pass): "
+            f"{fit_state['relative_error']:.1%}"
+        )
         print(f"fitted model at the end (/server_info): {fit_state}")
 
     print(

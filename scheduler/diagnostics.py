@@ -42,7 +42,9 @@ def _seconds(s: float | None) -> str:
 
 def pass_cost_line(fit: dict[str, Any]) -> str:
     """An online pass-cost fit (`OnlinePassCost.describe`): ``pass cost fitted: fixed=8.12ms prefill=25.1us/tok
-    pairs=2.03ns decode_row=98.7us decode_ctx=40.2ns window=512 observed=4096 fits=127 error=3.4%``."""
+    pairs=2.03ns decode_row=98.7us decode_ctx=40.2ns window=512 observed=4096 fits=127 error=3.4% margin=4.1%``
+    (``error``: its median error over the window; ``margin``: the error it states, which the SLO sizer charges each
+    predicted pass with)."""
     c = fit["coefficients"]
     error = fit["median_abs_rel_error"]
     frozen = f" frozen=({fit['frozen']})" if fit["frozen"] else ""
@@ -50,7 +52,8 @@ def pass_cost_line(fit: dict[str, Any]) -> str:
         f"pass cost {fit['model']}: fixed={c['fixed_s'] * 1e3:.3g}ms prefill={c['prefill_token_s'] * 1e6:.3g}us/tok "
         f"pairs={c['prefill_pair_s'] * 1e9:.3g}ns decode_row={c['decode_row_s'] * 1e6:.3g}us "
         f"decode_ctx={c['decode_ctx_token_s'] * 1e9:.3g}ns window={fit['window_passes']} "
-        f"observed={fit['observed_passes']} fits={fit['fits']} error={'-' if error is None else f'{error:.1%}'}{frozen}"
+        f"observed={fit['observed_passes']} fits={fit['fits']} error={'-' if error is None else f'{error:.1%}'} "
+        f"margin={fit['relative_error']:.1%}{frozen}"
     )
 
 

@@ -3,7 +3,8 @@
 The simulator's presets (`scheduler.sim.cost_model.CostModel`) and the cost model fitted online from an
 engine's measured passes both answer `pass_s`; the policy sizes passes from whichever the engine gives it.
 A pass's cost depends on its prefill tokens, the context those tokens attend to, and the decoding rows riding
-along with their contexts.
+along with their contexts. A model may also state how far off its predictions run (`stated_error_of`), which the
+SLO sizer charges every predicted pass with.
 """
 
 from __future__ import annotations
@@ -29,12 +30,20 @@ class PassCost(Protocol):
         """Seconds one forward pass takes. `prefill_ctx_pairs`: the attention pairs of its extend rows
         (`extend_pairs` summed over them); `decode_ctx_tokens`: the decoding rows' contexts, summed, where they are
         not counted in the pairs (`riding_figures`). A model may name its engine's attention work (an
-        ``attention`` attribute, `attention_of`); without one it is `AttentionWork.QUERIES`."""
+        ``attention`` attribute, `attention_of`); without one it is `AttentionWork.QUERIES`. It may state its
+        relative error (a ``relative_error`` attribute, `stated_error_of`); without one it is exact."""
         ...
 
 
 def attention_of(cost: object) -> AttentionWork:
     return getattr(cost, "attention", AttentionWork.QUERIES)
+
+
+def stated_error_of(cost: object) -> object:
+    """The relative error a model states for its predictions (its ``relative_error``: a pass may run up to
+    ``1 + error`` times its prediction); 0 for a model that states none, as the simulator's presets, which are the
+    simulated engine's costs by construction. Returned as the model answers it: the SLO sizer checks it."""
+    return getattr(cost, "relative_error", 0.0)
 
 
 def chunk_ctx_pairs(start: int, tokens: int) -> float:

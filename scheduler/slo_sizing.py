@@ -23,10 +23,17 @@ be kept. The long tokens are charged at the largest context among the long reque
 one does, an upper bound when several do). A target that even the minimal pass (the short requests admitted, the
 decode rows, and in a pass that admits none ``long_pass_floor_tokens`` of documents) breaks is a miss, which the
 planner counts and logs: the pass is the minimal one, its documents' share stretched by ``missed_pass_stretch``
-(what the floor costs the pass, times that), so documents keep moving where the floor's cost is mostly fixed. A model
-that cannot predict — it raises, or returns something other than a finite non-negative number, which is how an
-online fit with no data yet should answer — raises `UnusableCost`: the planner then sizes the pass with the
-static knobs.
+(what the floor costs the pass, times that), so documents keep moving where the floor's cost is mostly fixed.
+
+Every predicted second counts ``1 +`` the model's stated relative error against the bounds (`charge_of`; a model
+that states none, as the simulator's presets, is charged nothing): the pass being sized, the chat's own pass and the
+decode-only pass the bounds leave room for, and the passes a chat has already waited through. A model that is 15%
+off then plans passes that keep the targets when they run 15% over their prediction; a larger stated error never
+plans a bigger pass wherever the targets can be kept.
+
+A model that cannot predict — it raises, or returns something other than a finite non-negative number, which is
+how an online fit with no data yet should answer, or states an error that is not one — raises `UnusableCost`: the
+planner then sizes the pass with the static knobs.
 """
 
 from __future__ import annotations
@@ -39,7 +46,14 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from scheduler.config import PolicyConfig
-from scheduler.pass_cost import PassCost, attention_of, chunk_ctx_pairs, extend_pairs, riding_figures
+from scheduler.pass_cost import (
+    PassCost,
+    attention_of,
+    chunk_ctx_pairs,
+    extend_pairs,
+    riding_figures,
+    stated_error_of,
+)
 
 logger = logging.getLogger("fairshare.scheduler")
 
@@ -112,7 +126,8 @@ class PassSize:
     """Targets that even the minimal pass breaks (the pass then carries the documents' floor, stretched by
     `missed_pass_stretch`)."""
     minimal_s: float | None = None
-    """The minimal pass's predicted seconds (what a missed target is up against)."""
+    """The minimal pass's predicted seconds, charged with the model's stated error (what a missed target is up
+    against)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,10 +152,20 @@ class ChatPrompts:
         self.reserve_tokens = ordered[math.ceil(CHAT_PROMPT_QUANTILE * len(ordered)) - 1]
 
 
-def checked(seconds: object) -> float:
-    if isinstance(seconds, bool) or not isinstance(seconds, float | int) or not 0 <= seconds < math.inf:
-        raise UnusableCost(f"the pass-cost model answered {seconds!r}")
-    return float(seconds)
+def checked(value: object, what: str = "answered") -> float:
+    if isinstance(value, bool) or not isinstance(value, float | int) or not 0 <= value < math.inf:
+        raise UnusableCost(f"the pass-cost model {what} {value!r}")
+    return float(value)
+
+
+def charge_of(cost: PassCost) -> float:
+    """What each of `cost`'s predicted seconds counts for against the bounds: ``1 +`` its stated relative error
+    (`scheduler.pass_cost.stated_error_of`), or `UnusableCost` when it states no finite non-negative error."""
+    try:
+        error = stated_error_of(cost)
+    except Exception as exc:  # the model is the engine's: a failure to state its error means it cannot be trusted
+        raise UnusableCost(f"the pass-cost model's stated error raised {exc!r}") from exc
+    return 1.0 + checked(error, "states a relative error of")
 
 
 def predict(cost: PassCost, prefill_tokens: int, prefill_ctx_pairs: float, rows: int, rows_ctx: int) -> float:
@@ -195,12 +220,13 @@ class SloSizer:
 
         rows, rows_ctx = load.riding
         work = attention_of(cost)
+        charge = charge_of(cost)
 
         def seconds(long_tokens: int) -> float:
             pairs = load.short_ctx_pairs + extend_pairs(work, load.long_ctx_tokens, long_tokens)
-            return predict(cost, load.short_tokens + long_tokens, pairs, rows, rows_ctx)
+            return charge * predict(cost, load.short_tokens + long_tokens, pairs, rows, rows_ctx)
 
-        bounds = self.bounds(cfg, cost, load)
+        bounds = self.bounds(cfg, cost, load, charge)
         tightest = min(bounds, key=lambda b: b.seconds)
         if slots_short:
             return PassSize(floor, SizedBy.SLOTS, tightest.seconds)
@@ -221,21 +247,22 @@ class SloSizer:
         by = SizedBy.CHUNK if tokens == load.limit_long_tokens else tightest.by
         return PassSize(tokens, by, tightest.seconds, minimal_s=minimal_s)
 
-    def bounds(self, cfg: PolicyConfig, cost: PassCost, load: PassLoad) -> list[_Bound]:
-        """The most seconds this pass may last, for each target that bounds it."""
+    def bounds(self, cfg: PolicyConfig, cost: PassCost, load: PassLoad, charge: float = 1.0) -> list[_Bound]:
+        """The most seconds this pass may last, for each target that bounds it; every other pass they leave room for
+        is predicted, and charged `charge` times its prediction (`charge_of`)."""
         ahead = 1 + load.admission_lag_passes
         reserve = self.chat_prompts.reserve_tokens
-        own_s = predict(cost, reserve, chunk_ctx_pairs(0, reserve), *load.riding)
+        own_s = charge * predict(cost, reserve, chunk_ctx_pairs(0, reserve), *load.riding)
         # Without mixed decode, short streams are owed a decode-only pass after each prefill pass: a chat that
         # arrives during this pass waits for it too, and so does each stream's next token.
         decode_pass_s = 0.0
         if load.num_short_decoding and not load.rows_ride:
-            decode_pass_s = predict(cost, 0, 0.0, load.num_decoding, load.decode_ctx_tokens)
+            decode_pass_s = charge * predict(cost, 0, 0.0, load.num_decoding, load.decode_ctx_tokens)
         in_flight_s = (cfg.ttft_target_s - own_s) / ahead - decode_pass_s
         bounds = [_Bound(in_flight_s, SizedBy.TTFT, Target.TTFT)]
         if load.short_tokens:
-            last_s = in_flight_s if self.last_pass_s is None else self.last_pass_s
-            waited_s = ahead * (last_s if self.queued_s is None else self.queued_s)
+            last_s = in_flight_s if self.last_pass_s is None else charge * self.last_pass_s
+            waited_s = ahead * (last_s if self.queued_s is None else charge * self.queued_s)
             bounds.append(_Bound(cfg.ttft_target_s - waited_s, SizedBy.ADMIT, Target.TTFT))
         if load.num_short_decoding:
             bounds.append(_Bound(cfg.tbt_target_s - decode_pass_s, SizedBy.TBT, Target.TBT))

@@ -1,5 +1,8 @@
 import logging
+import random
 
+from scheduler.diagnostics import pass_cost_line
+from scheduler.pass_cost_fit import OnlinePassCost
 from scheduler.planner import PassPlanner
 from tests.factories import cand, cfg, snap
 
@@ -26,3 +29,14 @@ def test_nothing_logged_when_disabled(caplog):
     with caplog.at_level(logging.DEBUG, logger="fairshare.scheduler"):
         planner.plan(snap(SEED_CASE, free_kv=68_534))
     assert caplog.messages == []
+
+
+def test_the_fit_line_shows_its_error_and_the_margin_it_states():
+    fit = OnlinePassCost()
+    assert pass_cost_line(fit.describe()).endswith("fits=0 error=- margin=15.0%")  # the prior's error
+    rng = random.Random(1)
+    for _ in range(64):
+        tokens = rng.randrange(16, 4096)
+        fit.observe(tokens, 0.0, 0, 0, 0.01 + 1e-5 * tokens * rng.choice([0.9, 1.0, 1.3]))
+    line = pass_cost_line(fit.describe())
+    assert f"margin={fit.relative_error:.1%}" in line and fit.relative_error != 0.15

@@ -70,6 +70,47 @@ def test_its_error_is_the_median_miss_of_predictions_made_before_each_pass():
     assert fit.describe()["model"] == "fitted" and fit.describe()["window_passes"] == 256
 
 
+def test_it_states_the_median_error_of_its_fitted_predictions_of_passes_with_prefill():
+    fit = OnlinePassCost(settings=FitSettings(error_min_passes=20))
+    assert fit.relative_error == fit.settings.prior_error == 0.15  # nothing measured yet
+    rng = random.Random(11)
+    # Decode-only passes twice as slow as the engine at random: they move the window's error, not the stated one.
+    for _ in range(40):
+        rows = rng.randrange(1, 32)
+        fit.observe(0, 0.0, rows, rows * 1000, TRUE.pass_s(0, 0.0, rows, rows * 1000) * rng.choice([0.5, 2.0]))
+    assert fit.num_fits > 0 and fit.error() > 0.3 and fit.relative_error == 0.15
+    # Prefill passes that run 10%, 20% or 30% over what the fitted model predicts for them.
+    expected = []
+    for i in range(60):
+        figures = (rng.randrange(16, 8192), chunk_ctx_pairs(rng.randrange(0, 30_000), 1000), 0, 0)
+        over = [0.1, 0.2, 0.3][i % 3]
+        fit.observe(*figures, fit.pass_s(*figures) * (1 + over))
+        expected.append(over)
+        if len(expected) < 20:
+            assert fit.relative_error == 0.15  # too few passes to state its own
+    assert fit.relative_error == pytest.approx(float(np.median(expected)))
+    assert fit.describe()["relative_error"] == fit.relative_error
+
+
+def test_the_priors_predictions_are_not_in_the_stated_error():
+    # Before the first fit every pass is predicted by the prior, hundreds of percent off, and never sized by it.
+    fit = OnlinePassCost(settings=FitSettings(min_passes=8, error_min_passes=3))
+    rng = random.Random(12)
+
+    def prefill_pass() -> tuple[int, float, int, int]:
+        tokens = rng.randrange(16, 8192)
+        return tokens, chunk_ctx_pairs(rng.randrange(0, 30_000), tokens), 0, 0
+
+    for _ in range(8):
+        figures = prefill_pass()
+        fit.observe(*figures, TRUE.pass_s(*figures))
+    assert fit.num_fits == 1 and fit.error() > 1.0 and fit.relative_error == fit.settings.prior_error
+    for _ in range(3):
+        figures = prefill_pass()
+        fit.observe(*figures, fit.pass_s(*figures) * 1.05)
+    assert fit.error() > 1.0 and fit.relative_error == pytest.approx(0.05)
+
+
 @settings(max_examples=50, deadline=None)
 @given(
     seed=st.integers(0, 2**31),
@@ -145,10 +186,10 @@ def test_a_feature_the_window_never_exercised_keeps_its_prior_coefficient():
 
 def test_memory_is_bounded_by_the_window():
     fit = OnlinePassCost(settings=FitSettings(window_passes=32, refit_every_passes=8))
-    arrays = (fit._x, fit._y, fit._miss)
+    arrays = (fit._x, fit._y, fit._miss, fit._over)
     feed(fit, random.Random(7), 1000, noise=0.01, outliers=0.0)
     assert fit.num_observed == 1000 and fit.num_window == 32
-    assert all(a is b for a, b in zip(arrays, (fit._x, fit._y, fit._miss), strict=True))
+    assert all(a is b for a, b in zip(arrays, (fit._x, fit._y, fit._miss, fit._over), strict=True))
     assert fit._x.shape == (32, 5)
 
 
@@ -180,6 +221,10 @@ def test_bad_settings_and_coefficients_are_refused():
         FitSettings(window_passes=4, min_passes=8)
     with pytest.raises(ValueError, match="trim_fraction"):
         FitSettings(trim_fraction=1.0)
+    with pytest.raises(ValueError, match="prior_error"):
+        FitSettings(prior_error=math.inf)
+    with pytest.raises(ValueError, match="error_min_passes"):
+        FitSettings(error_min_passes=0)
     with pytest.raises(ValueError, match="prefill_token_s"):
         LinearPassCost(0.01, -1e-5, 0.0, 0.0, 0.0)
 

@@ -48,9 +48,10 @@ def test_the_report_judges_each_mode_by_the_policys_targets(capsys):
         "fairshare": [run(doc_s * 1.05, [0.2, 0.3], timed=[timed(256, 0.1, 0.105)]), run(doc_s, [0.25, 0.45])],
         "upstream": [run(doc_s, [1.5, 2.5]), run(doc_s, [0.4, 3.0])],
     }
-    bench.report(results, {"model": "fitted"})
+    bench.report(results, {"model": "fitted", "relative_error": 0.183})
     out = capsys.readouterr().out
     assert "median abs error 5.0% (target <= 15%): met" in out
+    assert "the SLO sizer's margin on each predicted pass): 18.3%" in out
     assert f"fairshare: chat TTFT p99 0.450 s against {bench.TARGETS.ttft_s} s: met" in out
     assert "upstream: chat TTFT p99 3.000 s" in out and "missed by 2.50 s" in out
     assert "document throughput fairshare / upstream: 0.976" in out  # median of 1/1.05 and 1.0

@@ -180,6 +180,70 @@ def test_with_slo_sizing_off_or_adaptive_passes_off_the_old_knobs_decide():
     assert PassPlanner(cfg(adaptive_pass=False), pass_cost=H100).plan(s).pass_budget_tokens == 8191
 
 
+class Stating:
+    """A model that states its relative error (as the online fit does)."""
+
+    def __init__(self, cost: CostModel, error: object) -> None:
+        self.cost, self.relative_error = cost, error
+
+    def pass_s(self, *figures: float) -> float:
+        return self.cost.pass_s(*figures)
+
+
+def test_a_model_that_states_its_error_is_charged_with_it_against_every_bound():
+    deep = snap([], continuing=[doc(ctx=50_000)], num_decoding=4, num_short_decoding=4, decode_ctx_tokens=1_000)
+    exact = PassPlanner(cfg(tbt_target_s=0.3, ttft_target_s=2.0), pass_cost=H100).plan(deep)
+    plan = PassPlanner(cfg(tbt_target_s=0.3, ttft_target_s=2.0), pass_cost=Stating(H100, 0.2)).plan(deep)
+    tokens = plan.pass_budget_tokens
+    # The bound is still the target; the pass is the largest whose prediction, 20% over, keeps it.
+    assert plan.sized_by == exact.sized_by == "tbt" and plan.pass_bound_s == exact.pass_bound_s == 0.3
+    assert 1.2 * predicted(H100, tokens, 50_000, 4, 1_000) <= 0.3 < 1.2 * predicted(H100, tokens + 1, 50_000, 4, 1_000)
+    assert plan.predicted_pass_s == pytest.approx(predicted(H100, tokens, 50_000, 4, 1_000))  # as the model says
+    assert tokens < exact.pass_budget_tokens
+    # Room for a chat arriving during the pass: its own pass is charged too.
+    quiet = PassPlanner(cfg(ttft_target_s=0.5), pass_cost=Stating(H100, 0.2)).plan(snap([], continuing=[doc()]))
+    assert quiet.pass_bound_s == pytest.approx(0.5 - 1.2 * predicted(H100, 256, 0))
+    assert 1.2 * quiet.predicted_pass_s <= quiet.pass_bound_s
+    # The pass that admits a chat: the pass it waited through is charged too.
+    planner = PassPlanner(cfg(ttft_target_s=0.5, tbt_target_s=1.0), pass_cost=Stating(H100, 0.2))
+    before = planner.plan(snap([], continuing=[doc(ctx=80_000)]))
+    admit = planner.plan(snap([cand("q", 200)], continuing=[doc(ctx=82_000)]))
+    assert admit.sized_by == "admit" and admit.pass_bound_s == pytest.approx(0.5 - 1.2 * before.predicted_pass_s)
+
+
+def test_a_model_stating_no_error_plans_exactly_as_one_that_states_none():
+    s = snap([cand("q", 300)], continuing=[doc(ctx=30_000)], num_decoding=3, num_short_decoding=2)
+    a = PassPlanner(cfg(), pass_cost=H100).plan(s)
+    b = PassPlanner(cfg(), pass_cost=Stating(H100, 0)).plan(s)
+    assert (a.pass_budget_tokens, a.pass_bound_s, a.predicted_pass_s) == (
+        b.pass_budget_tokens,
+        b.pass_bound_s,
+        b.predicted_pass_s,
+    )
+
+
+class RaisingError:
+    @property
+    def relative_error(self) -> float:
+        raise RuntimeError("window empty")
+
+    def pass_s(self, *figures: float) -> float:
+        return H100.pass_s(*figures)
+
+
+@pytest.mark.parametrize("error", [math.nan, -0.1, math.inf, True, "15%", "raises"])
+def test_a_model_stating_an_error_that_is_not_a_finite_non_negative_number_leaves_the_pass_to_the_static_knobs(
+    error, caplog
+):
+    model = RaisingError() if error == "raises" else Stating(H100, error)
+    s = snap([], continuing=[doc()], num_decoding=2, num_short_decoding=1)
+    with caplog.at_level(logging.WARNING, logger="fairshare.scheduler"):
+        ours = PassPlanner(cfg(), pass_cost=model).plan(s)
+    theirs = PassPlanner(cfg(slo_sizing=False)).plan(s)
+    assert ours.sized_by == "static" and ours.pass_budget_tokens == theirs.pass_budget_tokens
+    assert "error" in caplog.messages[0] and "static pass knobs" in caplog.messages[0]
+
+
 def test_the_ttft_reserve_is_the_99th_percentile_of_recent_chat_prompts():
     planner = PassPlanner(cfg(), pass_cost=H100)
     for i in range(100):
@@ -258,3 +322,24 @@ def test_passes_grow_with_the_targets_never_above_the_chunk_budget(cost, snapsho
 def test_any_answer_from_a_model_with_no_data_yet_plans_within_the_chunk_budget(snapshot, seconds):
     plan = _planned(Raising() if seconds is None else Answering(seconds), snapshot)
     assert 1 <= plan.pass_budget_tokens <= 4096 and plan.num_prefill_tokens <= plan.pass_budget_tokens
+
+
+ERRORS = st.floats(0.0, 2.0)
+
+
+@settings(max_examples=examples(300), deadline=None, derandomize=True)
+@given(COSTS, situations(), TARGETS_S, TARGETS_S, ERRORS, ERRORS)
+def test_a_larger_stated_error_never_plans_a_bigger_pass(cost, snapshot, ttft_s, tbt_s, error, more):
+    """The same exception as the targets' (`missed_pass_stretch`): where the larger error puts the targets out of
+    reach the stretched minimal pass may be bigger; with the stretch off, never."""
+    for stretch in (1.0, 2.0):
+        knobs = dict(ttft_target_s=ttft_s, tbt_target_s=tbt_s, missed_pass_stretch=stretch)
+        plan = _planned(Stating(cost, error), snapshot, **knobs)
+        wider = _planned(Stating(cost, error + more), snapshot, **knobs)
+        for p in (plan, wider):
+            assert 1 <= p.pass_budget_tokens <= 4096 and p.num_prefill_tokens <= p.pass_budget_tokens
+        if stretch == 1.0 or not wider.missed_targets:
+            assert wider.pass_budget_tokens <= plan.pass_budget_tokens
+    # The pass as planned, charged with the error, is within the bound, unless no pass could keep it.
+    if wider.predicted_pass_s is not None and not wider.missed_targets and wider.sized_by != "slots":
+        assert (1 + error + more) * wider.predicted_pass_s <= wider.pass_bound_s * (1 + 1e-9)
