@@ -247,7 +247,7 @@ class SloSizer:
         by = SizedBy.CHUNK if tokens == load.limit_long_tokens else tightest.by
         return PassSize(tokens, by, tightest.seconds, minimal_s=minimal_s)
 
-    def bounds(self, cfg: PolicyConfig, cost: PassCost, load: PassLoad, charge: float = 1.0) -> list[_Bound]:
+    def bounds(self, cfg: PolicyConfig, cost: PassCost, load: PassLoad, charge: float) -> list[_Bound]:
         """The most seconds this pass may last, for each target that bounds it; every other pass they leave room for
         is predicted, and charged `charge` times its prediction (`charge_of`)."""
         ahead = 1 + load.admission_lag_passes
