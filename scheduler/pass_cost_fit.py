@@ -35,16 +35,26 @@ before the first fit), before it joins the window, and the median absolute relat
 over the window is reported (out of sample, the prior's misses included until they leave the window).
 
 The error it *states* (`relative_error`, which the SLO sizer charges each predicted pass with: a pass may run
-``1 + error`` times its prediction) is narrower: the median of ``|measured / predicted - 1|`` over the window's
-passes that carry prefill and were predicted by a fit. Prefill passes, because they are the passes the sizer sizes
-against its bounds; the decode-only passes (most of a window, a few milliseconds each, noisy in relative terms)
-would set the margin by what it is never charged on. Fitted predictions, because the prior's are never used to size
-a pass (nothing is predicted before the first fit) and miss by hundreds of percent. Absolute, because the model's
-misses differ in sign by regime (on the CPU engine a document's first chunk ran at a third of its prediction and its
-deep chunks up to 1.2 times theirs): a signed statistic would net them out, while the passes sized at a bound are
-the deep ones. The median, as the reported error, so a preempted pass does not set it. Relative to the prediction,
-as the sizer charges it. Until the window holds `FitSettings.error_min_passes` such passes the fit states
-`FitSettings.prior_error`.
+``1 + error`` times its prediction) is narrower: the median of ``|measured / predicted - 1|`` over the latest
+`FitSettings.error_window_passes` passes that carry prefill and were predicted by a fit. The latest, because the
+first fits (on a dozen passes, their coefficients still moving) miss by far more than a settled fit, and over a
+512-pass window, which a run of minutes on the CPU engine never fills, their misses set the margin long after the
+fit has settled (measured there: a stated 29-33% while the deep passes missed by 10-17%). Prefill passes, because
+they are the passes the sizer sizes against its bounds; the decode-only passes (most of a window, a few
+milliseconds each, noisy in relative terms) would set the margin by what it is never charged on. Fitted
+predictions, because the prior's are never used to size a pass (nothing is predicted before the first fit) and
+miss by hundreds of percent. Absolute, because the model's misses differ in sign by regime (on the CPU engine a
+document's first chunk ran at a third of its prediction and its deep chunks up to 1.2 times theirs): a signed
+statistic would net them out, while the passes sized at a bound are the deep ones. The median, as the reported
+error, so a preempted pass does not set it. Relative to the prediction, as the sizer charges it. Until it has
+`FitSettings.error_min_passes` such passes the fit states `FitSettings.prior_error`.
+
+It never extrapolates far: a pass more than `FitSettings.trust_factor` times the largest the engine has measured,
+in prefill tokens or in attended pairs, is predicted as much slower than the fit says as it is beyond that
+(`extrapolation`). A fit on a new engine's first dozen passes (a chat, a document's first chunks) has seen no deep
+chunk; asked about a 2,048-token chunk 3,000 tokens into a document it predicted 0.06-0.1 s and the pass took
+0.4-0.55 s, so the chats that arrived meanwhile waited a second (measured on the CPU engine). The charge lets passes
+grow by that factor per measured pass instead, and the refits catch up.
 
 Deterministic given its inputs: the same measured passes in the same order give the same coefficients. Across
 tensor-parallel ranks the inputs differ (each rank times its own passes), so `OnlinePassCost` can be frozen
@@ -55,6 +65,7 @@ static knobs, the same on each.
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -137,7 +148,12 @@ class FitSettings:
     trim_fraction: float = 0.1
     """Share of the window's worst-fitting passes left out of the second fit."""
     error_min_passes: int = 8
-    """Fitted predictions of passes with prefill the window needs before the fit states their error."""
+    """Fitted predictions of passes with prefill needed before the fit states their error."""
+    error_window_passes: int = 64
+    """The latest fitted predictions of passes with prefill whose median miss the fit states."""
+    trust_factor: float = 2.0
+    """How far beyond the largest pass measured (prefill tokens, attended pairs) the fit's prediction is taken as it
+    is; beyond, it is charged in proportion."""
     prior_error: float = 0.15
     """The error the fit states before it has measured its own: the median error issue 21 holds the fit to, and
     about what it measured on the CPU engine (15-22% over passes with prefill)."""
@@ -145,10 +161,12 @@ class FitSettings:
     def __post_init__(self) -> None:
         if self.window_passes < self.min_passes or self.min_passes < 1 or self.refit_every_passes < 1:
             raise ValueError(f"need 1 <= min_passes <= window_passes and refit_every_passes >= 1: {self}")
+        if not self.trust_factor >= 1:
+            raise ValueError(f"need trust_factor >= 1: {self}")
         if not (self.prior_weight_passes > 0 and 0 <= self.trim_fraction < 1):
             raise ValueError(f"need prior_weight_passes > 0 and 0 <= trim_fraction < 1: {self}")
-        if not (self.error_min_passes >= 1 and 0 <= self.prior_error < math.inf):
-            raise ValueError(f"need error_min_passes >= 1 and a finite prior_error >= 0: {self}")
+        if not (1 <= self.error_min_passes <= self.error_window_passes and 0 <= self.prior_error < math.inf):
+            raise ValueError(f"need 1 <= error_min_passes <= error_window_passes and a finite prior_error >= 0: {self}")
 
 
 def fit_coefficients(x: np.ndarray, y: np.ndarray, prior: LinearPassCost, settings: FitSettings) -> LinearPassCost:
@@ -208,15 +226,31 @@ class OnlinePassCost:
         self._x = np.zeros((size, NUM_FEATURES))
         self._y = np.zeros(size)
         self._miss = np.zeros(size)
-        self._over = np.zeros(size)
-        """|measured / predicted - 1| of each pass, where a fit predicted it and it carries prefill; NaN elsewhere."""
+        self._over: deque[float] = deque(maxlen=self.settings.error_window_passes)
+        """|measured / predicted - 1| of the latest passes with prefill that a fit predicted."""
         self._stated: tuple[int, float] | None = None
+        self.measured_prefill_tokens = 0
+        """The most prefill tokens of any pass measured since start."""
+        self.measured_prefill_pairs = 0.0
+        """The most attended pairs of any pass measured since start."""
 
     def pass_s(self, prefill_tokens: int, prefill_ctx_pairs: float, decode_rows: int, decode_ctx_tokens: int) -> float:
-        """The fitted model's seconds; NaN (no prediction) until the first fit."""
+        """The fitted model's seconds, charged for `extrapolation`; NaN (no prediction) until the first fit."""
         if not self.num_fits:
             return math.nan
-        return self.model.pass_s(prefill_tokens, prefill_ctx_pairs, decode_rows, decode_ctx_tokens)
+        seconds = self.model.pass_s(prefill_tokens, prefill_ctx_pairs, decode_rows, decode_ctx_tokens)
+        return seconds * self.extrapolation(prefill_tokens, prefill_ctx_pairs)
+
+    def extrapolation(self, prefill_tokens: int, prefill_ctx_pairs: float) -> float:
+        """How many times beyond `trust_factor` x the largest measured pass this one reaches, in prefill tokens or in
+        attended pairs (1 within): what its prediction is charged. Non-decreasing in both, so the prediction stays
+        so."""
+        reach = self.settings.trust_factor
+        return max(
+            1.0,
+            prefill_tokens / (reach * max(1, self.measured_prefill_tokens)),
+            prefill_ctx_pairs / (reach * max(1.0, self.measured_prefill_pairs)),
+        )
 
     @property
     def predicts(self) -> bool:
@@ -235,12 +269,14 @@ class OnlinePassCost:
         if not (measured_s > 0 and math.isfinite(measured_s)) or (prefill_tokens == 0 and decode_rows == 0):
             return None
         predicted = self.model.pass_s(prefill_tokens, prefill_ctx_pairs, decode_rows, decode_ctx_tokens)
+        self.measured_prefill_tokens = max(self.measured_prefill_tokens, prefill_tokens)
+        self.measured_prefill_pairs = max(self.measured_prefill_pairs, prefill_ctx_pairs)
         i = self.num_observed % self.settings.window_passes
         self._x[i] = (1.0, prefill_tokens, prefill_ctx_pairs, decode_rows, decode_ctx_tokens)
         self._y[i] = measured_s
         self._miss[i] = abs(predicted / measured_s - 1.0)
-        by_fit = self.num_fits > 0 and prefill_tokens > 0
-        self._over[i] = (abs(measured_s / predicted - 1.0) if predicted > 0 else math.inf) if by_fit else math.nan
+        if self.num_fits > 0 and prefill_tokens > 0:
+            self._over.append(abs(measured_s / predicted - 1.0) if predicted > 0 else math.inf)
         self.num_observed += 1
         self._since_fit += 1
         if self.frozen_reason is None and self._since_fit >= self.refit_interval():
@@ -270,12 +306,11 @@ class OnlinePassCost:
 
     @property
     def relative_error(self) -> float:
-        """The error the fit states (the module docstring): the median ``|measured / predicted - 1|`` of the fitted
-        predictions of the window's passes with prefill; `FitSettings.prior_error` while they are too few.
-        Recomputed once per measured pass, however often the planner asks."""
+        """The error the fit states (the module docstring): the median ``|measured / predicted - 1|`` of the latest
+        fitted predictions of passes with prefill; `FitSettings.prior_error` while they are too few. Recomputed once
+        per measured pass, however often the planner asks."""
         if self._stated is None or self._stated[0] != self.num_observed:
-            over = self._over[: self.num_window]
-            over = over[~np.isnan(over)]
+            over = self._over
             error = float(np.median(over)) if len(over) >= self.settings.error_min_passes else self.settings.prior_error
             self._stated = (self.num_observed, error)
         return self._stated[1]
@@ -290,6 +325,8 @@ class OnlinePassCost:
             "fits": self.num_fits,
             "median_abs_rel_error": self.error(),
             "relative_error": self.relative_error,
+            "measured_prefill_tokens": self.measured_prefill_tokens,
+            "measured_prefill_pairs": self.measured_prefill_pairs,
             "frozen": self.frozen_reason,
             "attention": self.attention.value,
         }

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -111,7 +112,9 @@ class ArrivalLog:
 
 
 class PassTraceWriter:
-    """Appends records to a JSON-lines file, one ``write`` per line (several scheduler processes may share it)."""
+    """Appends records to a JSON-lines file, one ``write`` per line (several scheduler processes may share it: each
+    line names its `source`, its process (``pid``) and when it was written (``at``, Unix seconds), so one engine's
+    passes line up with the requests a client timed)."""
 
     def __init__(self, path: Path, source: str) -> None:
         self.path = path
@@ -120,7 +123,8 @@ class PassTraceWriter:
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
     def write(self, record: dict[str, Any]) -> None:
-        line = json.dumps({"source": self.source, **record}, separators=(",", ":")) + "\n"
+        stamp = {"source": self.source, "pid": os.getpid(), "at": time.time()}
+        line = json.dumps({**stamp, **record}, separators=(",", ":")) + "\n"
         os.write(self._fd, line.encode())
 
     def close(self) -> None:

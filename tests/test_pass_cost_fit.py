@@ -111,6 +111,23 @@ def test_the_priors_predictions_are_not_in_the_stated_error():
     assert fit.error() > 1.0 and fit.relative_error == pytest.approx(0.05)
 
 
+def test_the_stated_error_forgets_the_first_fits_misses_within_its_own_window():
+    # The first fits miss by 50%, the settled ones by 10%. The stated error is the median of the latest
+    # `error_window_passes` prefill passes; with that window as long as the fit's (512) the early misses stay.
+    recent, whole = (OnlinePassCost(settings=FitSettings(error_window_passes=n)) for n in (16, 512))
+    rng = random.Random(13)
+    for i, over in enumerate([0.0] * 8 + [0.5] * 40 + [0.1] * 9):
+        tokens = rng.randrange(16, 8192)
+        figures = (tokens, chunk_ctx_pairs(rng.randrange(0, 30_000), tokens), 0, 0)
+        for fit in (recent, whole):
+            fit.observe(*figures, (TRUE.pass_s(*figures) if i < 8 else fit.pass_s(*figures)) * (1 + over))
+        if i == 8 + 40 + 6:
+            assert recent.relative_error == pytest.approx(0.5)  # 9 early misses of the latest 16, 7 settled
+    assert recent.relative_error == pytest.approx(0.1)  # 9 settled of the latest 16
+    assert whole.relative_error == pytest.approx(0.5)
+    assert recent.num_window == 57 < recent.settings.window_passes
+
+
 @settings(max_examples=50, deadline=None)
 @given(
     seed=st.integers(0, 2**31),
@@ -131,6 +148,24 @@ def test_predictions_never_fall_when_a_pass_grows_in_any_figure(seed, figures, w
         assert fit.pass_s(*figures) == 0.0  # an empty pass costs nothing
     else:
         assert fit.pass_s(*grown) >= fit.pass_s(*figures)
+
+
+def test_a_pass_beyond_twice_the_largest_measured_is_charged_for_how_far_beyond_it_reaches():
+    # A new engine has run a document's first chunks: 512 tokens, at most 2,048 tokens deep.
+    fit = OnlinePassCost(settings=FitSettings(min_passes=8))
+    for i in range(8):
+        figures = (512, chunk_ctx_pairs(256 * i, 512), 0, 0)
+        fit.observe(*figures, TRUE.pass_s(*figures))
+    largest = chunk_ctx_pairs(256 * 7, 512)
+    assert (fit.measured_prefill_tokens, fit.measured_prefill_pairs) == (512, largest)
+    within = (1024, 2 * largest, 0, 0)
+    assert fit.pass_s(*within) == fit.model.pass_s(*within)  # twice the largest: as the fit says
+    deep = (2048, chunk_ctx_pairs(3000, 2048), 0, 0)  # 4x the tokens, ~6x the pairs
+    reach = deep[1] / (2 * largest)
+    assert reach > 2048 / (2 * 512) and fit.pass_s(*deep) == pytest.approx(fit.model.pass_s(*deep) * reach)
+    fit.observe(*deep, TRUE.pass_s(*deep))  # once run, it is within reach
+    assert fit.pass_s(*deep) == fit.model.pass_s(*deep)
+    assert fit.describe()["measured_prefill_tokens"] == 2048
 
 
 def test_an_empty_window_predicts_nothing():
@@ -225,6 +260,10 @@ def test_bad_settings_and_coefficients_are_refused():
         FitSettings(prior_error=math.inf)
     with pytest.raises(ValueError, match="error_min_passes"):
         FitSettings(error_min_passes=0)
+    with pytest.raises(ValueError, match="trust_factor"):
+        FitSettings(trust_factor=0.5)
+    with pytest.raises(ValueError, match="error_window_passes"):
+        FitSettings(error_min_passes=9, error_window_passes=8)  # it could never state its own error
     with pytest.raises(ValueError, match="prefill_token_s"):
         LinearPassCost(0.01, -1e-5, 0.0, 0.0, 0.0)
 
