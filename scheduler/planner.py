@@ -168,6 +168,7 @@ class PassPlanner:
             rows_ride=cfg.mixed_decode,
             num_short_decoding=snap.num_short_decoding,
             admission_lag_passes=snap.admission_lag_passes,
+            output_lag_passes=snap.output_lag_passes,
             limit_long_tokens=max(0, cfg.chunk_budget_tokens - rows - short_tokens),
             num_long_sharers=len(long_sharers),
             free_running_slots=snap.free_running_slots - num_admitted,

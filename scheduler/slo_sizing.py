@@ -7,11 +7,14 @@ A forward pass in flight cannot be interrupted, so the policy keeps its service 
   most ``tbt_target_s`` (less that decode-only pass).
 - **Time to first token.** A chat that arrives during a pass waits for the rest of it, for
   ``admission_lag_passes`` more (an engine that plans a pass before it sees the arrivals of the pass in flight:
-  sglang's overlap scheduler), then runs in its own pass. Every pass leaves room for that own pass: it lasts at
-  most ``(ttft_target_s - own) / (1 + lag)``, where ``own`` is the pass that would admit a chat of
-  `ChatPrompts.reserve_tokens` beside the streams decoding now. So a pass planned while no chat has been seen for
-  long is bounded too. A pass that admits short requests also gets no more than their wait left:
-  ``ttft_target_s - (1 + lag) x`` the last pass's predicted seconds.
+  sglang's overlap scheduler), then runs in its own pass, and its first token leaves the engine after
+  ``output_lag_passes`` more (sglang's overlap scheduler on CPU). Every pass leaves room for that own pass and for
+  the passes after it, each as short as it: it lasts at most ``(ttft_target_s - (1 + out) x own) / (1 + lag)``,
+  where ``own`` is the pass that would admit a chat of `ChatPrompts.reserve_tokens` beside the streams decoding
+  now. So a pass planned while no chat has been seen for long is bounded too. A pass that admits short requests
+  also gets no more than their wait left: ``ttft_target_s - (1 + lag) x`` the last pass's predicted seconds, less
+  the ``out`` passes after it; and the pass right after it, which their first tokens wait for, is the minimal
+  pass (no long prefill beyond the floor: `SizedBy.OUTPUT`), which the bounds count as long as ``own``.
 - **Running slots** (`scheduler.pass_budget.slots_short`, with or without a cost model): while short streams hold
   more than their reserve of slots and short requests lack one, passes carry no long prefill beyond the floor, so
   streams finish at decode speed. A pass that admits short requests that waited for a slot gets what their whole
@@ -73,6 +76,7 @@ class SizedBy(StrEnum):
     TBT = "tbt"
     TTFT = "ttft"  # room for a chat that arrives during this pass
     ADMIT = "admit"  # what the wait of the short requests this pass admits left of their TTFT
+    OUTPUT = "output"  # the last pass admitted short requests, whose first tokens leave after this one: minimal
     SLOTS = "slots"  # short requests lack running slots: no long prefill beyond the floor
     IDLE = "idle"  # nobody to prefill: not sized
 
@@ -106,6 +110,7 @@ class PassLoad:
     """The most long tokens the chunk budget leaves."""
     num_long_sharers: int
     """Long requests that may share the pass (none and no short admitted: nothing to size)."""
+    output_lag_passes: int = 0
     free_running_slots: int = 1
     """Running slots still free once the pass's admissions are counted."""
     short_waits_for_slot: bool = False
@@ -212,6 +217,8 @@ class SloSizer:
     """While passes leave a short request waiting for a slot: the predicted seconds it has waited (from the pass
     before the first that left it waiting); None when the last pass left none waiting."""
     chat_prompts: ChatPrompts = field(default_factory=ChatPrompts)
+    admitted_short: bool = False
+    """The last pass planned admitted short requests."""
 
     def size(self, cfg: PolicyConfig, cost: PassCost, load: PassLoad, slots_short: bool) -> PassSize:
         """The long prefill tokens of this pass. Pure: the planner may size a pass more than once. `slots_short`:
@@ -230,6 +237,9 @@ class SloSizer:
         tightest = min(bounds, key=lambda b: b.seconds)
         if slots_short:
             return PassSize(floor, SizedBy.SLOTS, tightest.seconds)
+        if load.output_lag_passes and self.admitted_short and not load.short_tokens:
+            # The last pass's first tokens leave once this one has run: it is the minimal pass.
+            return PassSize(floor, SizedBy.OUTPUT, tightest.seconds)
         minimal_s = seconds(floor)
         missed = tuple(dict.fromkeys(b.target for b in bounds if minimal_s > b.seconds))
         if missed:
@@ -258,12 +268,15 @@ class SloSizer:
         decode_pass_s = 0.0
         if load.num_short_decoding and not load.rows_ride:
             decode_pass_s = charge * predict(cost, 0, 0.0, load.num_decoding, load.decode_ctx_tokens)
-        in_flight_s = (cfg.ttft_target_s - own_s) / ahead - decode_pass_s
+        # The passes a chat's first token waits for after its own (`output_lag_passes`) are each kept as short as it.
+        after_s = load.output_lag_passes * own_s
+        in_flight_s = (cfg.ttft_target_s - own_s - after_s) / ahead - decode_pass_s
         bounds = [_Bound(in_flight_s, SizedBy.TTFT, Target.TTFT)]
         if load.short_tokens:
             last_s = in_flight_s if self.last_pass_s is None else charge * self.last_pass_s
             waited_s = ahead * (last_s if self.queued_s is None else charge * self.queued_s)
-            bounds.append(_Bound(cfg.ttft_target_s - waited_s, SizedBy.ADMIT, Target.TTFT))
+            bounds.append(_Bound(cfg.ttft_target_s - waited_s - after_s, SizedBy.ADMIT, Target.TTFT))
+
         if load.num_short_decoding:
             bounds.append(_Bound(cfg.tbt_target_s - decode_pass_s, SizedBy.TBT, Target.TBT))
         return bounds
@@ -275,6 +288,7 @@ class SloSizer:
             before = (self.last_pass_s or 0.0) if self.queued_s is None else self.queued_s
             self.queued_s = before + (predicted_s or 0.0)
         self.last_pass_s = predicted_s
+        self.admitted_short = bool(short_prompt_tokens)
         self.chat_prompts.record(short_prompt_tokens)
 
 

@@ -44,6 +44,11 @@ class QueueSnapshot:
     """Passes that start between a request's arrival and the pass that can admit it, besides the one in flight:
     1 for an engine that plans each pass before it reads the arrivals of the pass in flight (sglang's overlap
     scheduler), 0 for one that reads them at the pass boundary (the simulator). The TTFT bound counts them."""
+    output_lag_passes: int = 0
+    """Passes that run after the pass that computes a request's first token, before that token leaves the engine:
+    1 for sglang's overlap scheduler on a device that runs a pass before its launch returns (on CPU it processes
+    a pass's results once the next pass has run), 0 elsewhere (on a GPU it processes them while the next one runs).
+    The TTFT bound counts them."""
     max_cut_requests: int = 1
     """How many requests may be half-prefilled after this pass (sglang: one; the article's patch: eight)."""
     granule_tokens: int = 1

@@ -79,6 +79,35 @@ def test_an_engine_that_plans_a_pass_ahead_halves_the_pass_in_flight():
     assert bound(1) == pytest.approx(bound(0) / 2)
 
 
+def test_an_engine_that_sends_first_tokens_a_pass_late_keeps_that_pass_minimal():
+    # sglang's overlap loop on CPU: planned a pass ahead, and a pass's first tokens leave once the next has run.
+    def planner_after_a_pass(out: int) -> tuple[PassPlanner, object, dict]:
+        planner = PassPlanner(cfg(ttft_target_s=0.5, tbt_target_s=1.0), pass_cost=H100)
+        lags = dict(admission_lag_passes=1, output_lag_passes=out)
+        return planner, planner.plan(snap([], continuing=[doc(ctx=80_000)], **lags)), lags
+
+    quiet = {}
+    for out in (0, 1):
+        planner, _, lags = planner_after_a_pass(out)
+        quiet[out] = planner.plan(snap([], continuing=[doc(ctx=82_000)], **lags)).pass_bound_s
+    own = 2 * (quiet[0] - quiet[1])  # every pass leaves room for one more pass as short as a chat's own
+    assert 0 < own < 0.05
+    # A chat that arrived during `before` waited for it and the pass planned ahead; the pass that admits it gets
+    # what that left, less the pass after it ...
+    planner, before, lags = planner_after_a_pass(1)
+    admit = planner.plan(snap([cand("q", 200)], continuing=[doc(ctx=82_000)], **lags))
+    assert admit.sized_by == "admit"
+    assert admit.pass_bound_s == pytest.approx(0.5 - 2 * before.predicted_pass_s - own, rel=1e-6)
+    # ... which its first token waits for: the minimal pass, the documents' floor.
+    after = planner.plan(snap([], continuing=[doc(ctx=84_000)], **lags))
+    assert (after.sized_by, after.pass_budget_tokens) == ("output", cfg().long_pass_floor_tokens)
+    assert planner.plan(snap([], continuing=[doc(ctx=84_200)], **lags)).sized_by == "ttft"
+    # A GPU sends them while the next pass runs: no such pass.
+    planner, _, lags = planner_after_a_pass(0)
+    planner.plan(snap([cand("q", 200)], continuing=[doc(ctx=82_000)], **lags))
+    assert planner.plan(snap([], continuing=[doc(ctx=84_000)], **lags)).sized_by == "ttft"
+
+
 def test_the_chunk_budget_bounds_a_pass_every_target_allows():
     planner = PassPlanner(cfg(ttft_target_s=60.0, tbt_target_s=60.0), pass_cost=H100)
     plan = planner.plan(snap([], continuing=[doc()]))
@@ -282,6 +311,7 @@ def situations(draw) -> QueueSnapshot:
         decode_ctx_tokens=decoding * draw(st.integers(0, 4000)),
         granule_tokens=draw(st.sampled_from([1, 16, 64])),
         admission_lag_passes=draw(st.integers(0, 1)),
+        output_lag_passes=draw(st.integers(0, 1)),
     )
 
 

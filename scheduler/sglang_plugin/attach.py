@@ -61,7 +61,7 @@ from scheduler.sglang_plugin.idle_scan import IdleScan
 from scheduler.sglang_plugin.pass_timer import PassFigures, PassTimer
 from scheduler.sglang_plugin.server_args import POLICY_FIELD_TO_SERVER_ARG
 from scheduler.sglang_plugin.short_index import ShortIndex
-from scheduler.sglang_plugin.translate import EngineState, finishing_rids, mixed_decode_rows
+from scheduler.sglang_plugin.translate import EngineState, finishing_rids, launch_is_synchronous, mixed_decode_rows
 from scheduler.snapshot import PassPlan
 
 logger = logging.getLogger("fairshare.sglang_plugin")
@@ -123,12 +123,6 @@ def attention_work(sched: Scheduler) -> AttentionWork:
     extend = getattr(type(prefill), "_run_sdpa_forward_extend", None)
     padded = extend is TorchNativeAttnBackend._run_sdpa_forward_extend
     return AttentionWork.PADDED_CAUSAL if padded else AttentionWork.QUERIES
-
-
-def launch_is_synchronous(sched: Scheduler) -> bool:
-    """Does the device run a pass before ``run_batch`` returns? On CPU torch runs each op when it is called (sglang
-    still runs its overlap loop there); GPU launches are asynchronous (`pass_timer`)."""
-    return str(getattr(sched, "device", "")).startswith("cpu")
 
 
 def inactive_reason(sched: Scheduler) -> str | None:

@@ -49,6 +49,7 @@ from scheduler.sglang_plugin.translate import (
     admission_lag_passes,
     kv_allocator,
     num_short_decoding,
+    output_lag_passes,
     prefix_cache,
 )
 from scheduler.snapshot import Candidate, PassPlan
@@ -194,4 +195,5 @@ class IdleScan:
             granule_tokens=self.engine[3],
             pass_index=sched.forward_ct,
             admission_lag_passes=admission_lag_passes(sched),
+            output_lag_passes=output_lag_passes(sched),
         )

@@ -19,7 +19,8 @@ judges a request the way sglang's own admission does (sglang 0.5.23, `schedule_p
   (the cached prefix it matched, host-tier hits included, or what a half-prefilled request has prefilled),
   ``decode_ctx_tokens`` the decoding streams' sequence lengths summed (their attention), and
   ``admission_lag_passes`` is 1 under sglang's overlap scheduler (it plans a pass before it has read the arrivals
-  of the pass in flight), else 0.
+  of the pass in flight), else 0; ``output_lag_passes`` is 1 under it on a synchronous device (CPU: it processes a
+  pass's results, first tokens included, once the next pass has run), else 0.
 
 Waiting requests are prefix-matched (`Req.init_next_round_input`, what sglang's scan does before judging
 one) only when the planner looks at them, so the scan window stays bounded by the planner's own rules.
@@ -241,6 +242,7 @@ class EngineState:
     pass_index: int
     """sglang's `forward_ct`: forward passes run, decode-only ones included (the simulator's count)."""
     admission_lag_passes: int = 0
+    output_lag_passes: int = 0
     decode_ctx_tokens: int = 0
     """0 where it is not read (`engine_state`): only the pass-cost model uses it, and a replayed plan
     (`idle_scan`) does not ask the model."""
@@ -259,6 +261,7 @@ class EngineState:
             pass_index=self.pass_index,
             decode_ctx_tokens=self.decode_ctx_tokens,
             admission_lag_passes=self.admission_lag_passes,
+            output_lag_passes=self.output_lag_passes,
         )
 
 
@@ -288,6 +291,7 @@ def engine_state(sched: Scheduler, adder: PrefillAdder, cfg: PolicyConfig, with_
         granule_tokens=granule_tokens(sched, adder),
         pass_index=sched.forward_ct,
         admission_lag_passes=admission_lag_passes(sched),
+        output_lag_passes=output_lag_passes(sched),
         decode_ctx_tokens=decode_ctx_tokens(running_batch) if with_decode_ctx else 0,
     )
 
@@ -295,6 +299,18 @@ def engine_state(sched: Scheduler, adder: PrefillAdder, cfg: PolicyConfig, with_
 def admission_lag_passes(sched: Scheduler) -> int:
     """1 under the overlap scheduler, which plans a pass before processing the result of the pass in flight."""
     return int(bool(sched.enable_overlap))
+
+
+def launch_is_synchronous(sched: Scheduler) -> bool:
+    """Does the device run a pass before ``run_batch`` returns? On CPU torch runs each op when it is called (sglang
+    still runs its overlap loop there); GPU launches are asynchronous (`pass_timer`)."""
+    return str(getattr(sched, "device", "")).startswith("cpu")
+
+
+def output_lag_passes(sched: Scheduler) -> int:
+    """1 under the overlap scheduler on a synchronous device: it processes the results of a pass (and sends its
+    first tokens) after launching the next one, which on CPU means after running it."""
+    return int(bool(sched.enable_overlap) and launch_is_synchronous(sched))
 
 
 def build_snapshot(

@@ -11,6 +11,7 @@ from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 from scheduler.pass_cost import AttentionWork, chunk_ctx_pairs
 from scheduler.pass_cost_fit import OnlinePassCost
 from scheduler.sglang_plugin.pass_timer import PassFigures, PassTimer, pass_figures
+from scheduler.sglang_plugin.translate import admission_lag_passes, launch_is_synchronous, output_lag_passes
 
 NO_SPEC = SpeculativeAlgorithm.NONE
 PREFILL = PassFigures(512, chunk_ctx_pairs(0, 512), 0, 0)
@@ -119,3 +120,17 @@ def test_passes_the_model_has_no_figures_for_are_not_timed():
     assert pass_figures(speculative) is None
     assert pass_figures(batch(ForwardMode.IDLE)) is None
     assert pass_figures(batch(ForwardMode.TARGET_VERIFY, prefix_lens=[10], extend_lens=[4])) is None
+
+
+def test_the_overlap_loop_on_a_synchronous_device_sends_first_tokens_a_pass_late():
+    # It processes a pass's results after launching the next pass; on CPU the launch runs that pass.
+    def sched(device: str, overlap: bool) -> SimpleNamespace:
+        return SimpleNamespace(device=device, enable_overlap=overlap)
+
+    assert launch_is_synchronous(sched("cpu", True)) and not launch_is_synchronous(sched("cuda", True))
+    lags = {
+        (d, o): (admission_lag_passes(sched(d, o)), output_lag_passes(sched(d, o)))
+        for d in ("cpu", "cuda")
+        for o in (True, False)
+    }
+    assert lags == {("cpu", True): (1, 1), ("cuda", True): (1, 0), ("cpu", False): (0, 0), ("cuda", False): (0, 0)}
