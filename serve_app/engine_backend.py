@@ -138,6 +138,9 @@ class ReplicaLoad:
     """What a forward pass costs beyond its tokens (0 when the rate already includes it)."""
     pass_tokens: int = 0
     """Most prefill tokens in the pass a request arriving now may have to wait for (the pass in flight)."""
+    wait_pass_s: float = 0.0
+    """Most seconds that pass lasts where the engine bounds its passes in time (the SLO sizer); 0: only
+    `pass_tokens` bounds it."""
     interactive_pass_tokens: int = 0
     """The smaller pass the engine runs while short requests are pending or decoding (0: it has none)."""
     short_first: bool = False

@@ -62,6 +62,7 @@ class Candidates:
         rec: SessionRecord | None,
         usable: Sequence[ReplicaView],
         loads: Mapping[str, ReplicaLoad],
+        chat_tokens: int,
     ) -> None:
         self.hint = hint
         self.knobs = hint.knobs
@@ -69,6 +70,9 @@ class Candidates:
         self.usable = usable
         self.loads = loads
         self.short_request_tokens = _agreed_threshold(usable)
+        self.chat_tokens = min(chat_tokens, self.short_request_tokens)
+        """The chat a document must leave room for: the p99 of the chats routed lately (`ChatPrompts`), at most
+        the class's bound."""
         self.ttft_target_s = min(v.ttft_target_s for v in usable)
         """The strictest target published: a chat must meet it wherever it lands."""
         self.verdicts = {v.replica_id: self._verdict(v) for v in usable}
@@ -132,11 +136,11 @@ class Candidates:
         return predicted is not None and predicted > self.ttft_target_s and self.behind_document(v)
 
     def keeps_chat_slo(self, v: ReplicaView) -> bool:
-        """With this request on `v`, a chat (of the class's largest size) still meets the TTFT target on some
-        replica chats may use. Replicas without a published rate count as meeting it (nothing says otherwise)."""
+        """With this request on `v`, a chat (of `chat_tokens`) still meets the TTFT target on some replica chats may
+        use. Replicas without a published rate count as meeting it (nothing says otherwise)."""
         if v.replica_id not in self._keeps:
             added = self.uncached_tokens(v)
-            probe = self.short_request_tokens
+            probe = self.chat_tokens
             keeps = False
             for s in self.usable:
                 if s.lane is Lane.LONG or not self.admits(s):

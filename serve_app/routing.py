@@ -23,7 +23,9 @@ lane). The rules, in order (each is a method of `placement.Candidates`):
    is over the engines' TTFT target (or `busy_pending_requests` wait there); a chat goes to the lowest
    prediction.
 4. **Documents anywhere the chat SLO survives.** A document may use any replica as long as, with it there,
-   some replica chats may use still predicts a chat (of the class's largest size) within the TTFT target;
+   some replica chats may use still predicts a chat (the 99th percentile of the uncached prompts of the chats
+   this router placed lately, as the engines' own reserve: `scheduler.slo_sizing.ChatPrompts`) within the TTFT
+   target;
    among those, the one that drains soonest (`busy_prefill_tokens` bounds how much waits on one). A long
    lane is so reserved only when the SLO needs it: an engine whose chats wait behind its documents
    (upstream's first come, first served) keeps its documents off a replica chats need.
@@ -48,6 +50,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from scheduler.slo_sizing import ChatPrompts
 from scheduler.traffic import TrafficClass, classify
 from serve_app.backpressure import Shed
 from serve_app.config import RoutingKnobs
@@ -80,6 +83,8 @@ class LanePolicy:
         self._in_flight: dict[str, _InFlight] = {}
         self._completed: OrderedDict[str, float] = OrderedDict()
         """Engine request ids this router saw finish recently (published loads may still count them)."""
+        self._chat_prompts = ChatPrompts()
+        """The uncached prompts of the chats this router placed lately: the chat documents must leave room for."""
         self._lock = threading.Lock()
 
     # -- bookkeeping -----------------------------------------------------------------------
@@ -184,7 +189,7 @@ class LanePolicy:
         rec = self._sessions.get(sid) if sid else None
         pinned = self._pinned(sid, rec, usable)
         loads = {v.replica_id: self.effective_load(v, now_s) for v in usable}
-        c = Candidates(hint, rec, usable, loads)
+        c = Candidates(hint, rec, usable, loads, self._chat_prompts.reserve_tokens)
         takers = [v for v in usable if c.takes(v)]
         if pinned is not None:
             pinned_cls = c.traffic_class(pinned)
@@ -230,6 +235,8 @@ class LanePolicy:
             now_s,
             d.traffic_class is TrafficClass.SHORT,
         )
+        if d.traffic_class is TrafficClass.SHORT:
+            self._chat_prompts.record([d.uncached_tokens])
         sid = d.session_id
         if not sid or d.reason is RouteReason.TARGETED:
             return

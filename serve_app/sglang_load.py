@@ -16,7 +16,12 @@ from typing import Any
 
 from scheduler.config import PolicyConfig
 from serve_app.engine_backend import ReplicaLoad
-from serve_app.ttft_prediction import interactive_pass_tokens, overtakes_queued_prefill, wait_pass_tokens
+from serve_app.ttft_prediction import (
+    interactive_pass_tokens,
+    overtakes_queued_prefill,
+    wait_pass_seconds,
+    wait_pass_tokens,
+)
 
 WINDOW_S = 60.0
 PRIOR_PREFILL_TOK_PER_S = 1000.0
@@ -103,6 +108,7 @@ def replica_load(
         kv_total_tokens=sum(s.max_total_num_tokens for s in snaps),
         prefill_tok_per_s=rate.tok_per_s,
         pass_tokens=wait_pass_tokens(policy, chunk_budget_tokens),
+        wait_pass_s=wait_pass_seconds(policy),
         interactive_pass_tokens=interactive_pass_tokens(policy, chunk_budget_tokens),
         short_first=overtakes_queued_prefill(policy),
     )

@@ -7,7 +7,8 @@ documents go where chats elsewhere still keep the TTFT target). Its inputs are w
 queued prefill (`short_first`). The model is the one a pass cannot be interrupted implies:
 
 - with `short_first` (the policy's fair share), a request waits for the pass in flight (at most `pass_tokens`
-  of the queued prefill), then runs in a pass of its own: `pass(min(queued, pass_tokens)) + pass(uncached)`;
+  of the queued prefill, and at most `wait_pass_s` where the engine sizes passes in seconds), then runs in a pass
+  of its own: `min(pass(min(queued, pass_tokens)), wait_pass_s) + pass(uncached)`;
 - without it (upstream's first come, first served), every token queued before it is prefilled first, in
   passes of `pass_tokens`: `queued / rate + passes * fixed + pass(uncached)`.
 
@@ -15,8 +16,9 @@ queued prefill (`short_first`). The model is the one a pass cannot be interrupte
 (None): the rules then fall back to counts. Times are the engine's seconds (the simulator's clock on the `sim`
 backend, wall seconds on sglang), as the SLO targets are.
 
-What each backend publishes: `wait_pass_tokens`, `interactive_pass_tokens` and `overtakes_queued_prefill` read
-them from the policy in force, so the sim and sglang backends say the same thing for the same policy.
+What each backend publishes: `wait_pass_tokens`, `wait_pass_seconds`, `interactive_pass_tokens` and
+`overtakes_queued_prefill` read them from the policy in force, so the sim and sglang backends say the same thing
+for the same policy.
 """
 
 from __future__ import annotations
@@ -48,7 +50,10 @@ def predict_ttft_s(load: ReplicaLoad, uncached_tokens: int) -> float | None:
         return own + (load.pass_fixed_s if load.num_decoding else 0.0)
     if load.short_first:
         in_flight = min(queued, load.pass_tokens) if load.pass_tokens > 0 else queued
-        return pass_s(load, in_flight) + own
+        in_flight_s = pass_s(load, in_flight)
+        if load.wait_pass_s > 0:
+            in_flight_s = min(in_flight_s, load.wait_pass_s)
+        return in_flight_s + own
     passes = math.ceil(queued / load.pass_tokens) if load.pass_tokens > 0 else 1
     return queued / load.prefill_tok_per_s + passes * load.pass_fixed_s + own
 
@@ -80,6 +85,14 @@ def wait_pass_tokens(policy: PolicyConfig, chunk_budget_tokens: int) -> int:
     if policy.adaptive_pass and policy.quiet_pass_tokens is not None:
         return min(chunk_budget_tokens, policy.quiet_pass_tokens)
     return chunk_budget_tokens
+
+
+def wait_pass_seconds(policy: PolicyConfig) -> float:
+    """The longest pass a request arriving now may wait for, in seconds, where the policy sizes passes from its
+    targets (`scheduler.slo_sizing`); 0 where it does not. Each pass then leaves room for a chat arriving during it:
+    the TTFT target less the chat's own pass, split between the pass in flight and the one sglang's overlap
+    scheduler plans before it sees the chat, so at most half the target."""
+    return policy.ttft_target_s / 2 if policy.adaptive_pass and policy.slo_sizing else 0.0
 
 
 def interactive_pass_tokens(policy: PolicyConfig, chunk_budget_tokens: int) -> int:

@@ -30,7 +30,12 @@ from serve_app.sim.stop import StopMatcher
 from serve_app.sim.streams import Streams, next_progress
 from serve_app.sim.synthetic_text import synthetic_text
 from serve_app.tokenizer import ApproxTokenizer
-from serve_app.ttft_prediction import interactive_pass_tokens, overtakes_queued_prefill, wait_pass_tokens
+from serve_app.ttft_prediction import (
+    interactive_pass_tokens,
+    overtakes_queued_prefill,
+    wait_pass_seconds,
+    wait_pass_tokens,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -183,6 +188,7 @@ class SimBackend:
             prefill_tok_per_s=self.preset.cost.prefill_tok_per_s,
             pass_fixed_s=self.preset.cost.fixed_s,
             pass_tokens=wait_pass_tokens(policy, policy.chunk_budget_tokens),
+            wait_pass_s=wait_pass_seconds(policy),
             interactive_pass_tokens=interactive_pass_tokens(policy, policy.chunk_budget_tokens),
             short_first=overtakes_queued_prefill(policy),
         )

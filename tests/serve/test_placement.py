@@ -23,6 +23,7 @@ from serve_app.ttft_prediction import (
     overtakes_queued_prefill,
     predict_ttft_s,
     prefill_drain_s,
+    wait_pass_seconds,
     wait_pass_tokens,
     with_request,
 )
@@ -41,7 +42,7 @@ def load(prefill: int = 0, *, short_first: bool = True, pending: int | None = No
 
 
 def view(rid: str, ld: ReplicaLoad, sessions=None, lane: Lane = Lane.BOTH, **kw) -> ReplicaView:
-    return ReplicaView(rid, lane, ld, T0, sessions or {}, short_request_tokens=256, **kw)
+    return ReplicaView(rid, lane, ld, T0, sessions or {}, **{"short_request_tokens": 256, **kw})
 
 
 def hint(session: str | None, tokens: int) -> RouteHint:
@@ -63,6 +64,45 @@ def test_a_short_first_engine_makes_a_chat_wait_one_pass_and_upstream_every_queu
     fcfs = predict_ttft_s(load(queued, short_first=False), 50)
     assert fcfs == queued / RATE + 6 * 0.01 + (0.01 + 50 / RATE)  # six passes of 2048 drain 12,000 tokens
     assert prefill_drain_s(load(queued), 500) == 12_500 / RATE + 7 * 0.01
+
+
+def test_an_engine_that_sizes_passes_in_seconds_bounds_the_wait_for_the_pass_in_flight() -> None:
+    slow = dict(prefill_tok_per_s=4000.0)  # a 2048-token pass 0.52 s
+    assert predict_ttft_s(load(12_000, **slow), 50) == (0.01 + 2048 / 4000) + (0.01 + 50 / 4000)
+    assert predict_ttft_s(load(12_000, wait_pass_s=0.25, **slow), 50) == 0.25 + (0.01 + 50 / 4000)
+    assert predict_ttft_s(load(12_000, wait_pass_s=0.25, short_first=False, **slow), 50) > 3.0  # upstream: in order
+    policy = PolicyConfig()
+    assert wait_pass_seconds(policy) == policy.ttft_target_s / 2
+    assert wait_pass_seconds(policy.model_copy(update={"slo_sizing": False})) == 0.0
+
+
+def test_documents_spread_where_the_engines_bound_a_chats_wait_and_gather_where_they_do_not() -> None:
+    # R1 prefills a document. Its chunk passes (0.52 s) would make a chat wait past the target there: the next
+    # document joins it, leaving R2 to chats. An engine that sizes passes in seconds keeps a chat's wait within the
+    # target beside a document: the next document takes the idle replica.
+    slow = dict(prefill_tok_per_s=4000.0)
+    for wait_s, chosen in ((0.0, "R1"), (0.25, "R2")):
+        views = [view("R1", load(12_000, wait_pass_s=wait_s, **slow)), view("R2", load(wait_pass_s=wait_s, **slow))]
+        assert LanePolicy().decide("d", hint("doc", 12_000), views, T0).replica_id == chosen
+
+
+def test_the_chat_a_document_leaves_room_for_is_the_p99_of_the_chats_routed_lately() -> None:
+    # The engines' class bound is 2,048 tokens; R1 prefills a document with chunk passes (0.35 s). A chat of the
+    # bound's size would miss the target even on an idle replica beside a new document, one of 100 tokens would not.
+    slow = dict(prefill_tok_per_s=6000.0)
+    views = [
+        view("R1", load(12_000, **slow), short_request_tokens=2048),
+        view("R2", load(**slow), short_request_tokens=2048),
+    ]
+    p = LanePolicy()
+    for i in range(5):  # chats of 1,500 uncached tokens: a chat beside a document would miss anywhere
+        p.decide(f"big{i}", hint(f"c{i}", 1500), views, T0 + i)
+        p.on_completed(f"big{i}", T0 + i + 0.5)
+    assert p.decide("d1", hint("doc1", 12_000), views, T0 + 5).replica_id == "R1"
+    for i in range(100):  # the window moves on to chats of 100 tokens
+        p.decide(f"small{i}", hint(f"s{i}", 100), views, T0 + 6 + i)
+        p.on_completed(f"small{i}", T0 + 6 + i + 0.5)
+    assert p.decide("d2", hint("doc2", 12_000), views, T0 + 200).replica_id == "R2"
 
 
 loads_st = st.builds(
