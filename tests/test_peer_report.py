@@ -1,0 +1,64 @@
+"""The peer benchmark's figures and verdict (`loadtests.peer_report`) on made-up samples: what decides the
+acceptance of the comparison with sglang's router."""
+
+from __future__ import annotations
+
+import pytest
+
+from loadtests.peer_report import Front, meets_slo, table, verdict
+from loadtests.recording import Sample
+
+
+def chat(ttft_s: float, sent_s: float = 0.0, gaps=(0.02,), status: int = 200) -> Sample:
+    return Sample("chat", "short", "short", status, sent_s, ttft_s=ttft_s, itl_s=list(gaps), error=None)
+
+
+def document(sent_s: float, ttft_s: float, tokens: int = 10_000) -> Sample:
+    return Sample("doc", "long", "long", 200, sent_s, ttft_s=ttft_s, prompt_tokens=tokens, cached_tokens=0)
+
+
+def front(name: str, chat_ttfts: list[float], doc_ttft_s: float, extra: list[Sample] = ()) -> Front:
+    # One document at a time, back to back: tokens / TTFT is the document rate.
+    docs = [document(10.0 * i, doc_ttft_s) for i in range(5)]
+    return Front(name, [*(chat(t, i) for i, t in enumerate(chat_ttfts)), *docs, *extra], 0.0, 1.0, 1.0)
+
+
+def test_a_chat_meets_the_slo_only_with_its_first_token_and_every_gap_within_target():
+    assert meets_slo(chat(0.5)) and not meets_slo(chat(0.51)) and not meets_slo(chat(0.1, gaps=(0.01, 0.31)))
+
+
+def test_the_verdict_judges_the_app_against_the_best_peer_of_each_figure():
+    peers = [front("cache_aware", [2.0] * 100, 1.0), front("round_robin", [4.0] * 100, 2.0)]
+    # Chat TTFT p99 0.5 s against the best peer's 2.0 s (0.25x); documents at 10,000 tok/s against 10,000.
+    app = front("fairshare", [0.1] * 98 + [0.5, 0.5], 1.0)
+    assert verdict([app, *peers]) == [
+        "- chat TTFT p99 0.25x the best peer's (≤ 0.25x): met",
+        "- document prompt tokens/s 1.00x the best peer's (≥ 0.9x): met",
+        "- failures: none in any front",
+    ]
+    failed = chat(0.1, status=500)
+    failed.error = "HTTP 500"
+    slower = front("fairshare", [0.1] * 98 + [0.6, 0.6], 1.2, extra=[failed])
+    lines = verdict([slower, *peers])
+    assert lines[0] == "- chat TTFT p99 0.30x the best peer's (≤ 0.25x): missed"
+    assert lines[1] == "- document prompt tokens/s 0.83x the best peer's (≥ 0.9x): missed"
+    assert lines[2] == "- failures: fairshare 1"
+
+
+def test_no_verdict_without_a_peer_and_the_table_says_which_front_is_best():
+    app = front("fairshare", [0.1] * 10, 1.0)
+    assert verdict([app]) == ["No verdict: the run needs this app and at least one peer."]
+    rows = table([app, front("cache_aware", [1.0] * 10, 2.0)]).splitlines()
+    p99 = next(r for r in rows if r.startswith("| chat TTFT p99"))
+    assert p99.split(" | ")[1:] == ["0.1", "1", "0.10x |"]
+    rate = next(r for r in rows if r.startswith("| document prompt tokens/s"))
+    assert rate.endswith("| 2.00x |")
+
+
+@pytest.mark.parametrize("shed", [True, False])
+def test_a_shed_chat_is_no_failure_and_counts_against_no_attainment(shed):
+    refused = chat(0.0, status=429 if shed else 500)
+    refused.ttft_s, refused.shed, refused.error = None, shed, "refused"
+    f = front("fairshare", [0.1] * 3, 1.0, extra=[refused])
+    assert f.failures == (0 if shed else 1)
+    assert f.figures["chat SLO attainment"] == (100.0 if shed else 75.0)
