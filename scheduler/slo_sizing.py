@@ -273,13 +273,13 @@ class SloSizer:
         in_flight_s = (cfg.ttft_target_s - own_s - after_s) / ahead - decode_pass_s
         bounds = [_Bound(in_flight_s, SizedBy.TTFT, Target.TTFT)]
         if load.short_tokens:
-            if self.last_pass_s is None and self.queued_s is None:
+            waited_pass_s = self.last_pass_s if self.queued_s is None else self.queued_s
+            if waited_pass_s is None:
                 # They waited the in-flight bound `ahead` times: what is left is their own pass (and the decode-only
                 # passes), computed so, not as a difference from the target (which rounds with the target).
                 left_s = own_s + ahead * decode_pass_s
             else:
-                waited_s = ahead * charge * (self.last_pass_s if self.queued_s is None else self.queued_s)
-                left_s = cfg.ttft_target_s - waited_s - after_s
+                left_s = cfg.ttft_target_s - ahead * charge * waited_pass_s - after_s
             bounds.append(_Bound(left_s, SizedBy.ADMIT, Target.TTFT))
         if load.num_short_decoding:
             bounds.append(_Bound(cfg.tbt_target_s - decode_pass_s, SizedBy.TBT, Target.TBT))
