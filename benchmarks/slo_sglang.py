@@ -15,9 +15,10 @@ Printed:
 
 (a) the online fit's accuracy: each forward pass the plugin timed during the measured runs, against what the fit
     in force predicted for it before the pass joined its window (`scheduler.pass_cost_fit`): the median absolute
-    relative error (target <= 15%), over all passes and by kind (with prefill, decode only); the error the fit
-    states, which the SLO sizer charges each predicted pass with; and the fitted model as the server reports it
-    (``/server_info``);
+    relative error (target <= 15%), over all passes and by kind (with prefill, decode only), beside the noise floor
+    (`noise_floor`: how far passes of the same figures differ from one another, which no model of those figures
+    predicts); the error the fit states, which the SLO sizer charges each predicted pass with; and the fitted model
+    as the server reports it (``/server_info``);
 (b) per mode: the chats' TTFT p50 / p99 (nearest rank) against the TTFT target, their time-between-tokens p99
     against the TBT target, SLO attainment (`scheduler.slo.meets_slo`: the policy's own targets, the defaults of
     `PolicyConfig`), and the documents' prefill throughput (document tokens / the document's TTFT; median over
@@ -32,10 +33,12 @@ CPU timings on a shared machine are noisy: read the medians and ratios, and comp
 from __future__ import annotations
 
 import argparse
+import math
 import random
 import statistics
 import tempfile
 import time
+from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,6 +75,11 @@ SERVER_ARGS = [
 ]
 MODES = ("fairshare", "upstream")
 FIT_ERROR_TARGET = 0.15
+NOISE_BUCKET = 0.1
+"""Passes whose figures (prefill tokens, attended pairs, decode contexts) fall in the same 10%-wide bucket, at the
+same decode rows, count as the same pass for the noise floor."""
+NOISE_GROUP = 4
+"""The fewest passes a group needs to count for the noise floor (a group of one has no spread)."""
 TARGETS = SloTargets(ttft_s=PolicyConfig().ttft_target_s, tbt_s=PolicyConfig().tbt_target_s)
 """The chats' targets: the policy's defaults, which the fairshare server runs with."""
 
@@ -141,18 +149,39 @@ def relative_misses(timed: list[dict[str, Any]]) -> list[float]:
     return [abs(t["predicted_s"] / t["measured_s"] - 1) for t in timed]
 
 
+def _bucket(value: float) -> int:
+    return -1 if value <= 0 else round(math.log(value) / math.log(1 + NOISE_BUCKET))
+
+
+def noise_floor(timed: list[dict[str, Any]]) -> tuple[float | None, int]:
+    """The error no model of a pass's figures gets below: passes whose figures fall in the same `NOISE_BUCKET`-wide
+    bucket (log scale) at the same decode rows are grouped, and each is compared with its group's median
+    (``|measured / median - 1|``); the median of that over every group of at least `NOISE_GROUP` passes, and how
+    many passes it covers (None, 0: no such group)."""
+    groups: dict[tuple[int, ...], list[float]] = defaultdict(list)
+    for t in timed:
+        key = tuple(_bucket(t[f]) for f in ("prefill_tokens", "prefill_ctx_pairs", "decode_ctx_tokens"))
+        groups[(*key, t["decode_rows"])].append(t["measured_s"])
+    spread = [abs(y / statistics.median(ys) - 1) for ys in groups.values() if len(ys) >= NOISE_GROUP for y in ys]
+    return (statistics.median(spread) if spread else None), len(spread)
+
+
 def fit_table(timed: list[dict[str, Any]]) -> list[str]:
     kinds = {
         "all passes": timed,
         "with prefill": [t for t in timed if t["prefill_tokens"] > 0],
         "decode only": [t for t in timed if t["prefill_tokens"] == 0],
     }
-    lines = [f"{'passes':>14} | {'n':>5} | {'median abs error':>16} | {'p90 abs error':>13}"]
+    lines = [
+        f"{'passes':>14} | {'n':>5} | {'median abs error':>16} | {'p90 abs error':>13} | noise floor (passes grouped)"
+    ]
     for name, rows in kinds.items():
         misses = relative_misses(rows)
         if misses:
+            floor, grouped = noise_floor(rows)
             lines.append(
                 f"{name:>14} | {len(rows):>5} | {statistics.median(misses):>16.1%} | {nearest_rank(misses, 0.9):>13.1%}"
+                f" | {'—' if floor is None else f'{floor:.1%}'} ({grouped})"
             )
     return lines
 
@@ -180,6 +209,9 @@ def report(results: dict[str, list[RunResult]], fit_state: dict[str, Any] | None
     if timed:
         error = statistics.median(relative_misses(timed))
         verdict = "met" if error <= FIT_ERROR_TARGET else "missed"
+        floor, _ = noise_floor(timed)
+        if verdict == "missed" and floor is not None and floor > FIT_ERROR_TARGET:
+            verdict += f" (the passes' noise floor is {floor:.1%}: no model of their figures meets it)"
         print(f"median abs error {error:.1%} (target <= {FIT_ERROR_TARGET:.0%}): {verdict}")
     if fit_state is not None:
         print(

@@ -19,8 +19,15 @@ def run(doc_ttft_s: float, chat_ttft_s: list[float], gap_s: float = 0.05, timed=
     )
 
 
-def timed(prefill_tokens: int, measured_s: float, predicted_s: float) -> dict:
-    return {"prefill_tokens": prefill_tokens, "measured_s": measured_s, "predicted_s": predicted_s}
+def timed(prefill_tokens: int, measured_s: float, predicted_s: float, pairs: float = 0.0, rows: int = 0) -> dict:
+    return {
+        "prefill_tokens": prefill_tokens,
+        "prefill_ctx_pairs": pairs or prefill_tokens * (prefill_tokens + 1) / 2,
+        "decode_rows": rows if prefill_tokens else max(rows, 1),
+        "decode_ctx_tokens": 100 * (rows if prefill_tokens else max(rows, 1)),
+        "measured_s": measured_s,
+        "predicted_s": predicted_s,
+    }
 
 
 def test_the_workload_is_the_same_for_both_modes_and_chats_arrive_while_the_document_prefills():
@@ -57,6 +64,27 @@ def test_the_report_judges_each_mode_by_the_policys_targets(capsys):
     assert "document throughput fairshare / upstream: 0.976" in out  # median of 1/1.05 and 1.0
     upstream = next(line for line in out.splitlines() if line.strip().startswith("upstream |"))
     assert "25.0%" in upstream  # one chat of four within 0.5 s
+
+
+def test_the_noise_floor_is_the_spread_of_passes_with_the_same_figures():
+    # Four decode passes of one shape at 10, 10, 12 and 8 ms (median 10 ms: misses 0, 0, 20%, 20%), and four
+    # chunks of another, 10% apart in time; a lone pass of a third shape has no group and does not count.
+    same = [timed(0, s, s) for s in (0.010, 0.010, 0.012, 0.008)]
+    chunks = [timed(512, s, s) for s in (0.1, 0.11, 0.1, 0.09)]
+    floor, grouped = bench.noise_floor([*same, *chunks, timed(4096, 0.9, 0.9)])
+    assert grouped == 8
+    assert floor == pytest.approx(0.05)  # the median of 0, 0, .2, .2, 0, .1, 0, .1
+    # A different decode-row count, or a chunk twice as large, is another pass.
+    other = [timed(0, 0.01, 0.01), timed(0, 0.01, 0.01, rows=2), timed(512, 0.1, 0.1), timed(1024, 0.2, 0.2)]
+    assert bench.noise_floor(other * 3) == (None, 0)
+
+
+def test_a_fit_target_below_the_noise_floor_is_reported_as_such(capsys):
+    noisy = [timed(0, s, 0.01) for s in (0.006, 0.01, 0.014, 0.006, 0.014)]
+    bench.report({"fairshare": [run(2.0, [0.2], timed=noisy)], "upstream": [run(2.0, [1.0])]}, None)
+    assert "(target <= 15%): missed (the passes' noise floor is 40.0%: no model of their figures meets it)" in (
+        capsys.readouterr().out
+    )
 
 
 def test_a_missed_fit_target_is_reported_as_missed(capsys):
