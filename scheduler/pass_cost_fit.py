@@ -19,8 +19,9 @@ The fit, over a sliding window of the last `FitSettings.window_passes` measured 
   and everything else is set by the data (hundreds of passes against a tenth of one);
 - then fitted again without the `trim_fraction` passes it fits worst: a pass the OS preempted, a first pass
   after idle, a garbage-collection pause;
-- after `min_passes` measured passes, then at intervals growing to `refit_every_passes`, not every pass: between
-  refits a pass costs a prediction and a row written into fixed arrays (the scheduler loop times every pass).
+- after `min_passes` measured passes, then at intervals of an eighth of the window so far, up to
+  `refit_every_passes`: every pass while the window is young, and between refits of a settled fit a pass costs
+  a prediction and a row written into fixed arrays (the scheduler loop times every pass).
 
 The prior is the slowest engine this project has figures for (the article's 12 GB card with a 27B model, preset
 ``card12gb-27b``), summed instead of p-norm-combined: it predicts passes slower than nearly any engine runs them,
@@ -55,6 +56,19 @@ in prefill tokens or in attended pairs, is predicted as much slower than the fit
 chunk; asked about a 2,048-token chunk 3,000 tokens into a document it predicted 0.06-0.1 s and the pass took
 0.4-0.55 s, so the chats that arrived meanwhile waited a second (measured on the CPU engine). The charge lets passes
 grow by that factor per measured pass instead, and the refits catch up.
+
+Nor does it predict a pass faster than the engine has just run smaller ones (`floor`). For any cost linear and
+non-negative in the figures, a pass with at least ``l`` times a measured pass's prefill tokens and attended pairs
+(``l <= 1``) costs at least ``l`` times what that pass measured, less the fitted cost of the decode rows it lacks
+against it. The floor is the second largest such bound over the latest `FitSettings.floor_passes` measured passes:
+two passes must agree, so one the OS preempted does not set it. A fit on a new engine's first dozen passes gets
+the attention slope wrong inside its reach too: held for 8 passes, it predicted chunks deep in a document at
+0.06-0.07 s that took 0.4-0.58 s, each deeper than the ones before it. With a refit every pass while the window is
+young (`refit_interval`) and the floor, the same chunks are predicted at 0.19-0.40 s. Replayed over two engines'
+pass traces of a peers run (590 prefill passes each), the two together took the 90th percentile of measured over
+predicted from 1.7-1.8 to 1.6-1.65, the 99th from 3.1-3.9 to 2.8-3.1 and the maximum from 8-12 to 3.5-7.4; the
+median moved from 1.08 to 1.04-1.05. The latest passes only, because the machine's noise would make an old outlier
+pair a floor for every pass that dominates them; 8, so the chunks just run are among them.
 
 Deterministic given its inputs: the same measured passes in the same order give the same coefficients. Across
 tensor-parallel ranks the inputs differ (each rank times its own passes), so `OnlinePassCost` can be frozen
@@ -154,6 +168,9 @@ class FitSettings:
     trust_factor: float = 2.0
     """How far beyond the largest pass measured (prefill tokens, attended pairs) the fit's prediction is taken as it
     is; beyond, it is charged in proportion."""
+    floor_passes: int = 8
+    """The latest measured passes whose times bound the prediction of a pass that dominates them (`floor`; 0 or 1:
+    no floor)."""
     prior_error: float = 0.15
     """The error the fit states before it has measured its own: the median error issue 21 holds the fit to, and
     about what it measured on the CPU engine (15-22% over passes with prefill)."""
@@ -163,6 +180,8 @@ class FitSettings:
             raise ValueError(f"need 1 <= min_passes <= window_passes and refit_every_passes >= 1: {self}")
         if not self.trust_factor >= 1:
             raise ValueError(f"need trust_factor >= 1: {self}")
+        if self.floor_passes < 0:
+            raise ValueError(f"need floor_passes >= 0: {self}")
         if not (self.prior_weight_passes > 0 and 0 <= self.trim_fraction < 1):
             raise ValueError(f"need prior_weight_passes > 0 and 0 <= trim_fraction < 1: {self}")
         if not (1 <= self.error_min_passes <= self.error_window_passes and 0 <= self.prior_error < math.inf):
@@ -233,13 +252,42 @@ class OnlinePassCost:
         """The most prefill tokens of any pass measured since start."""
         self.measured_prefill_pairs = 0.0
         """The most attended pairs of any pass measured since start."""
+        self._latest: deque[tuple[int, float, int, int, float]] = deque(maxlen=self.settings.floor_passes)
+        """(prefill tokens, pairs, decode rows, their contexts, seconds) of the latest measured passes (`floor`)."""
 
     def pass_s(self, prefill_tokens: int, prefill_ctx_pairs: float, decode_rows: int, decode_ctx_tokens: int) -> float:
-        """The fitted model's seconds, charged for `extrapolation`; NaN (no prediction) until the first fit."""
+        """The fitted model's seconds, charged for `extrapolation`, and at least the `floor`; NaN (no prediction)
+        until the first fit."""
         if not self.num_fits:
             return math.nan
         seconds = self.model.pass_s(prefill_tokens, prefill_ctx_pairs, decode_rows, decode_ctx_tokens)
-        return seconds * self.extrapolation(prefill_tokens, prefill_ctx_pairs)
+        seconds *= self.extrapolation(prefill_tokens, prefill_ctx_pairs)
+        return max(seconds, self.floor(prefill_tokens, prefill_ctx_pairs, decode_rows, decode_ctx_tokens))
+
+    def floor(self, prefill_tokens: int, prefill_ctx_pairs: float, decode_rows: int, decode_ctx_tokens: int) -> float:
+        """The least this pass can cost, from the latest `floor_passes` measured passes (the module docstring):
+        for each, ``l = min(1, tokens / its tokens, pairs / its pairs)`` (figures it has) times its seconds less the
+        model's cost of the decode rows and contexts this pass lacks against it; the second largest. Non-decreasing
+        in every figure; 0 for an empty pass or before two measurements. Plain Python: a few passes, asked a dozen
+        times a plan."""
+        if len(self._latest) < 2 or (prefill_tokens == 0 and decode_rows == 0):
+            return 0.0
+        m = self.model
+        first = second = 0.0
+        for tokens, pairs, rows, ctx, seconds in self._latest:
+            share = min(
+                1.0,
+                prefill_tokens / tokens if tokens else 1.0,
+                prefill_ctx_pairs / pairs if pairs else 1.0,
+            )
+            lacking = m.decode_row_s * max(0, rows - decode_rows)
+            lacking += m.decode_ctx_token_s * max(0, ctx - decode_ctx_tokens)
+            bound = share * max(0.0, seconds - lacking)
+            if bound > first:
+                first, second = bound, first
+            elif bound > second:
+                second = bound
+        return second
 
     def extrapolation(self, prefill_tokens: int, prefill_ctx_pairs: float) -> float:
         """How many times beyond `trust_factor` x the largest measured pass this one reaches, in prefill tokens or in
@@ -268,13 +316,15 @@ class OnlinePassCost:
         an empty one or a duration that is not a positive number)."""
         if not (measured_s > 0 and math.isfinite(measured_s)) or (prefill_tokens == 0 and decode_rows == 0):
             return None
-        predicted = self.model.pass_s(prefill_tokens, prefill_ctx_pairs, decode_rows, decode_ctx_tokens)
+        figures = (prefill_tokens, prefill_ctx_pairs, decode_rows, decode_ctx_tokens)
+        predicted = self.pass_s(*figures) if self.num_fits else self.model.pass_s(*figures)
         self.measured_prefill_tokens = max(self.measured_prefill_tokens, prefill_tokens)
         self.measured_prefill_pairs = max(self.measured_prefill_pairs, prefill_ctx_pairs)
         i = self.num_observed % self.settings.window_passes
         self._x[i] = (1.0, prefill_tokens, prefill_ctx_pairs, decode_rows, decode_ctx_tokens)
         self._y[i] = measured_s
         self._miss[i] = abs(predicted / measured_s - 1.0)
+        self._latest.append((prefill_tokens, prefill_ctx_pairs, decode_rows, decode_ctx_tokens, measured_s))
         if self.num_fits > 0 and prefill_tokens > 0:
             self._over.append(abs(measured_s / predicted - 1.0) if predicted > 0 else math.inf)
         self.num_observed += 1
@@ -284,11 +334,15 @@ class OnlinePassCost:
         return predicted
 
     def refit_interval(self) -> int:
-        """Passes between refits: `min_passes` for the first fit, then about doubling the window each time up to
-        `refit_every_passes` (by default at 8, 16, 31, 61, 121, then every 64): a new engine's model settles
-        within dozens of passes."""
+        """Passes between refits: `min_passes` for the first fit, then an eighth of the window so far, up to
+        `refit_every_passes` (by default every pass from the 8th to the 16th, every other to the 32nd, ..., every 64
+        from the 512th): a new engine's first chunks deep in a document each see a fit that has seen the chunk
+        before (a fit held for 8 passes predicted them 6-8 times too fast), and a settled one costs a refit every
+        64 passes."""
         s = self.settings
-        return min(s.refit_every_passes, max(s.min_passes, self.num_window // 2))
+        if not self.num_fits:
+            return s.min_passes
+        return min(s.refit_every_passes, max(1, self.num_window // 8))
 
     def refit(self) -> LinearPassCost:
         """Fit the window now (`observe` does it every `refit_every_passes` passes)."""
