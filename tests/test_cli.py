@@ -71,3 +71,14 @@ def test_an_unknown_scenario_is_named(capsys):
     with pytest.raises(SystemExit):
         main(["compare", "--scenario", "poisson-99", "--policy", "fairshare"])
     assert "poisson-99" in capsys.readouterr().err
+
+
+def test_compare_draws_the_arrivals_from_the_seed_it_is_given(capsys):
+    def chat_ttft_p99(*seed: str) -> float:
+        args = ["compare", "--scenario", "mixed-poisson", "--preset", "h100-8b", "--policy", "baseline", "--json"]
+        assert main([*args, *seed]) == 0
+        return json.loads(capsys.readouterr().out)["classes"]["short"]["TTFT p99 s"]["baseline"]["value"]
+
+    own = chat_ttft_p99()
+    assert chat_ttft_p99("--seed", "0") == own  # mixed-poisson's own seed
+    assert chat_ttft_p99("--seed", "5") != own

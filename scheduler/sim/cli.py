@@ -52,6 +52,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     preset = PRESETS[args.preset]
     workload = load_workload(args.workload) if args.workload else scenario(args.scenario, preset)
+    if args.seed is not None:
+        workload = workload.model_copy(update={"seed": args.seed})
     chat = SloTargets(ttft_s=args.ttft_target_s or preset.ttft_target_s, tbt_s=args.tbt_target_s or preset.tbt_target_s)
     comparison, results = compare(workload, args.policy, preset, {TrafficClass.SHORT: chat})
     if args.plot:
@@ -145,6 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cmp_.add_argument(
         "--tbt-target-s", type=_positive_s, help="judge short streams by this TBT target (default: the preset's)"
+    )
+    cmp_.add_argument(
+        "--seed", type=int, help="draw the workload's random arrivals and sizes from this seed (default: its own)"
     )
     cmp_.add_argument("--json", action="store_true")
     cmp_.add_argument("--plot", type=Path, help="write TTFT/ITL distributions to this PNG")
