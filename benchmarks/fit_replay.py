@@ -5,7 +5,8 @@ pass the engine timed, with its figures. This replays each engine's passes (one 
 `scheduler.pass_cost_fit.OnlinePassCost` as the plugin feeds it: each pass is predicted by the fit in force, then
 observed. For the passes with prefill (those the SLO sizer sizes) it prints the quantiles of measured / predicted
 (above 1: the pass ran slower than planned, which is what makes a chat late) and the median absolute relative
-error, for the fit as built and for variants (`VARIANTS`), and the first deep chunks a new engine ran.
+error, for the fit as built and for variants (`VARIANTS`: without its floor, and without the floor and with the
+refits held as they were before), and the first deep chunks a new engine ran.
 
 The trace's passes were sized by the fit that ran, so a variant is judged on the passes the built fit chose, not on
 those it would have chosen itself.
@@ -20,6 +21,7 @@ import argparse
 import math
 import statistics
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +29,20 @@ from harness.results import records
 from scheduler.pass_cost_fit import FitSettings, OnlinePassCost
 from scheduler.pass_trace import read_pass_timings
 
-VARIANTS = {
-    "as built": FitSettings(),
-    "no floor": FitSettings(floor_passes=0),
+
+class HeldFit(OnlinePassCost):
+    """The fit as it was before it refit every pass while young: refits at 8, 16, 31, 61, 121 passes, then every
+    `refit_every_passes` (a baseline to compare with, not a rule anything runs)."""
+
+    def refit_interval(self) -> int:
+        s = self.settings
+        return min(s.refit_every_passes, max(s.min_passes, self.num_window // 2))
+
+
+VARIANTS: dict[str, Callable[[], OnlinePassCost]] = {
+    "as built": OnlinePassCost,
+    "no floor": lambda: OnlinePassCost(settings=FitSettings(floor_passes=0)),
+    "no floor, held": lambda: HeldFit(settings=FitSettings(floor_passes=0)),
 }
 QUANTILES = (0.5, 0.9, 0.99)
 EARLY_PASSES = 24
@@ -48,9 +61,9 @@ def figures_of(record: dict[str, Any]) -> Figures:
     )
 
 
-def replay(passes: list[dict[str, Any]], settings: FitSettings) -> list[tuple[int, Figures, float, float]]:
+def replay(passes: list[dict[str, Any]], make: Callable[[], OnlinePassCost]) -> list[tuple[int, Figures, float, float]]:
     """(index, figures, measured s, predicted s) of each pass with prefill that a fit predicted."""
-    fit = OnlinePassCost(settings=settings)
+    fit = make()
     out = []
     for i, record in enumerate(passes):
         figures, measured = figures_of(record), float(record["measured_s"])
@@ -70,8 +83,8 @@ def table(by_engine: dict[int, list[dict[str, Any]]]) -> list[str]:
     head = " | ".join(f"measured/predicted p{round(100 * q)}" for q in QUANTILES)
     lines = [f"engine (pid) | variant | passes with prefill | {head} | max | median abs error", "---|" * 7 + "---"]
     for pid, passes in by_engine.items():
-        for name, settings in VARIANTS.items():
-            ratios = [m / p for _, _, m, p in replay(passes, settings)]
+        for name, make in VARIANTS.items():
+            ratios = [m / p for _, _, m, p in replay(passes, make)]
             if not ratios:
                 continue
             cells = " | ".join(f"{quantile(ratios, q):.2f}" for q in QUANTILES)
@@ -114,7 +127,9 @@ def record(traces: list[Path], source: str) -> None:
         for r in read_pass_timings(path):
             by_engine[int(r.get("pid", 0))].append(r)
     print(f"traces: {', '.join(str(p) for p in traces)}" + (f" ({source})" if source else ""))
-    print(f"engines: {len(by_engine)}; variants: " + "; ".join(f"{n}: {s}" for n, s in VARIANTS.items()))
+    print(f"engines: {len(by_engine)}; fit settings as built: {FitSettings()}")
+    print("variants: as built; no floor (floor_passes=0); no floor, held (no floor, and refits at 8, 16, 31, 61, 121")
+    print("passes then every 64, as before the fit refit every pass while young)")
     print()
     print("\n".join(table(by_engine)))
     print(f"\nA new engine's first chunks of {EARLY_CHUNK_TOKENS}+ tokens (its first {EARLY_PASSES} passes):")

@@ -37,7 +37,7 @@ def test_each_engine_is_replayed_alone_and_its_deep_chunks_listed(tmp_path, monk
     fit_replay.main([str(trace), "--source", "made up"])
     out = capsys.readouterr().out
     for pid in (11, 22):
-        assert f"{pid} | as built | 6 |" in out and f"{pid} | no floor | 6 |" in out
+        assert all(f"{pid} | {variant} | 6 |" in out for variant in fit_replay.VARIANTS)
         assert f"{pid} pass 13: 2048 tokens" in out
     assert "(made up)" in out and list((tmp_path / "results" / "fit-replay").glob("*.md"))
 
@@ -67,7 +67,10 @@ def test_the_floor_lifts_the_deep_chunks_a_young_fit_underpredicts():
     passes = [dict(zip(keys, p, strict=True)) for p in ENGINE_START]
     built = {i: p for i, _, _, p in fit_replay.replay(passes, fit_replay.VARIANTS["as built"])}
     bare = {i: p for i, _, _, p in fit_replay.replay(passes, fit_replay.VARIANTS["no floor"])}
-    assert built.keys() == bare.keys() and all(built[i] >= bare[i] for i in built)
+    held = {i: p for i, _, _, p in fit_replay.replay(passes, fit_replay.VARIANTS["no floor, held"])}
+    assert built.keys() == bare.keys() == held.keys() and all(built[i] >= bare[i] for i in built)
+    # Held for 8 passes, the first fit predicts the deep chunks far too fast; refitting every pass moves towards them.
+    assert held[13] < 0.1 < bare[13]
     # The two deepest chunks: at least the second slowest of the chunks before them (0.207 s, then 0.404 s, the
     # last scaled by its 2,046 tokens against 2,048).
     assert built[12] >= 0.2068 and built[13] >= 0.4035 * 2046 / 2048
