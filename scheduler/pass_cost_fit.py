@@ -64,11 +64,10 @@ against it. The floor is the second largest such bound over the latest `FitSetti
 two passes must agree, so one the OS preempted does not set it. A fit on a new engine's first dozen passes gets
 the attention slope wrong inside its reach too: held for 8 passes, it predicted chunks deep in a document at
 0.06-0.07 s that took 0.4-0.58 s, each deeper than the ones before it. With a refit every pass while the window is
-young (`refit_interval`) and the floor, the same chunks are predicted at 0.19-0.40 s. Replayed over two engines'
-pass traces of a peers run (590 prefill passes each), the two together took the 90th percentile of measured over
-predicted from 1.7-1.8 to 1.6-1.65, the 99th from 3.1-3.9 to 2.8-3.1 and the maximum from 8-12 to 3.5-7.4; the
-median moved from 1.08 to 1.04-1.05. The latest passes only, because the machine's noise would make an old outlier
-pair a floor for every pass that dominates them; 8, so the chunks just run are among them.
+young (`refit_interval`) and the floor, the same chunks are predicted 1.4-2.2 times too fast (`benchmarks.fit_replay`
+replays an engine's pass trace through the fit as built and as it was). The latest passes only, because the
+machine's noise would make an old outlier pair a floor for every pass that dominates them; 8, so the chunks just
+run are among them.
 
 Deterministic given its inputs: the same measured passes in the same order give the same coefficients. Across
 tensor-parallel ranks the inputs differ (each rank times its own passes), so `OnlinePassCost` can be frozen
