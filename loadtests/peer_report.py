@@ -36,6 +36,8 @@ class Front:
     load_end: float
     locust_rc: int | None = None
     figures: dict[str, float | None] = field(default_factory=dict)
+    cpu_cores: dict[str, float] = field(default_factory=dict)
+    """Cores each role used while the load ran (`loadtests.cpu_share`): engines, front, load generator."""
 
     def __post_init__(self) -> None:
         self.figures = figures(self.samples)
@@ -123,6 +125,9 @@ def table(fronts: Sequence[Front]) -> str:
         mine = app.figures[label] if app else None
         cells.append(f"{mine / peer:.2f}x" if mine is not None and peer else "—")
         rows.append("| " + " | ".join(cells) + " |")
+    for role in dict.fromkeys(r for f in fronts for r in f.cpu_cores):
+        used = [f"{f.cpu_cores[role]:.2f}" if role in f.cpu_cores else "—" for f in fronts]
+        rows.append(f"| CPU cores used: {role} | " + " | ".join(used) + " | |")
     loads = [f"{f.load_start:.1f} → {f.load_end:.1f}" for f in fronts]
     rows.append("| load average (1 min), start → end | " + " | ".join(loads) + " | |")
     return "\n".join(rows)
@@ -139,13 +144,13 @@ def verdict(fronts: Sequence[Front]) -> list[str]:
     if p99 is not None and peer_p99:
         ok = p99 <= CHAT_TTFT_P99_RATIO * peer_p99
         lines.append(
-            f"- chat TTFT p99 {p99 / peer_p99:.2f}x the best peer's (≤ {CHAT_TTFT_P99_RATIO}x): "
+            f"- chat TTFT p99 {p99 / peer_p99:.3f}x the best peer's (≤ {CHAT_TTFT_P99_RATIO}x): "
             f"{'met' if ok else 'missed'}"
         )
     if rate is not None and peer_rate:
         ok = rate >= DOC_RATE_RATIO * peer_rate
         lines.append(
-            f"- document prompt tokens/s {rate / peer_rate:.2f}x the best peer's (≥ {DOC_RATE_RATIO}x): "
+            f"- document prompt tokens/s {rate / peer_rate:.3f}x the best peer's (≥ {DOC_RATE_RATIO}x): "
             f"{'met' if ok else 'missed'}"
         )
     failed = [f"{f.name} {f.failures}" for f in fronts if f.failures]

@@ -20,7 +20,8 @@ The workload (closed loop, streaming): 2 document users (a 10-14k-token document
 on it in the same session, then the next document) and 4 chat users (20-60-token questions, 4 a session, 16
 output tokens), each thinking 0.5-1.5 s between requests, for `--duration-s`; prompts are sized in the model's
 own tokens (characters per token measured on its tokenizer). The table (chat TTFT, ITL, document TTFT and
-prompt tokens/s, follow-up TTFT, SLO attainment, failures, the ratio of this app to the best peer) goes to
+prompt tokens/s, follow-up TTFT, SLO attainment, failures, the ratio of this app to the best peer, and the CPU
+cores the engines, the front and the load generator used while the load ran: `loadtests.cpu_share`) goes to
 docs/results/peers/ with a PNG beside it (`harness.results`; `FAIRSHARE_RESULTS_DIR` moves the folder).
 """
 
@@ -51,6 +52,7 @@ from harness.results import LATEST_NAME, BenchmarkRun
 from harness.sglang_server import LocalServer
 from loadtests import prompts
 from loadtests.app import LocalApp, sglang_upstream_overrides
+from loadtests.cpu_share import CpuSampler
 from loadtests.peer_report import Front, markdown, plot
 from loadtests.recording import read_samples
 
@@ -142,6 +144,8 @@ def run_locust(url: str, name: str, flags: list[str], out: Path, duration_s: flo
     cmd = [sys.executable, "-m", "locust", "-f", str(REPO / "loadtests" / "locustfile.py"), "--headless"]
     cmd += ["--host", url, "--only-summary", "--samples-file", str(samples), *flags]
     load_start = os.getloadavg()[0]
+    cpu = CpuSampler()
+    cpu.start()
     with open(out / f"{name}.locust.log", "w") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
         try:
@@ -149,9 +153,10 @@ def run_locust(url: str, name: str, flags: list[str], out: Path, duration_s: flo
         except subprocess.TimeoutExpired:
             proc.terminate()
             proc.wait(timeout=60)
+    cores = cpu.stop()
     start = float(Path(f"{samples}.start").read_text()) if Path(f"{samples}.start").exists() else time.time()
     got = read_samples(samples) if samples.exists() else []
-    return Front(name, got, start, load_start, os.getloadavg()[0], proc.returncode)
+    return Front(name, got, start, load_start, os.getloadavg()[0], proc.returncode, cpu_cores=cores)
 
 
 # -- the fronts -------------------------------------------------------------------------------------------------

@@ -32,16 +32,16 @@ def test_the_verdict_judges_the_app_against_the_best_peer_of_each_figure():
     # Chat TTFT p99 0.5 s against the best peer's 2.0 s (0.25x); documents at 10,000 tok/s against 10,000.
     app = front("fairshare", [0.1] * 98 + [0.5, 0.5], 1.0)
     assert verdict([app, *peers]) == [
-        "- chat TTFT p99 0.25x the best peer's (≤ 0.25x): met",
-        "- document prompt tokens/s 1.00x the best peer's (≥ 0.9x): met",
+        "- chat TTFT p99 0.250x the best peer's (≤ 0.25x): met",
+        "- document prompt tokens/s 1.000x the best peer's (≥ 0.9x): met",
         "- failures: none in any front",
     ]
     failed = chat(0.1, status=500)
     failed.error = "HTTP 500"
     slower = front("fairshare", [0.1] * 98 + [0.6, 0.6], 1.2, extra=[failed])
     lines = verdict([slower, *peers])
-    assert lines[0] == "- chat TTFT p99 0.30x the best peer's (≤ 0.25x): missed"
-    assert lines[1] == "- document prompt tokens/s 0.83x the best peer's (≥ 0.9x): missed"
+    assert lines[0] == "- chat TTFT p99 0.300x the best peer's (≤ 0.25x): missed"
+    assert lines[1] == "- document prompt tokens/s 0.833x the best peer's (≥ 0.9x): missed"
     assert lines[2] == "- failures: fairshare 1"
 
 
@@ -53,6 +53,16 @@ def test_no_verdict_without_a_peer_and_the_table_says_which_front_is_best():
     assert p99.split(" | ")[1:] == ["0.1", "1", "0.10x |"]
     rate = next(r for r in rows if r.startswith("| document prompt tokens/s"))
     assert rate.endswith("| 2.00x |")
+    assert not any(r.startswith("| CPU cores used") for r in rows)  # none sampled
+
+
+def test_the_table_shows_the_cpu_each_role_used_where_it_was_sampled():
+    app, peer = front("fairshare", [0.1] * 10, 1.0), front("cache_aware", [1.0] * 10, 2.0)
+    app.cpu_cores = {"engines": 1.1, "front": 0.35, "load generator": 0.02}
+    peer.cpu_cores = {"engines": 1.2, "front": 0.01, "load generator": 0.02}
+    rows = table([app, peer]).splitlines()
+    assert "| CPU cores used: engines | 1.10 | 1.20 | |" in rows
+    assert "| CPU cores used: front | 0.35 | 0.01 | |" in rows
 
 
 @pytest.mark.parametrize("shed", [True, False])

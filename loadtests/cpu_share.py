@@ -1,0 +1,85 @@
+"""The CPU a load test's processes use, by role: the engines, the front before them, the load generator.
+
+On a machine whose cores the engines share with the front and the load generator (the peer benchmark on two
+CPU cores), how much of the CPU each role took says whether the engines were short of it or short of work. A
+sampler thread reads every process's CPU time (`psutil`) every `period_s` while the load runs; a process counts
+from its first sample (or from zero, if it started after the first) to its last, so one that exits during the
+load (the load generator at its end) still counts.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import psutil
+
+ROLES: list[tuple[str, re.Pattern[str]]] = [
+    # sglang's scheduler and detokenizer processes, a stock server's main process (its tokenizer), this app's
+    # engine replicas (which hold the tokenizer and start sglang's processes).
+    ("engines", re.compile(r"sglang::scheduler|sglang::detokenizer|sglang\.launch_server|ServeReplica:[^:]+:Engine")),
+    ("front", re.compile(r"sglang_router|sglang::router|ServeReplica|ProxyActor|ServeController|raylet|gcs_server")),
+    ("load generator", re.compile(r"locust")),
+]
+
+
+def role_of(cmdline: str) -> str | None:
+    """The role of a process by its command line (or title), the first of `ROLES` that matches; None: not one."""
+    return next((role for role, pattern in ROLES if pattern.search(cmdline)), None)
+
+
+@dataclass
+class CpuSampler:
+    """Cores used by each role between `start` and `stop` (`cores`)."""
+
+    period_s: float = 1.0
+    first: dict[int, float] = field(default_factory=dict)
+    last: dict[int, float] = field(default_factory=dict)
+    roles: dict[int, str] = field(default_factory=dict)
+    started_s: float = 0.0
+    elapsed_s: float = 0.0
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def sample(self, initial: bool = False) -> None:
+        for proc in psutil.process_iter(["pid", "name", "cmdline"]):
+            try:
+                role = role_of(" ".join(proc.info["cmdline"] or [proc.info["name"] or ""]))
+                if role is None:
+                    continue
+                times = proc.cpu_times()
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+            pid, used = proc.info["pid"], times.user + times.system
+            self.roles[pid] = role
+            self.first.setdefault(pid, used if initial else 0.0)
+            self.last[pid] = used
+
+    def start(self) -> None:
+        self.started_s = time.monotonic()
+        self.sample(initial=True)
+        self._thread = threading.Thread(target=self._run, name="cpu-sampler", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period_s):
+            self.sample()
+
+    def stop(self) -> dict[str, float]:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self.sample()
+        self.elapsed_s = time.monotonic() - self.started_s
+        return self.cores()
+
+    def cores(self) -> dict[str, float]:
+        """Cores each role used on average over the sampled time (every role of `ROLES`, 0 where none ran)."""
+        used: dict[str, float] = defaultdict(float)
+        for pid, last in self.last.items():
+            used[self.roles[pid]] += max(0.0, last - self.first[pid])
+        span = self.elapsed_s or (time.monotonic() - self.started_s)
+        return {role: used[role] / span if span > 0 else 0.0 for role, _ in ROLES}
