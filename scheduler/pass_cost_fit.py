@@ -271,17 +271,20 @@ class OnlinePassCost:
         times a plan."""
         if len(self._latest) < 2 or (prefill_tokens == 0 and decode_rows == 0):
             return 0.0
-        m = self.model
+        row_s, ctx_s = self.model.decode_row_s, self.model.decode_ctx_token_s
         first = second = 0.0
-        for tokens, pairs, rows, ctx, seconds in self._latest:
-            share = min(
-                1.0,
-                prefill_tokens / tokens if tokens else 1.0,
-                prefill_ctx_pairs / pairs if pairs else 1.0,
-            )
-            lacking = m.decode_row_s * max(0, rows - decode_rows)
-            lacking += m.decode_ctx_token_s * max(0, ctx - decode_ctx_tokens)
-            bound = share * max(0.0, seconds - lacking)
+        for tokens, pairs, rows, ctx, seconds in self._latest:  # comparisons before divisions: it runs per prediction
+            share = 1.0
+            if tokens and prefill_tokens < tokens:
+                share = prefill_tokens / tokens
+            if pairs and prefill_ctx_pairs < share * pairs:
+                share = prefill_ctx_pairs / pairs
+            left = seconds
+            if rows > decode_rows:
+                left -= row_s * (rows - decode_rows)
+            if ctx > decode_ctx_tokens:
+                left -= ctx_s * (ctx - decode_ctx_tokens)
+            bound = share * left
             if bound > first:
                 first, second = bound, first
             elif bound > second:
