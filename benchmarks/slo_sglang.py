@@ -155,14 +155,14 @@ def _bucket(value: float) -> int:
 
 def noise_floor(timed: list[dict[str, Any]]) -> tuple[float | None, int]:
     """The error no model of a pass's figures gets below: passes whose figures fall in the same `NOISE_BUCKET`-wide
-    bucket (log scale) at the same decode rows are grouped, and each is compared with its group's median
-    (``|measured / median - 1|``); the median of that over every group of at least `NOISE_GROUP` passes, and how
-    many passes it covers (None, 0: no such group)."""
+    bucket (log scale) at the same decode rows are grouped, and each is predicted by its group's median, its miss
+    taken as the fit's are (``|median / measured - 1|``); the median miss over every group of at least
+    `NOISE_GROUP` passes, and how many passes it covers (None, 0: no such group)."""
     groups: dict[tuple[int, ...], list[float]] = defaultdict(list)
     for t in timed:
         key = tuple(_bucket(t[f]) for f in ("prefill_tokens", "prefill_ctx_pairs", "decode_ctx_tokens"))
         groups[(*key, t["decode_rows"])].append(t["measured_s"])
-    spread = [abs(y / statistics.median(ys) - 1) for ys in groups.values() if len(ys) >= NOISE_GROUP for y in ys]
+    spread = [abs(statistics.median(ys) / y - 1) for ys in groups.values() if len(ys) >= NOISE_GROUP for y in ys]
     return (statistics.median(spread) if spread else None), len(spread)
 
 

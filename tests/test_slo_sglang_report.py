@@ -67,13 +67,14 @@ def test_the_report_judges_each_mode_by_the_policys_targets(capsys):
 
 
 def test_the_noise_floor_is_the_spread_of_passes_with_the_same_figures():
-    # Four decode passes of one shape at 10, 10, 12 and 8 ms (median 10 ms: misses 0, 0, 20%, 20%), and four
-    # chunks of another, 10% apart in time; a lone pass of a third shape has no group and does not count.
+    # Four decode passes of one shape at 10, 10, 12 and 8 ms (predicted by their median, 10 ms: misses 0, 0, 1/6,
+    # 1/4 as the fit's are taken), and four chunks of another at 100, 110, 100 and 90 ms (misses 0, 1/11, 0, 1/9);
+    # a lone pass of a third shape has no group and does not count.
     same = [timed(0, s, s) for s in (0.010, 0.010, 0.012, 0.008)]
     chunks = [timed(512, s, s) for s in (0.1, 0.11, 0.1, 0.09)]
     floor, grouped = bench.noise_floor([*same, *chunks, timed(4096, 0.9, 0.9)])
     assert grouped == 8
-    assert floor == pytest.approx(0.05)  # the median of 0, 0, .2, .2, 0, .1, 0, .1
+    assert floor == pytest.approx((0 + 1 / 11) / 2)  # the median of four zeros, 1/11, 1/9, 1/6 and 1/4
     # A different decode-row count, or a chunk twice as large, is another pass.
     other = [timed(0, 0.01, 0.01), timed(0, 0.01, 0.01, rows=2), timed(512, 0.1, 0.1), timed(1024, 0.2, 0.2)]
     assert bench.noise_floor(other * 3) == (None, 0)
@@ -82,7 +83,8 @@ def test_the_noise_floor_is_the_spread_of_passes_with_the_same_figures():
 def test_a_fit_target_below_the_noise_floor_is_reported_as_such(capsys):
     noisy = [timed(0, s, 0.01) for s in (0.006, 0.01, 0.014, 0.006, 0.014)]
     bench.report({"fairshare": [run(2.0, [0.2], timed=noisy)], "upstream": [run(2.0, [1.0])]}, None)
-    assert "(target <= 15%): missed (the passes' noise floor is 40.0%: no model of their figures meets it)" in (
+    # Predicted at their median (10 ms): misses 2/3, 0, 2/7, 2/3, 2/7 for the fit and the floor alike.
+    assert "(target <= 15%): missed (the passes' noise floor is 28.6%: no model of their figures meets it)" in (
         capsys.readouterr().out
     )
 
