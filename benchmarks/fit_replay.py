@@ -28,6 +28,7 @@ from typing import Any
 from harness.results import records
 from scheduler.pass_cost_fit import FitSettings, OnlinePassCost
 from scheduler.pass_trace import read_pass_timings
+from scheduler.slo import gap_quantile_s
 
 
 class HeldFit(OnlinePassCost):
@@ -74,33 +75,34 @@ def replay(passes: list[dict[str, Any]], make: Callable[[], OnlinePassCost]) -> 
     return out
 
 
-def quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+Replays = dict[int, dict[str, list[tuple[int, Figures, float, float]]]]
+"""engine (pid) -> variant -> `replay` of its passes."""
 
 
-def table(by_engine: dict[int, list[dict[str, Any]]]) -> list[str]:
+def replays_of(by_engine: dict[int, list[dict[str, Any]]]) -> Replays:
+    return {pid: {name: replay(passes, make) for name, make in VARIANTS.items()} for pid, passes in by_engine.items()}
+
+
+def table(replays: Replays) -> list[str]:
     head = " | ".join(f"measured/predicted p{round(100 * q)}" for q in QUANTILES)
     lines = [f"engine (pid) | variant | passes with prefill | {head} | max | median abs error", "---|" * 7 + "---"]
-    for pid, passes in by_engine.items():
-        for name, make in VARIANTS.items():
-            ratios = [m / p for _, _, m, p in replay(passes, make)]
+    for pid, runs in replays.items():
+        for name, rows in runs.items():
+            ratios = [m / p for _, _, m, p in rows]
             if not ratios:
                 continue
-            cells = " | ".join(f"{quantile(ratios, q):.2f}" for q in QUANTILES)
+            cells = " | ".join(f"{gap_quantile_s(ratios, q) or 0.0:.2f}" for q in QUANTILES)
             error = statistics.median(abs(r - 1) for r in ratios)
             lines.append(f"{pid} | {name} | {len(ratios)} | {cells} | {max(ratios):.2f} | {error:.1%}")
     return lines
 
 
-def early(by_engine: dict[int, list[dict[str, Any]]]) -> list[str]:
+def early(replays: Replays) -> list[str]:
     lines = []
-    for pid, passes in by_engine.items():
-        runs = {name: replay(passes[:EARLY_PASSES], s) for name, s in VARIANTS.items()}
-        built = runs["as built"]
+    for pid, runs in replays.items():
         others = {name: {i: p for i, _, _, p in rows} for name, rows in runs.items()}
-        for i, figures, measured, _ in built:
-            if figures[0] >= EARLY_CHUNK_TOKENS:
+        for i, figures, measured, _ in runs["as built"]:
+            if i < EARLY_PASSES and figures[0] >= EARLY_CHUNK_TOKENS:
                 predicted = ", ".join(f"{name} {others[name][i]:.3f} s" for name in VARIANTS if i in others[name])
                 lines.append(
                     f"{pid} pass {i}: {figures[0]} tokens, {figures[1]:.3g} pairs, measured {measured:.3f} s; "
@@ -131,9 +133,10 @@ def record(traces: list[Path], source: str) -> None:
     print("variants: as built; no floor (floor_passes=0); no floor, held (no floor, and refits at 8, 16, 31, 61, 121")
     print("passes then every 64, as before the fit refit every pass while young)")
     print()
-    print("\n".join(table(by_engine)))
+    replays = replays_of(by_engine)
+    print("\n".join(table(replays)))
     print(f"\nA new engine's first chunks of {EARLY_CHUNK_TOKENS}+ tokens (its first {EARLY_PASSES} passes):")
-    print("\n".join(early(by_engine)) or "none")
+    print("\n".join(early(replays)) or "none")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.results import records
+from scheduler.pass_trace import read_pass_timings, read_pass_trace
 
 DOC_TOKENS = 8000
 """Prefill tokens granted to a request in all that make it a document here."""
@@ -39,16 +39,11 @@ class Engine:
 
 def read(path: Path) -> dict[int, Engine]:
     engines: dict[int, Engine] = defaultdict(Engine)
-    for line in path.read_text().splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        engine = engines[int(record.get("pid", 0))]
-        if "timed_pass" in record:
-            engine.timed[int(record["timed_pass"])] = record
-        elif "forward_pass" in record and record.get("grants"):
-            engine.plans[int(record["forward_pass"])] = record
+    for record in read_pass_timings(path):
+        engines[int(record.get("pid", 0))].timed[int(record["timed_pass"])] = record
+    for record in read_pass_trace(path):
+        if "forward_pass" in record and record.get("grants"):
+            engines[int(record.get("pid", 0))].plans[int(record["forward_pass"])] = record
     return engines
 
 

@@ -10,7 +10,8 @@ from benchmarks import trace_timeline
 
 
 def plan(pid: int, i: int, grants: list, sized_by: str) -> dict:
-    return {"pid": pid, "forward_pass": i, "grants": [[rid, n, False] for rid, n in grants], "sized_by": sized_by}
+    grants = [[rid, n, False] for rid, n in grants]
+    return {"pid": pid, "pass": i, "forward_pass": i, "grants": grants, "sized_by": sized_by}
 
 
 def timed(pid: int, i: int, end: float, seconds: float) -> dict:
