@@ -162,7 +162,8 @@ def markdown(fronts: Sequence[Front], engine, chars_per_token: float, duration_s
     settings = (
         f"Two CPU sglang 0.5.23 engines per front: context {engine.context_tokens}, chunked prefill "
         f"{engine.chunk_tokens}, max running requests {engine.max_running_requests}, KV {engine.max_total_tokens} "
-        f"tokens, cache report on, OMP_NUM_THREADS=1, engines at niceness 15 and fronts and the load generator at 0; "
+        f"tokens, cache report on, OMP_NUM_THREADS=1, sglang's schedulers (the forward passes) at niceness 15, "
+        f"every other process at 0; "
         f"this app's class bound (short_request_tokens) {engine.short_request_tokens}. "
         f"Workload seed {seed}, {duration_s:.0f} s a front, "
         f"closed loop: "

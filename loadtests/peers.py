@@ -5,10 +5,9 @@
 
 Every front serves the same tiny random-weight Llama (`harness.tiny_model`, a 32,768-token context: a
 12,000-token document takes seconds to prefill on one core) on two CPU sglang 0.5.23 engines with the same
-settings (`EngineSettings`), `OMP_NUM_THREADS=1`, and the same CPU share: every engine process (a stock sglang
-server; this app's `Engine` replicas and the sglang processes they start) at niceness 15, every front (the
-sglang-router; this app's Serve proxy and ingress) and the load generator at 0, as where fronts and engines do
-not share cores. Fronts, in turn:
+settings (`EngineSettings`), `OMP_NUM_THREADS=1`, and the same CPU share: sglang's scheduler processes, which run the
+forward passes (the device), at niceness 15, every other process (the fronts, the engines' HTTP, tokenizer and
+detokenizer processes) and the load generator at 0, as beside a GPU (`DEVICE_PROCESS`). Fronts, in turn:
 
 - `fairshare`: this app (`config.sglang-cpu.yaml`): lanes that follow the load, the plugin's rules.
 - `fairshare-off`: this app with the plugin taking upstream's decisions (`sglang_upstream_overrides`: the
@@ -59,13 +58,17 @@ from loadtests.recording import read_samples
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "config.sglang-cpu.yaml"
 FRONTS = ("fairshare", "fairshare-off", "cache_aware", "round_robin")
-ENGINE_NICENESS = 15
-"""Every engine process, under every front. Ray starts its workers at this niceness by default: this app's front
-(Serve's proxy, the ingress) would then compete with the engines for the cores on equal terms, where the
-sglang-router does not (measured: chats' first tokens spent 0.3-0.7 s between the engine and the client while both
-engines prefilled documents)."""
+DEVICE_NICENESS = 15
+DEVICE_PROCESS = "sglang::scheduler"
+"""The title of the processes whose niceness is `DEVICE_NICENESS`, under every front: sglang's schedulers, which run
+the engines' forward passes, the device of these CPU engines. Every other process (the fronts, a stock server's HTTP
+and tokenizer process, sglang's detokenizers, this app's engine replicas, which hold sglang's tokenizer) and the
+load generator run at 0, as beside a GPU, where the device's work takes no host CPU from them. With every engine
+process at 15 (the runs up to 2026-12-02), a chat's first token took up to 0.36 s from the end of the pass that made
+it to the client while both schedulers prefilled documents: the detokenizer and the tokenizer waited for a core on
+equal terms with the two passes. With every process at 0, this app's Serve proxy and ingress waited so too."""
 RAY_NICENESS_VAR = "RAY_worker_niceness"
-"""Ray's own setting (its case is Ray's): the niceness it starts workers at."""
+"""Ray's own setting (its case is Ray's): the niceness it starts workers at (15 by default)."""
 ENGINE_REPLICA = "ServeReplica:fairshare:Engine"
 """The process title Ray gives this app's engine replicas."""
 LOCUST_GRACE_S = 300
@@ -189,10 +192,10 @@ def app_front(model: Path, engine: EngineSettings, upstream: bool) -> Callable[[
 
     @contextlib.contextmanager
     def start() -> Iterator[tuple[str, str]]:
-        os.environ[RAY_NICENESS_VAR] = "0"  # read when Ray starts: the front at 0, the engines reniced below
+        os.environ[RAY_NICENESS_VAR] = "0"  # read when Ray starts: every worker at 0, the schedulers reniced below
         try:
             with LocalApp(CONFIG, {"engine_replicas": 2, "policy": policy}, edit=edit, deploy_timeout_s=900) as local:
-                renice_engines(ENGINE_NICENESS)
+                renice_devices(engine_replicas(), DEVICE_NICENESS)
                 yield local.url, model_id(local.url)
         finally:
             os.environ.pop(RAY_NICENESS_VAR, None)
@@ -200,15 +203,25 @@ def app_front(model: Path, engine: EngineSettings, upstream: bool) -> Callable[[
     return start
 
 
-def renice_engines(niceness: int) -> None:
-    """This app's engine replicas and every process they started (sglang's) at `niceness`."""
+def renice_devices(roots: list[psutil.Process], niceness: int) -> None:
+    """Every sglang scheduler started by `roots` (one a root) at `niceness` (`DEVICE_PROCESS`)."""
+    for root in roots:
+        schedulers = []
+        for proc in root.children(recursive=True):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                if DEVICE_PROCESS in " ".join(proc.cmdline()):
+                    proc.nice(niceness)
+                    schedulers.append(proc)
+        if not schedulers:
+            raise RuntimeError(f"no {DEVICE_PROCESS!r} process under pid {root.pid} to renice")
+
+
+def engine_replicas() -> list[psutil.Process]:
+    """This app's engine replica processes (`ENGINE_REPLICA`)."""
     replicas = [p for p in psutil.process_iter(["cmdline"]) if ENGINE_REPLICA in " ".join(p.info["cmdline"] or ())]
     if not replicas:
-        raise RuntimeError(f"no process titled {ENGINE_REPLICA!r} to renice")
-    for replica in replicas:
-        for proc in (replica, *replica.children(recursive=True)):
-            with contextlib.suppress(psutil.NoSuchProcess):
-                proc.nice(niceness)
+        raise RuntimeError(f"no process titled {ENGINE_REPLICA!r}")
+    return replicas
 
 
 def _config() -> dict[str, Any]:
@@ -226,11 +239,10 @@ def router_front(
     def start() -> Iterator[tuple[str, str]]:
         env = cpu_sglang_env(plugin_enabled=False)
         servers = [LocalServer(model, engine.server_args(), env, out / f"{policy}.server{i}.log") for i in range(2)]
-        for server in servers:
-            server.command = ["nice", "-n", str(ENGINE_NICENESS), *server.command]
         try:
             with ThreadPoolExecutor(2) as pool:
                 list(pool.map(LocalServer.start, servers))
+            renice_devices([psutil.Process(s.proc.pid) for s in servers if s.proc], DEVICE_NICENESS)
             workers = [f"http://127.0.0.1:{s.port}" for s in servers]
             with launch_router(policy, workers, out) as url:
                 yield url, model_id(workers[0])  # the router lists no models: a worker does

@@ -78,6 +78,24 @@ class PolicyConfig(BaseSettings):
         description="Interactive streams' time-between-tokens target, p99, seconds: bounds every pass while short "
         "streams decode (they ride in it, or wait for it).",
     )
+    pass_throughput_slack: float | None = Field(
+        None,
+        ge=0,
+        lt=1,
+        description="Within the targets' bounds, a pass carries the fewest document tokens whose prefill throughput "
+        "the pass-cost model predicts within this fraction of the best the bounds allow (scheduler.slo_sizing."
+        "throughput_knee): shorter passes shorten the chats' waits past the targets where the model says they cost "
+        "documents little (a CPU engine). None: the largest pass the targets allow.",
+    )
+    pass_overrun_quantile: float = Field(
+        0.9,
+        ge=0,
+        le=1,
+        description="The pass-cost fit's stated error, which every predicted second is charged with against the "
+        "targets: this quantile of the latest prefill passes' overrun of their predictions (measured / predicted - 1; "
+        "scheduler.pass_cost_fit). A chat waits for whole passes and the targets are p99s: lower trades the chats' "
+        "tail for bigger passes (0.5: the median overrun).",
+    )
     slot_aware_passes: bool = Field(
         True,
         description="While short streams decoding hold more than the interactive reserve of running slots and a "

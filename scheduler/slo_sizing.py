@@ -77,6 +77,7 @@ class SizedBy(StrEnum):
     TTFT = "ttft"  # room for a chat that arrives during this pass
     ADMIT = "admit"  # what the wait of the short requests this pass admits left of their TTFT
     OUTPUT = "output"  # the last pass admitted short requests, whose first tokens leave after this one: minimal
+    THROUGHPUT = "throughput"  # within `pass_throughput_slack` of the best prefill throughput the bounds allow
     SLOTS = "slots"  # short requests lack running slots: no long prefill beyond the floor
     IDLE = "idle"  # nobody to prefill: not sized
 
@@ -200,6 +201,46 @@ def largest_within(bound_s: float, floor: int, limit: int, seconds: Callable[[in
     return lo
 
 
+def throughput_knee(slack: float, floor: int, tokens: int, seconds: Callable[[int], float]) -> int:
+    """The fewest long tokens in [floor, tokens] whose pass the model predicts within ``1 - slack`` of the best long
+    prefill throughput (tokens / `seconds`) any size in that range reaches. A pass's cost is a fixed part (its launch,
+    the short requests and decoding rows it carries) plus a part that grows with its tokens, at least linearly (a
+    chunk attends to itself): the throughput rises to a peak and falls after it, and near the peak it is flat, so a
+    pass much shorter than the largest the targets allow may cost documents almost nothing. On a CPU engine that
+    peak is a few hundred tokens deep in a document, where the largest pass a TTFT target allows is thousands.
+    Non-decreasing in `tokens`, so the pass size stays non-decreasing in each target."""
+    lo = max(floor, 1)
+    if tokens <= lo:
+        return tokens
+    memo: dict[int, float] = {}
+
+    def rate(n: int) -> float:
+        if n not in memo:
+            s = seconds(n)
+            memo[n] = n / s if s > 0 else math.inf
+        return memo[n]
+
+    a, b = lo, tokens  # the peak of a unimodal rate: ternary search on the integers
+    while b - a > 2:
+        m1, m2 = a + (b - a) // 3, b - (b - a) // 3
+        if rate(m1) < rate(m2):
+            a = m1 + 1
+        else:
+            b = m2
+    peak = max(range(a, b + 1), key=rate)
+    if math.isinf(rate(peak)):
+        return tokens  # a model that predicts no cost: nothing to save
+    wanted = (1.0 - slack) * rate(peak)
+    a, b = lo, peak  # the fewest tokens at or past `wanted`: the rate rises up to the peak
+    while a < b:
+        mid = (a + b) // 2
+        if rate(mid) >= wanted:
+            b = mid
+        else:
+            a = mid + 1
+    return a
+
+
 def long_floor_tokens(cfg: PolicyConfig, load: PassLoad) -> int:
     """The long prefill a pass keeps whatever bounds it (no size keeps a target, or chats lack running slots), so
     documents keep moving under chat overload; a pass that admits short requests is theirs, and the documents go
@@ -254,6 +295,10 @@ class SloSizer:
                 tokens = largest_within(allowed_s, floor, load.limit_long_tokens, seconds)
             return PassSize(tokens, tightest.by, tightest.seconds, missed, minimal_s)
         tokens = largest_within(tightest.seconds, floor, load.limit_long_tokens, seconds)
+        if cfg.pass_throughput_slack is not None:
+            knee = throughput_knee(cfg.pass_throughput_slack, floor, tokens, seconds)
+            if knee < tokens:
+                return PassSize(knee, SizedBy.THROUGHPUT, tightest.seconds, minimal_s=minimal_s)
         by = SizedBy.CHUNK if tokens == load.limit_long_tokens else tightest.by
         return PassSize(tokens, by, tightest.seconds, minimal_s=minimal_s)
 

@@ -12,9 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler.pass_cost import chunk_ctx_pairs
+from scheduler.pass_cost_fit import LinearPassCost
 from scheduler.planner import PassPlanner
 from scheduler.sim.cost_model import CostModel
 from scheduler.sim.presets import H100_8B
+from scheduler.slo_sizing import throughput_knee
 from scheduler.snapshot import Candidate, QueueSnapshot
 from tests.factories import cand, cfg, snap
 from tests.hypothesis_budget import examples
@@ -326,18 +328,15 @@ def _planned(cost: CostModel, snapshot: QueueSnapshot, **knobs: object):
 @settings(max_examples=examples(300), deadline=None, derandomize=True)
 @given(COSTS, situations(), TARGETS_S, TARGETS_S, TARGETS_S)
 def test_passes_grow_with_the_targets_never_above_the_chunk_budget(cost, snapshot, ttft_s, tbt_s, more_s):
-    """Monotone in the targets. The one exception is by design (`missed_pass_stretch`): a pass no size keeps in
-    target may take the chunk where that costs little more than the minimal pass, so across the edge of what the
-    hardware can keep a tighter target can plan more; with the stretch off the controller is monotone throughout,
-    and with it on wherever the tighter target can be kept."""
-    for stretch in (1.0, 2.0):
-        plan = _planned(cost, snapshot, ttft_target_s=ttft_s, tbt_target_s=tbt_s, missed_pass_stretch=stretch)
-        looser_ttft = _planned(
-            cost, snapshot, ttft_target_s=ttft_s + more_s, tbt_target_s=tbt_s, missed_pass_stretch=stretch
-        )
-        looser_tbt = _planned(
-            cost, snapshot, ttft_target_s=ttft_s, tbt_target_s=tbt_s + more_s, missed_pass_stretch=stretch
-        )
+    """Monotone in the targets, with or without the throughput knee. The one exception is by design
+    (`missed_pass_stretch`): a pass no size keeps in target may take the chunk where that costs little more than
+    the minimal pass, so across the edge of what the hardware can keep a tighter target can plan more; with the
+    stretch off the controller is monotone throughout, and with it on wherever the tighter target can be kept."""
+    for stretch, slack in ((1.0, None), (2.0, None), (1.0, 0.05), (2.0, 0.05)):
+        knobs = dict(missed_pass_stretch=stretch, pass_throughput_slack=slack)
+        plan = _planned(cost, snapshot, ttft_target_s=ttft_s, tbt_target_s=tbt_s, **knobs)
+        looser_ttft = _planned(cost, snapshot, ttft_target_s=ttft_s + more_s, tbt_target_s=tbt_s, **knobs)
+        looser_tbt = _planned(cost, snapshot, ttft_target_s=ttft_s, tbt_target_s=tbt_s + more_s, **knobs)
         for p in (plan, looser_ttft, looser_tbt):
             assert 1 <= p.pass_budget_tokens <= 4096 and p.num_prefill_tokens <= p.pass_budget_tokens
         if stretch == 1.0 or not plan.missed_targets:
@@ -362,8 +361,8 @@ ERRORS = st.floats(0.0, 2.0)
 def test_a_larger_stated_error_never_plans_a_bigger_pass(cost, snapshot, ttft_s, tbt_s, error, more):
     """The same exception as the targets' (`missed_pass_stretch`): where the larger error puts the targets out of
     reach the stretched minimal pass may be bigger; with the stretch off, never."""
-    for stretch in (1.0, 2.0):
-        knobs = dict(ttft_target_s=ttft_s, tbt_target_s=tbt_s, missed_pass_stretch=stretch)
+    for stretch, slack in ((1.0, None), (2.0, None), (1.0, 0.05), (2.0, 0.05)):
+        knobs = dict(ttft_target_s=ttft_s, tbt_target_s=tbt_s, missed_pass_stretch=stretch, pass_throughput_slack=slack)
         plan = _planned(Stating(cost, error), snapshot, **knobs)
         wider = _planned(Stating(cost, error + more), snapshot, **knobs)
         for p in (plan, wider):
@@ -373,3 +372,53 @@ def test_a_larger_stated_error_never_plans_a_bigger_pass(cost, snapshot, ttft_s,
     # The pass as planned, charged with the error, is within the bound, unless no pass could keep it.
     if wider.predicted_pass_s is not None and not wider.missed_targets and wider.sized_by != "slots":
         assert (1 + error + more) * wider.predicted_pass_s <= wider.pass_bound_s * (1 + 1e-9)
+
+
+def linear_seconds(fixed_s: float, token_s: float, pair_s: float, ctx: int):
+    return lambda n: fixed_s + token_s * n + pair_s * chunk_ctx_pairs(ctx, n)
+
+
+@settings(max_examples=examples(200), deadline=None, derandomize=True)
+@given(
+    fixed_s=st.floats(1e-4, 0.1),
+    token_s=st.floats(0.0, 1e-3),
+    pair_s=st.floats(0.0, 1e-7),
+    ctx=st.integers(0, 100_000),
+    floor=st.integers(0, 256),
+    tokens=st.integers(0, 1500),
+    more=st.integers(0, 1500),
+    slack=st.floats(0.0, 0.5),
+)
+def test_the_throughput_knee_is_the_fewest_tokens_near_the_best_rate(
+    fixed_s, token_s, pair_s, ctx, floor, tokens, more, slack
+):
+    seconds = linear_seconds(fixed_s, token_s, pair_s, ctx)
+    knee = throughput_knee(slack, floor, tokens, seconds)
+    lo = max(floor, 1)
+    if tokens <= lo:
+        assert knee == tokens
+        return
+    rates = {n: n / seconds(n) for n in range(lo, tokens + 1)}
+    best = max(rates.values())
+    assert lo <= knee <= tokens and rates[knee] >= (1 - slack) * best * (1 - 1e-12)
+    assert all(rates[n] < (1 - slack) * best for n in range(lo, knee))  # none fewer reaches it
+    assert throughput_knee(slack, floor, tokens + more, seconds) >= knee  # so the targets stay monotone
+
+
+def test_a_cpu_engine_deep_in_a_document_plans_passes_near_its_best_rate_not_its_largest():
+    # A CPU engine's fitted costs (scheduler.pass_cost_fit on the peer benchmark's engines): 6.5 ms a pass.
+    cpu = LinearPassCost(
+        fixed_s=0.0065, prefill_token_s=4.8e-5, prefill_pair_s=2.2e-8, decode_row_s=7e-4, decode_ctx_token_s=7e-7
+    )
+    snapshot = snap([], continuing=[doc(ctx=12_000)])
+    largest = PassPlanner(cfg(ttft_target_s=0.5, chunk_budget_tokens=2048), pass_cost=cpu).plan(snapshot)
+    knee = PassPlanner(
+        cfg(ttft_target_s=0.5, chunk_budget_tokens=2048, pass_throughput_slack=0.02), pass_cost=cpu
+    ).plan(snapshot)
+    assert largest.sized_by == "ttft" and knee.sized_by == "throughput"
+    assert knee.pass_budget_tokens < largest.pass_budget_tokens / 3  # a third of the pass, a quarter of the wait
+
+    def rate(plan) -> float:
+        return plan.pass_budget_tokens / plan.predicted_pass_s
+
+    assert rate(knee) >= 0.98 * rate(largest)

@@ -46,7 +46,7 @@ from scheduler.config import (
 from scheduler.diagnostics import log_pass_cost, pass_cost_line
 from scheduler.interleave import DecodeInterleave, short_decode_passes
 from scheduler.pass_cost import AttentionWork
-from scheduler.pass_cost_fit import OnlinePassCost
+from scheduler.pass_cost_fit import FitSettings, OnlinePassCost
 from scheduler.pass_trace import ArrivalLog, PassTraceWriter, pass_record, timing_record
 from scheduler.planner import PassPlanner
 from scheduler.sglang_plugin.adder import PassRun
@@ -386,7 +386,11 @@ def attach_policy(sched: Scheduler, missing_targets: list[str] | tuple[str, ...]
     if missing_targets:
         reason = f"hook targets not patched: {', '.join(missing_targets)}"
         logger.error("fairshare: %s; the plugin patches nothing and sglang runs unpatched", reason)
-    fit = OnlinePassCost(frozen_reason=fit_frozen_reason(sched), attention=attention_work(sched))
+    fit = OnlinePassCost(
+        settings=FitSettings(overrun_quantile=cfg.pass_overrun_quantile),
+        frozen_reason=fit_frozen_reason(sched),
+        attention=attention_work(sched),
+    )
     policy = SchedulerPolicy(PassPlanner(cfg, pass_cost=fit), inactive_reason=reason, pass_cost=fit)
     if reason is None:
         policy.timer = PassTimer(fit, synchronous_launch=launch_is_synchronous(sched))

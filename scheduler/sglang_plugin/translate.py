@@ -18,9 +18,10 @@ judges a request the way sglang's own admission does (sglang 0.5.23, `schedule_p
 - for the pass-cost model: a request's ``ctx_tokens`` are the tokens its next chunk attends to besides itself
   (the cached prefix it matched, host-tier hits included, or what a half-prefilled request has prefilled),
   ``decode_ctx_tokens`` the decoding streams' sequence lengths summed (their attention), and
-  ``admission_lag_passes`` is 1 under sglang's overlap scheduler (it plans a pass before it has read the arrivals
-  of the pass in flight), else 0; ``output_lag_passes`` is 1 under it on a synchronous device (CPU: it processes a
-  pass's results, first tokens included, once the next pass has run), else 0.
+  ``admission_lag_passes`` is 1 under sglang's overlap scheduler on an asynchronous device (a GPU: it plans a
+  pass before it has read the arrivals of the pass in flight), else 0; ``output_lag_passes`` is 1 under it on a
+  synchronous device (CPU: it processes a pass's results, first tokens included, once the next pass has run),
+  else 0.
 
 Waiting requests are prefix-matched (`Req.init_next_round_input`, what sglang's scan does before judging
 one) only when the planner looks at them, so the scan window stays bounded by the planner's own rules.
@@ -297,8 +298,12 @@ def engine_state(sched: Scheduler, adder: PrefillAdder, cfg: PolicyConfig, with_
 
 
 def admission_lag_passes(sched: Scheduler) -> int:
-    """1 under the overlap scheduler, which plans a pass before processing the result of the pass in flight."""
-    return int(bool(sched.enable_overlap))
+    """1 under the overlap scheduler on an asynchronous device: it plans the next pass while the pass in flight runs,
+    so a request that arrives meanwhile waits for that next pass too. On a synchronous device (CPU) the launch runs
+    the pass, and the loop reads new requests before it plans again: a request that arrives during a pass is in the
+    next one (sglang 0.5.23 ``Scheduler.event_loop_overlap``: receive, plan, ``run_batch``, process the previous
+    pass's results), 0."""
+    return int(bool(sched.enable_overlap) and not launch_is_synchronous(sched))
 
 
 def launch_is_synchronous(sched: Scheduler) -> bool:

@@ -49,6 +49,8 @@ SWITCH_VALUES = {
     "long_pass_floor_tokens": ("200", 200),
     "missed_pass_stretch": ("3.0", 3.0),
     "slot_aware_passes": ("false", False),
+    "pass_overrun_quantile": ("0.75", 0.75),
+    "pass_throughput_slack": ("0.05", 0.05),
 }
 SGLANG_OWNED = {"mixed_decode": "enable_mixed_chunk", "decode_steps_per_prefill": "prefill_decode_interval"}
 
@@ -59,6 +61,8 @@ def test_every_policy_switch_is_honoured(monkeypatch):
         monkeypatch.setenv(env_var_name(field), raw)
     cfg = policy_config_for(build_scheduler(SEED_ENGINE, patched=True))
     assert {f: getattr(cfg, f) for f in SWITCH_VALUES} == {f: v for f, (_, v) in SWITCH_VALUES.items()}
+    fit = attach_policy(build_scheduler(SEED_ENGINE, patched=True)).pass_cost
+    assert fit.settings.overrun_quantile == 0.75  # the fit's stated error is the operator's quantile
 
 
 def test_f_is_derived_from_sglangs_limits_and_logged_at_start(caplog):
