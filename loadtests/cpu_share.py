@@ -5,6 +5,10 @@ CPU cores), how much of the CPU each role took says whether the engines were sho
 sampler thread reads every process's CPU time (`psutil`) every `period_s` while the load runs; a process counts
 from its first sample (or from zero, if it started after the first) to its last, so one that exits during the
 load (the load generator at its end) still counts.
+
+It also reads how long each role's threads were ready to run but waited for a core (Linux's run-queue wait,
+``/proc/PID/task/TID/schedstat``; absent elsewhere): the engines' wait is the share of the cores the other
+processes took from them while they had work.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import psutil
 
@@ -31,6 +36,19 @@ def role_of(cmdline: str) -> str | None:
     return next((role for role, pattern in ROLES if pattern.search(cmdline)), None)
 
 
+def run_queue_wait_s(pid: int, proc_root: Path = Path("/proc")) -> float | None:
+    """Seconds the threads of process `pid` have spent ready to run, waiting for a core (the second field of each
+    thread's ``schedstat``); None where the kernel does not say (not Linux, no schedstats, the process gone)."""
+    total, seen = 0, False
+    for stat in (proc_root / str(pid) / "task").glob("*/schedstat"):
+        try:
+            total += int(stat.read_text().split()[1])
+            seen = True
+        except (OSError, IndexError, ValueError):
+            continue
+    return total / 1e9 if seen else None
+
+
 @dataclass
 class CpuSampler:
     """Cores used by each role between `start` and `stop` (`cores`)."""
@@ -38,6 +56,8 @@ class CpuSampler:
     period_s: float = 1.0
     first: dict[int, float] = field(default_factory=dict)
     last: dict[int, float] = field(default_factory=dict)
+    first_wait: dict[int, float] = field(default_factory=dict)
+    last_wait: dict[int, float] = field(default_factory=dict)
     roles: dict[int, str] = field(default_factory=dict)
     started_s: float = 0.0
     elapsed_s: float = 0.0
@@ -57,6 +77,10 @@ class CpuSampler:
             self.roles[pid] = role
             self.first.setdefault(pid, used if initial else 0.0)
             self.last[pid] = used
+            waited = run_queue_wait_s(pid)
+            if waited is not None:
+                self.first_wait.setdefault(pid, waited if initial else 0.0)
+                self.last_wait[pid] = waited
 
     def start(self) -> None:
         self.started_s = time.monotonic()
@@ -78,8 +102,16 @@ class CpuSampler:
 
     def cores(self) -> dict[str, float]:
         """Cores each role used on average over the sampled time (every role of `ROLES`, 0 where none ran)."""
-        used: dict[str, float] = defaultdict(float)
-        for pid, last in self.last.items():
-            used[self.roles[pid]] += max(0.0, last - self.first[pid])
+        return self._per_role(self.first, self.last)
+
+    def waiting_cores(self) -> dict[str, float]:
+        """Cores-worth of each role's threads waiting for a core, on average over the sampled time: 0.3 is three
+        tenths of a second a second. Empty where the kernel reports no run-queue wait."""
+        return self._per_role(self.first_wait, self.last_wait) if self.last_wait else {}
+
+    def _per_role(self, first: dict[int, float], last: dict[int, float]) -> dict[str, float]:
+        total: dict[str, float] = defaultdict(float)
+        for pid, end in last.items():
+            total[self.roles[pid]] += max(0.0, end - first[pid])
         span = self.elapsed_s or (time.monotonic() - self.started_s)
-        return {role: used[role] / span if span > 0 else 0.0 for role, _ in ROLES}
+        return {role: total[role] / span if span > 0 else 0.0 for role, _ in ROLES}

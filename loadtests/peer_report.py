@@ -38,6 +38,8 @@ class Front:
     figures: dict[str, float | None] = field(default_factory=dict)
     cpu_cores: dict[str, float] = field(default_factory=dict)
     """Cores each role used while the load ran (`loadtests.cpu_share`): engines, front, load generator."""
+    cpu_waiting: dict[str, float] = field(default_factory=dict)
+    """Cores-worth of each role's threads ready to run but waiting for a core (`CpuSampler.waiting_cores`)."""
 
     def __post_init__(self) -> None:
         self.figures = figures(self.samples)
@@ -125,9 +127,10 @@ def table(fronts: Sequence[Front]) -> str:
         mine = app.figures[label] if app else None
         cells.append(f"{mine / peer:.2f}x" if mine is not None and peer else "—")
         rows.append("| " + " | ".join(cells) + " |")
-    for role in dict.fromkeys(r for f in fronts for r in f.cpu_cores):
-        used = [f"{f.cpu_cores[role]:.2f}" if role in f.cpu_cores else "—" for f in fronts]
-        rows.append(f"| CPU cores used: {role} | " + " | ".join(used) + " | |")
+    for what, per_front in (("used", "cpu_cores"), ("waited for", "cpu_waiting")):
+        for role in dict.fromkeys(r for f in fronts for r in getattr(f, per_front)):
+            cells = [f"{getattr(f, per_front)[role]:.2f}" if role in getattr(f, per_front) else "—" for f in fronts]
+            rows.append(f"| CPU cores {what}: {role} | " + " | ".join(cells) + " | |")
     loads = [f"{f.load_start:.1f} → {f.load_end:.1f}" for f in fronts]
     rows.append("| load average (1 min), start → end | " + " | ".join(loads) + " | |")
     return "\n".join(rows)

@@ -159,7 +159,9 @@ def run_locust(url: str, name: str, flags: list[str], out: Path, duration_s: flo
     cores = cpu.stop()
     start = float(Path(f"{samples}.start").read_text()) if Path(f"{samples}.start").exists() else time.time()
     got = read_samples(samples) if samples.exists() else []
-    return Front(name, got, start, load_start, os.getloadavg()[0], proc.returncode, cpu_cores=cores)
+    return Front(
+        name, got, start, load_start, os.getloadavg()[0], proc.returncode, cores, cpu_waiting=cpu.waiting_cores()
+    )
 
 
 # -- the fronts -------------------------------------------------------------------------------------------------

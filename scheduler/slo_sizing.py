@@ -22,8 +22,11 @@ A forward pass in flight cannot be interrupted, so the policy keeps its service 
 
 Within those bounds a pass carries as much long prefill as the model predicts fits: bisection on the model, which
 must be non-decreasing in each argument, so the pass size is non-decreasing in each target wherever the targets can
-be kept. The long tokens are charged at the largest context among the long requests sharing the pass (exact when
-one does, an upper bound when several do). A target that even the minimal pass (the short requests admitted, the
+be kept. With ``pass_throughput_slack`` set it carries fewer: the fewest long tokens whose predicted rate is within
+that slack of the best any size within the bounds reaches (`throughput_knee`, `SizedBy.THROUGHPUT`), which on an
+engine whose passes cost little beyond their tokens (CPU) is a fraction of the largest. The long tokens are
+charged at the largest context among the long requests sharing the pass (exact when one does, an upper bound when
+several do). A target that even the minimal pass (the short requests admitted, the
 decode rows, and in a pass that admits none ``long_pass_floor_tokens`` of documents) breaks is a miss, which the
 planner counts and logs: the pass is the minimal one, its documents' share stretched by ``missed_pass_stretch``
 (what the floor costs the pass, times that), so documents keep moving where the floor's cost is mostly fixed.

@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from loadtests.cpu_share import CpuSampler, role_of
+from loadtests.cpu_share import CpuSampler, role_of, run_queue_wait_s
 
 
 def test_processes_are_told_apart_by_their_command_lines():
@@ -30,3 +30,27 @@ def test_a_process_that_exits_during_the_load_is_counted():
     assert set(cores) == {"engines", "front", "load generator"}
     used_s = cores["load generator"] * sampler.elapsed_s
     assert 0.3 <= used_s <= 0.5 + 0.5  # up to one sampling period lost at its exit; its start-up on top
+
+
+def test_run_queue_wait_is_summed_over_a_process_threads(tmp_path):
+    # /proc/PID/task/TID/schedstat: ns on a CPU, ns waiting on a run queue, time slices.
+    for tid, line in (("7", "900 2000000000 5\n"), ("8", "100 500000000 3\n"), ("9", "garbage\n")):
+        (tmp_path / "7" / "task" / tid).mkdir(parents=True)
+        (tmp_path / "7" / "task" / tid / "schedstat").write_text(line)
+    assert run_queue_wait_s(7, proc_root=tmp_path) == 2.5
+    assert run_queue_wait_s(8, proc_root=tmp_path) is None  # no such process: nothing said
+
+
+def test_threads_that_wait_for_a_core_are_counted_for_their_role():
+    sampler = CpuSampler(period_s=0.05)
+    sampler.start()
+    # Three "load generators" that each burn 0.4 CPU seconds on the same core: two wait while one runs.
+    one_core = "import os\nos.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
+    burn = one_core + "import time\nwhile time.process_time() < 0.4: pass"
+    procs = [subprocess.Popen([sys.executable, "-c", burn, "locust"]) for _ in range(3)]
+    for p in procs:
+        p.wait()
+    sampler.stop()
+    waited = sampler.waiting_cores()
+    # Three of them on one core for at least 1.2 s: each waits while another runs, at least 0.8 s in all.
+    assert waited["load generator"] * sampler.elapsed_s >= 0.6

@@ -60,9 +60,11 @@ def test_the_table_shows_the_cpu_each_role_used_where_it_was_sampled():
     app, peer = front("fairshare", [0.1] * 10, 1.0), front("cache_aware", [1.0] * 10, 2.0)
     app.cpu_cores = {"engines": 1.1, "front": 0.35, "load generator": 0.02}
     peer.cpu_cores = {"engines": 1.2, "front": 0.01, "load generator": 0.02}
+    app.cpu_waiting = {"engines": 0.36, "front": 0.3}
     rows = table([app, peer]).splitlines()
     assert "| CPU cores used: engines | 1.10 | 1.20 | |" in rows
     assert "| CPU cores used: front | 0.35 | 0.01 | |" in rows
+    assert "| CPU cores waited for: engines | 0.36 | — | |" in rows  # the kernel said nothing for the peer
 
 
 @pytest.mark.parametrize("shed", [True, False])
