@@ -25,6 +25,8 @@ def _other_valid_value(name: str, default: object) -> object:
     """A valid value other than the default, for any knob."""
     if isinstance(default, bool):
         return not default
+    if name in ("pass_throughput_slack", "pass_overrun_quantile"):
+        return 0.25  # fractions
     if default is None:
         return 1024  # the optional token knobs: a pass size or a cap within the default chunk budget
     if name == "chunk_budget_tokens":
