@@ -35,7 +35,8 @@ class Front:
     load_start: float
     load_end: float
     locust_rc: int | None = None
-    figures: dict[str, float | None] = field(default_factory=dict)
+    figures: dict[str, float | None] = field(init=False)
+    """The table's figures of `samples`, computed once."""
     cpu_cores: dict[str, float] = field(default_factory=dict)
     """Cores each role used while the load ran (`loadtests.cpu_share`): engines, front, load generator."""
     cpu_waiting: dict[str, float] = field(default_factory=dict)

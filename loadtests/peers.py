@@ -156,11 +156,23 @@ def run_locust(url: str, name: str, flags: list[str], out: Path, duration_s: flo
         except subprocess.TimeoutExpired:
             proc.terminate()
             proc.wait(timeout=60)
-    cores = cpu.stop()
+    cpu.stop()
+    return front_of(name, samples, load_start, proc.returncode, cpu)
+
+
+def front_of(name: str, samples: Path, load_start: float, locust_rc: int | None, cpu: CpuSampler) -> Front:
+    """One front's result: its samples (none if the file is missing) and what the sampler measured."""
     start = float(Path(f"{samples}.start").read_text()) if Path(f"{samples}.start").exists() else time.time()
     got = read_samples(samples) if samples.exists() else []
     return Front(
-        name, got, start, load_start, os.getloadavg()[0], proc.returncode, cores, cpu_waiting=cpu.waiting_cores()
+        name,
+        got,
+        start,
+        load_start,
+        os.getloadavg()[0],
+        locust_rc,
+        cpu_cores=cpu.cores(),
+        cpu_waiting=cpu.waiting_cores(),
     )
 
 

@@ -3,9 +3,14 @@ acceptance of the comparison with sglang's router."""
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict
+
 import pytest
 
+from loadtests.cpu_share import CpuSampler
 from loadtests.peer_report import Front, meets_slo, table, verdict
+from loadtests.peers import front_of
 from loadtests.recording import Sample
 
 
@@ -74,3 +79,14 @@ def test_a_shed_chat_is_no_failure_and_counts_against_no_attainment(shed):
     f = front("fairshare", [0.1] * 3, 1.0, extra=[refused])
     assert f.failures == (0 if shed else 1)
     assert f.figures["chat SLO attainment"] == (100.0 if shed else 75.0)
+
+
+def test_a_fronts_result_carries_the_cpu_its_roles_used_and_waited_for(tmp_path):
+    samples = tmp_path / "fairshare.samples.jsonl"
+    samples.write_text(json.dumps(asdict(chat(0.2, 0))) + "\n")
+    cpu = CpuSampler(roles={1: "engines", 2: "front"}, elapsed_s=10.0)
+    cpu.first, cpu.last = {1: 5.0, 2: 0.0}, {1: 17.0, 2: 2.5}
+    cpu.first_wait, cpu.last_wait = {1: 1.0, 2: 0.0}, {1: 4.0, 2: 3.0}
+    rows = table([front_of("fairshare", samples, 1.0, 0, cpu)]).splitlines()
+    assert "| CPU cores used: engines | 1.20 | |" in rows and "| CPU cores used: front | 0.25 | |" in rows
+    assert "| CPU cores waited for: engines | 0.30 | |" in rows and "| CPU cores waited for: front | 0.30 | |" in rows
