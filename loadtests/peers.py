@@ -218,7 +218,7 @@ def app_front(model: Path, engine: EngineSettings, upstream: bool) -> Callable[[
 
 
 def renice_devices(roots: list[psutil.Process], niceness: int) -> None:
-    """Every sglang scheduler started by `roots` (one a root) at `niceness` (`DEVICE_PROCESS`)."""
+    """Every sglang scheduler (`DEVICE_PROCESS`) under each of `roots`, at least one each, at `niceness`."""
     for root in roots:
         schedulers = []
         for proc in root.children(recursive=True):
