@@ -128,9 +128,13 @@ def table(fronts: Sequence[Front]) -> str:
         mine = app.figures[label] if app else None
         cells.append(f"{mine / peer:.2f}x" if mine is not None and peer else "—")
         rows.append("| " + " | ".join(cells) + " |")
-    for what, per_front in (("used", "cpu_cores"), ("waited for", "cpu_waiting")):
-        for role in dict.fromkeys(r for f in fronts for r in getattr(f, per_front)):
-            cells = [f"{getattr(f, per_front)[role]:.2f}" if role in getattr(f, per_front) else "—" for f in fronts]
+    cpu_rows: list[tuple[str, Callable[[Front], dict[str, float]]]] = [
+        ("used", lambda f: f.cpu_cores),
+        ("waited for", lambda f: f.cpu_waiting),
+    ]
+    for what, of in cpu_rows:
+        for role in dict.fromkeys(r for f in fronts for r in of(f)):
+            cells = [f"{of(f)[role]:.2f}" if role in of(f) else "—" for f in fronts]
             rows.append(f"| CPU cores {what}: {role} | " + " | ".join(cells) + " | |")
     loads = [f"{f.load_start:.1f} → {f.load_end:.1f}" for f in fronts]
     rows.append("| load average (1 min), start → end | " + " | ".join(loads) + " | |")

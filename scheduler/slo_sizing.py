@@ -209,8 +209,8 @@ def throughput_knee(slack: float, floor: int, tokens: int, seconds: Callable[[in
     prefill throughput (tokens / `seconds`) any size in that range reaches. A pass's cost is a fixed part (its launch,
     the short requests and decoding rows it carries) plus a part that grows with its tokens, at least linearly (a
     chunk attends to itself): the throughput rises to a peak and falls after it, and near the peak it is flat, so a
-    pass much shorter than the largest the targets allow may cost documents almost nothing. On a CPU engine that
-    peak is a few hundred tokens deep in a document, where the largest pass a TTFT target allows is thousands.
+    pass much shorter than the largest the targets allow may cost documents almost nothing. On the CPU engines' fit
+    the peak is under a thousand tokens at any depth, and within 2% of it a few hundred deep in a document.
     Non-decreasing in `tokens`, so the pass size stays non-decreasing in each target."""
     lo = max(floor, 1)
     if tokens <= lo:

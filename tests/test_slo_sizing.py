@@ -416,7 +416,7 @@ def test_a_cpu_engine_deep_in_a_document_plans_passes_near_its_best_rate_not_its
         cfg(ttft_target_s=0.5, chunk_budget_tokens=2048, pass_throughput_slack=0.02), pass_cost=cpu
     ).plan(snapshot)
     assert largest.sized_by == "ttft" and knee.sized_by == "throughput"
-    assert knee.pass_budget_tokens < largest.pass_budget_tokens / 3  # a third of the pass, a quarter of the wait
+    assert knee.pass_budget_tokens < largest.pass_budget_tokens / 3
 
     def rate(plan) -> float:
         return plan.pass_budget_tokens / plan.predicted_pass_s
