@@ -35,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -179,8 +179,11 @@ def front_of(name: str, samples: Path, load_start: float, locust_rc: int | None,
 # -- the fronts -------------------------------------------------------------------------------------------------
 
 
-def app_front(model: Path, engine: EngineSettings, upstream: bool) -> Callable[[], contextlib.AbstractContextManager]:
-    """This app on a local Ray + Serve; `upstream`: the plugin's upstream rules and Serve's default router."""
+def app_front(
+    model: Path, engine: EngineSettings, upstream: bool, engine_knobs: Mapping[str, Any] | None = None
+) -> Callable[[], contextlib.AbstractContextManager]:
+    """This app on a local Ray + Serve; `upstream`: the plugin's upstream rules and Serve's default router;
+    `engine_knobs`: `EngineKnobs` fields over the config's (a benchmark's setting)."""
     os.environ.update({k: v for k, v in cpu_sglang_env().items() if k in ("PYTHONPATH", "OMP_NUM_THREADS")})
 
     def edit(cfg: dict[str, Any]) -> None:
@@ -198,6 +201,7 @@ def app_front(model: Path, engine: EngineSettings, upstream: bool) -> Callable[[
         app["args"]["max_context_tokens"] = engine.context_tokens
         if upstream:
             sc.deployment(cfg, "Engine").pop("request_router_config", None)  # Ray Serve's default router
+        sc.deployment(cfg, "Engine")["user_config"].update(engine_knobs or {})
 
     policy = dict(sc.deployment(_config(), "Engine")["user_config"].get("policy") or {})
     policy["short_request_tokens"] = engine.short_request_tokens

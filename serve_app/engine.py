@@ -21,8 +21,17 @@ from scheduler.config import PolicyConfig
 from scheduler.slo import SloTargets
 from serve_app.backpressure import Admit, BackpressureLimits, decide, derive_limits
 from serve_app.config import AppConfig, EngineKnobs, validate
-from serve_app.engine_backend import EngineBackend, EngineCapacity, EngineError, OpenAIRequest, ResponseItem
+from serve_app.engine_backend import (
+    EngineBackend,
+    EngineCapacity,
+    EngineError,
+    OpenAIRequest,
+    ResponseBody,
+    ResponseItem,
+    ResponsePart,
+)
 from serve_app.metrics import EngineMetrics
+from serve_app.pacing import paced
 from serve_app.request_log import configure_logging
 from serve_app.route_records import Lane, RouteTicket, RoutingStats
 
@@ -153,7 +162,7 @@ class Engine:
             # Over a limit: a 429 now, rather than a queue the client waits in until it times out.
             yield [EngineError(admission.status, admission.message, admission.code, admission.retry_after_s)]
             return
-        parts = self.backend.respond(request)
+        parts = paced(self.backend.respond(request), self.knobs.stream_spacing_s, carries_output)
         async with contextlib.aclosing(parts):
             async for batch in parts:
                 yield batch
@@ -168,3 +177,8 @@ class Engine:
             "load": self.backend.load().to_dict(),
             **self.backend.describe(),
         }
+
+
+def carries_output(parts: Sequence[ResponsePart]) -> bool:
+    """A batch with response bytes in it: from the next on, a stream's items are spaced (`pacing`)."""
+    return any(isinstance(part, ResponseBody) for part in parts)

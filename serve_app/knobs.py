@@ -44,6 +44,15 @@ class EngineKnobs(StrictConfig):
     published_sessions: int = Field(
         256, ge=0, description="Most recently used sessions whose cached tokens each replica publishes to routers."
     )
+    stream_spacing_s: float = Field(
+        0.05,
+        ge=0,
+        le=0.25,
+        description="After a stream's first output, its items go on at least this far apart, each holding what the "
+        "engine wrote since the last (`serve_app.pacing`): fewer items through the replica, the ingress and Serve's "
+        "proxy. A token waits at most this long; keep it well under the chats' time-between-tokens target. 0: an "
+        "item for every write.",
+    )
     max_queued_requests: int | None = Field(
         None,
         ge=1,
