@@ -35,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -180,10 +180,10 @@ def front_of(name: str, samples: Path, load_start: float, locust_rc: int | None,
 
 
 def app_front(
-    model: Path, engine: EngineSettings, upstream: bool, engine_knobs: Mapping[str, Any] | None = None
+    model: Path, engine: EngineSettings, upstream: bool, started: list[LocalApp] | None = None
 ) -> Callable[[], contextlib.AbstractContextManager]:
     """This app on a local Ray + Serve; `upstream`: the plugin's upstream rules and Serve's default router;
-    `engine_knobs`: `EngineKnobs` fields over the config's (a benchmark's setting)."""
+    `started`: the running app is appended to it (a benchmark that changes its `user_config` live)."""
     os.environ.update({k: v for k, v in cpu_sglang_env().items() if k in ("PYTHONPATH", "OMP_NUM_THREADS")})
 
     def edit(cfg: dict[str, Any]) -> None:
@@ -201,7 +201,6 @@ def app_front(
         app["args"]["max_context_tokens"] = engine.context_tokens
         if upstream:
             sc.deployment(cfg, "Engine").pop("request_router_config", None)  # Ray Serve's default router
-        sc.deployment(cfg, "Engine")["user_config"].update(engine_knobs or {})
 
     policy = dict(sc.deployment(_config(), "Engine")["user_config"].get("policy") or {})
     policy["short_request_tokens"] = engine.short_request_tokens
@@ -214,6 +213,8 @@ def app_front(
         try:
             with LocalApp(CONFIG, {"engine_replicas": 2, "policy": policy}, edit=edit, deploy_timeout_s=900) as local:
                 renice_devices(engine_replicas(), DEVICE_NICENESS)
+                if started is not None:
+                    started.append(local)
                 yield local.url, model_id(local.url)
         finally:
             os.environ.pop(RAY_NICENESS_VAR, None)
