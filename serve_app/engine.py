@@ -150,8 +150,9 @@ class Engine:
     async def respond(
         self, request: OpenAIRequest, route: RouteTicket | None = None
     ) -> AsyncIterator[Sequence[ResponseItem]]:
-        """The backend's OpenAI response to `request`, relayed as it comes (one stream item per list). Backpressure
-        first: over a limit, one `EngineError` (429) and nothing reaches the engine."""
+        """The backend's OpenAI response to `request`, relayed as it comes: one stream item per list, joined after the
+        first bytes when they come faster than `stream_spacing_s` (`pacing`). Backpressure first: over a limit, one
+        `EngineError` (429) and nothing reaches the engine."""
         await self._ensure_started()
         decision = route.decision if route is not None else None
         if decision is not None:
