@@ -1,7 +1,7 @@
 """A response's stream items spaced in time: what an engine writes faster than `spacing_s` goes on as fewer items.
 
 Every stream item crosses the engine replica, the ingress and Serve's proxy, one Ray streaming call a hop, and
-that per-item CPU is most of what the Serve stack costs under streaming load (a chat of 16 tokens is 17 items).
+that per-item CPU is most of what the Serve stack costs under streaming load (up to an item a token).
 An engine decoding alone writes a token every few milliseconds; a client reading text sees no difference
 between a token now and one 50 ms later. So: items go on at once until one carries output (the first token is
 the time to first token, never held); after that, items are at least `spacing_s` apart, each holding what was

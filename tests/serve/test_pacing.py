@@ -24,7 +24,8 @@ def body(text: str) -> ResponseBody:
 
 
 class Source:
-    """A stream the test writes to (`put`, `end`, `fail`); records whether it was closed."""
+    """A stream the test writes to: a list on `queue` is a batch, an exception fails it, None ends it. It records
+    whether it was closed."""
 
     def __init__(self) -> None:
         self.queue: asyncio.Queue[object] = asyncio.Queue()
