@@ -22,9 +22,8 @@ import requests
 from harness.cpu_env import cpu_sglang_env
 from harness.results import records
 from harness.sglang_server import LocalServer
-from harness.tiny_model import TinyModelSpec, build_tiny_model
 from loadtests import prompts
-from loadtests.peers import EngineSettings, chars_per_token
+from loadtests.peers import EngineSettings, build_model, chars_per_token
 
 DOC_TOKENS = 12_000
 CHAT_EVERY_S = 0.5
@@ -76,8 +75,7 @@ def run_variant(model: Path, env: dict[str, object], cpt: float, log: Path) -> t
 @records("doc-prefill-by-rule", "A document's prefill on one CPU sglang engine, chats beside it, by plugin rule")
 def main() -> int:
     with tempfile.TemporaryDirectory(prefix="doc-prefill-") as tmp:
-        spec = TinyModelSpec(byte_level=True, max_position_embeddings=EngineSettings().context_tokens)
-        model = build_tiny_model(Path(tmp) / "model", spec)
+        model = build_model(Path(tmp) / "model", EngineSettings().context_tokens)
         cpt = chars_per_token(model)
         print(f"{DOC_TOKENS}-token document; a 40-token chat every {CHAT_EVERY_S} s beside it; {EngineSettings()}")
         print(

@@ -29,7 +29,7 @@ from harness.results import records
 from loadtests import prompts
 from loadtests.app import LocalApp
 from loadtests.cpu_share import CpuSampler
-from loadtests.peers import EngineSettings, _build_model, app_front, chars_per_token
+from loadtests.peers import EngineSettings, app_front, build_model, chars_per_token
 
 USERS = 4
 QUESTION_TOKENS = 40
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     phases: list[list[Phase]] = []
     with tempfile.TemporaryDirectory(prefix="stream-spacing-") as tmp:
-        model = _build_model(Path(tmp), EngineSettings().context_tokens)
+        model = build_model(Path(tmp), EngineSettings().context_tokens)
         cpt, started = chars_per_token(model), list[LocalApp]()
         with app_front(model, EngineSettings(), upstream=False, started=started)() as (_, model_id):
             for _ in range(args.rounds):

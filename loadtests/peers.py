@@ -324,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     engine = EngineSettings()
     with tempfile.TemporaryDirectory(prefix="peers-model-") as tmp:
-        model = args.model or _build_model(Path(tmp), engine.context_tokens)
+        model = args.model or build_model(Path(tmp), engine.context_tokens)
         cpt = chars_per_token(model)
         flags = workload_flags(args.seed, cpt, args.duration_s)
         starts = {
@@ -360,7 +360,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if not broken and all(f.failures == 0 for f in results) else 1
 
 
-def _build_model(directory: Path, context_tokens: int) -> Path:
+def build_model(directory: Path, context_tokens: int) -> Path:
+    """The engines' tiny model: byte-level tokenizer (`chars_per_token`), positions up to `context_tokens`."""
     from harness.tiny_model import TinyModelSpec, build_tiny_model
 
     return build_tiny_model(directory, TinyModelSpec(byte_level=True, max_position_embeddings=context_tokens))
