@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 import yaml
 
+from serve_app.serve_path import CONTROLLER_OPTIONS
+
 REPO = Path(__file__).resolve().parents[1]
 APP = "fairshare"
 CONFIG_FILE = "config.card12gb.yaml"
@@ -60,11 +62,17 @@ def start_ray(namespace: str = "serve", num_cpus: int = 4, metrics_port: int | N
                 raise
 
 
-def start(port: int, num_cpus: int = 4) -> None:
+def start(port: int, num_cpus: int = 4, controller_options: dict[str, Any] | None = None) -> None:
+    """Ray and Serve on this machine; `controller_options`: a config's top-level block (default: the shipped
+    configs' own, `serve_path.CONTROLLER_OPTIONS`)."""
     from ray.serve._private.api import serve_start
 
     start_ray(num_cpus=num_cpus)
-    serve_start(http_options={"host": "127.0.0.1", "port": port}, proxy_location="HeadOnly")
+    serve_start(
+        http_options={"host": "127.0.0.1", "port": port},
+        proxy_location="HeadOnly",
+        controller_options=CONTROLLER_OPTIONS if controller_options is None else controller_options,
+    )
 
 
 def deploy(cfg: dict[str, Any], timeout_s: float = 180, poll_s: float = 0.25) -> None:

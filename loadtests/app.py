@@ -92,7 +92,9 @@ class LocalApp:
     def __enter__(self) -> LocalApp:
         for attempt in range(START_ATTEMPTS):
             try:
-                sc.start(self.port, num_cpus=self.num_cpus)
+                # As `serve run` would: the file's controller options, Serve's defaults where it has none.
+                options = self.config.get("controller_options") or {}
+                sc.start(self.port, num_cpus=self.num_cpus, controller_options=options)
                 break
             except Exception:
                 # Seen on a busy shared machine: the free port taken between our probe and Serve's bind, or

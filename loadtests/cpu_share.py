@@ -31,9 +31,9 @@ ROLES: list[tuple[str, re.Pattern[str]]] = [
 ]
 
 
-def role_of(cmdline: str) -> str | None:
-    """The role of a process by its command line (or title), the first of `ROLES` that matches; None: not one."""
-    return next((role for role, pattern in ROLES if pattern.search(cmdline)), None)
+def role_of(cmdline: str, roles: list[tuple[str, re.Pattern[str]]] = ROLES) -> str | None:
+    """The role of a process by its command line (or title), the first of `roles` that matches; None: not one."""
+    return next((role for role, pattern in roles if pattern.search(cmdline)), None)
 
 
 def run_queue_wait_s(pid: int, proc_root: Path = Path("/proc")) -> float | None:
@@ -51,9 +51,10 @@ def run_queue_wait_s(pid: int, proc_root: Path = Path("/proc")) -> float | None:
 
 @dataclass
 class CpuSampler:
-    """Cores used by each role between `start` and `stop` (`cores`)."""
+    """Cores used by each role between `start` and `stop` (`cores`); `table`: the roles, `ROLES` unless given."""
 
     period_s: float = 1.0
+    table: list[tuple[str, re.Pattern[str]]] = field(default_factory=lambda: ROLES)
     first: dict[int, float] = field(default_factory=dict)
     last: dict[int, float] = field(default_factory=dict)
     first_wait: dict[int, float] = field(default_factory=dict)
@@ -67,7 +68,7 @@ class CpuSampler:
     def sample(self, initial: bool = False) -> None:
         for proc in psutil.process_iter(["pid", "name", "cmdline"]):
             try:
-                role = role_of(" ".join(proc.info["cmdline"] or [proc.info["name"] or ""]))
+                role = role_of(" ".join(proc.info["cmdline"] or [proc.info["name"] or ""]), self.table)
                 if role is None:
                     continue
                 times = proc.cpu_times()
@@ -101,7 +102,7 @@ class CpuSampler:
         return self.cores()
 
     def cores(self) -> dict[str, float]:
-        """Cores each role used on average over the sampled time (every role of `ROLES`, 0 where none ran)."""
+        """Cores each role used on average over the sampled time (every role of `table`, 0 where none ran)."""
         return self._per_role(self.first, self.last)
 
     def waiting_cores(self) -> dict[str, float]:
@@ -114,4 +115,4 @@ class CpuSampler:
         for pid, end in last.items():
             total[self.roles[pid]] += max(0.0, end - first[pid])
         span = self.elapsed_s or (time.monotonic() - self.started_s)
-        return {role: total[role] / span if span > 0 else 0.0 for role, _ in ROLES}
+        return {role: total[role] / span if span > 0 else 0.0 for role, _ in self.table}

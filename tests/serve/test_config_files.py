@@ -10,7 +10,7 @@ from ray.serve.schema import ServeDeploySchema
 
 from serve_app.app import ROUTER_CLASS, build_app
 from serve_app.config import AppConfig, ConfigError, EngineKnobs, RoutingKnobs, validate
-from serve_app.serve_path import SERVE_PATH_ENV, serve_path_problems
+from serve_app.serve_path import CONTROLLER_ENV, SERVE_PATH_ENV, controller_problems, serve_path_problems
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -33,6 +33,9 @@ def test_config_files_pass_serve_schema_and_ours(name: str) -> None:
         assert set(d) <= set(type(deployments[d["name"]]).model_fields), d["name"]
     # Serve's request path on each replica's own loop, logs and the proxy as Serve's defaults have them.
     assert serve_path_problems((app.runtime_env or {}).get("env_vars")) == []
+    # Serve's controller on its slower loop, through Serve's own option (it validates the block above).
+    assert controller_problems(raw.get("controller_options")) == []
+    assert schema.controller_options is not None
     engine = deployments["Engine"]
     assert engine.request_router_config["request_router_class"] == ROUTER_CLASS
     cfg = validate(AppConfig, app.args, "args")
@@ -155,3 +158,12 @@ def test_serve_path_check_names_a_missing_knob_and_a_lost_default() -> None:
         "RAY_SERVE_ENABLE_DIRECT_INGRESS",
     ]
     assert len(serve_path_problems(None)) == len(SERVE_PATH_ENV)
+
+
+def test_controller_check_names_a_missing_or_changed_loop_interval() -> None:
+    (key,) = CONTROLLER_ENV
+    good = {"runtime_env": {"env_vars": {**CONTROLLER_ENV, "OTHER": "x"}}}
+    assert controller_problems(good) == []
+    assert [p.split(":")[0] for p in controller_problems(None)] == [f"controller_options.runtime_env.env_vars.{key}"]
+    assert len(controller_problems({"runtime_env": {"env_vars": {key: "0.1"}}})) == 1
+    assert len(controller_problems({"runtime_env": None})) == 1
