@@ -6,7 +6,9 @@ document (a request granted at least `DOC_TOKENS` prefill tokens in all), splits
 first granted pass to the end of its last into: the passes that carried some of it, by what sized them
 (`scheduler.slo_sizing.SizedBy`); the passes between them that carried none of it, by the same; and the gaps, when
 the engine ran no timed pass at all (scheduling between passes, or the engine process not running). It also prints
-the quantiles of the gaps before every pass that follows another within `BUSY_GAP_S`, per engine.
+the quantiles of the gaps before every pass that follows another within `BUSY_GAP_S`, per engine, and the documents'
+prefill rate by how deep into the document a chunk starts (`rate_by_depth`), which reads a stock engine's trace too
+(`python -m loadtests.peers` writes one for the `sglang-router` fronts' servers when `FAIRSHARE_PASS_TRACE` is set).
 
     python -m benchmarks.trace_timeline TRACE.jsonl [--source "the command that made it"]
 """
@@ -26,6 +28,8 @@ from scheduler.pass_trace import read_pass_timings, read_pass_trace
 
 DOC_TOKENS = 8000
 """Prefill tokens granted to a request in all that make it a document here."""
+DEPTHS = (0, 2000, 5000, 8000, 1 << 30)
+"""Bands of how deep into its document a chunk starts (tokens): deeper chunks attend to more."""
 BUSY_GAP_S = 0.5
 """A gap longer than this between two passes is the engine waiting for work, not a pause inside busy work."""
 GAP = "gaps (no timed pass)"
@@ -76,6 +80,26 @@ def split(engine: Engine, rid: str) -> tuple[float, Counter[str]] | None:
     return wall, by
 
 
+def rate_by_depth(engine: Engine) -> dict[tuple[int, int], tuple[int, float]]:
+    """Per `DEPTHS` band: the document tokens of the passes that carried one document alone, starting that deep into
+    it, and the wall seconds from each such pass's plan to the engine's next (the pass, whatever ran before the next
+    prefill plan, and the gaps). Plans only, so it reads a stock engine's trace (the plugin off) as well."""
+    rids = set(documents(engine))
+    order = sorted(engine.plans)
+    done: Counter[str] = Counter()
+    bands: dict[tuple[int, int], tuple[int, float]] = {}
+    for i, j in itertools.pairwise(order):
+        plan = engine.plans[i]
+        grants = [(g[0], g[1]) for g in plan["grants"] if g[1] > 0]
+        for rid, tokens in grants:
+            depth, done[rid] = done[rid], done[rid] + tokens
+            if len(grants) == 1 and rid in rids:
+                band = next(b for b in itertools.pairwise(DEPTHS) if depth < b[1])
+                seen, wall = bands.get(band, (0, 0.0))
+                bands[band] = (seen + tokens, wall + engine.plans[j]["at"] - plan["at"])
+    return bands
+
+
 def gap_quantiles(engine: Engine) -> list[float]:
     timed = [engine.timed[i] for i in sorted(engine.timed)]
     gaps = [b["at"] - b["measured_s"] - a["at"] for a, b in itertools.pairwise(timed)]
@@ -101,9 +125,16 @@ def record(trace: Path, source: str) -> None:
     for pid, engine in engines.items():
         q = gap_quantiles(engine)
         print(f"engine {pid}: " + (" / ".join(f"{1e3 * v:.1f}" for v in q) if q else "no passes"))
+    print("\nDocument prefill by depth (passes carrying one document alone; plan to the engine's next plan)")
+    print("engine | depth (tokens) | tokens | tokens/s")
+    print("---|---|---|---")
+    for pid, engine in engines.items():
+        for (lo, hi), (tokens, wall) in sorted(rate_by_depth(engine).items()):
+            band = f"{lo}-{hi}" if hi < DEPTHS[-1] else f"{lo}+"
+            print(f"{pid} | {band} | {tokens} | {tokens / wall:.0f}" if wall > 0 else f"{pid} | {band} | {tokens} | -")
     splits = [s for engine in engines.values() for rid in documents(engine) if (s := split(engine, rid))]
     if not splits:
-        print("\nno documents")
+        print("\nno timed passes of documents (a stock engine's trace)")
         return
     walls = [w for w, _ in splits]
     total: Counter[str] = Counter()

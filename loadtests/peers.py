@@ -54,6 +54,7 @@ from loadtests.app import LocalApp, sglang_upstream_overrides
 from loadtests.cpu_share import CpuSampler
 from loadtests.peer_report import Front, markdown, plot
 from loadtests.recording import read_samples
+from scheduler.sglang_plugin.env import PASS_TRACE_VAR
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "config.sglang-cpu.yaml"
@@ -257,6 +258,8 @@ def router_front(
     @contextlib.contextmanager
     def start() -> Iterator[tuple[str, str]]:
         env = cpu_sglang_env(plugin_enabled=False)
+        if trace := os.environ.get(PASS_TRACE_VAR):  # upstream's own decisions, as the app's engines trace theirs
+            env[PASS_TRACE_VAR] = trace
         servers = [LocalServer(model, engine.server_args(), env, out / f"{policy}.server{i}.log") for i in range(2)]
         try:
             with ThreadPoolExecutor(2) as pool:
