@@ -6,6 +6,7 @@ preset) so their figures compare with the article's and with earlier runs.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import time
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from harness.net import free_port
 from serve_app.serve_path import CONTROLLER_OPTIONS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -37,6 +39,7 @@ def app_config(port: int, *, num_replicas: int, time_scale: float, **engine_knob
 
 
 RAY_START_ATTEMPTS = 3
+SERVE_START_ATTEMPTS = 3
 
 
 def start_ray(namespace: str = "serve", num_cpus: int = 4, metrics_port: int | None = None) -> None:
@@ -62,17 +65,45 @@ def start_ray(namespace: str = "serve", num_cpus: int = 4, metrics_port: int | N
                 raise
 
 
-def start(port: int, num_cpus: int = 4, controller_options: dict[str, Any] | None = None) -> None:
+def start(
+    port: int,
+    num_cpus: int = 4,
+    controller_options: dict[str, Any] | None = None,
+    metrics_port: int | None = None,
+    namespace: str = "serve",
+) -> None:
     """Ray and Serve on this machine; `controller_options`: a config's top-level block (default: the shipped
     configs' own, `serve_path.CONTROLLER_OPTIONS`)."""
     from ray.serve._private.api import serve_start
 
-    start_ray(num_cpus=num_cpus)
+    start_ray(namespace=namespace, num_cpus=num_cpus, metrics_port=metrics_port)
     serve_start(
         http_options={"host": "127.0.0.1", "port": port},
         proxy_location="HeadOnly",
         controller_options=CONTROLLER_OPTIONS if controller_options is None else controller_options,
     )
+
+
+def start_on_a_free_port(
+    num_cpus: int = 4,
+    controller_options: dict[str, Any] | None = None,
+    metrics_port: int | None = None,
+    namespace: str = "serve",
+) -> int:
+    """`start` with Serve's proxy on a free loopback port, which it returns. Tried afresh on another port when the
+    start fails: the port probed free can be taken before the proxy binds it (Ray's own processes bind random ports
+    as they come up), and Ray's node start can time out on a busy machine."""
+    for attempt in range(1, SERVE_START_ATTEMPTS + 1):
+        port = free_port()
+        try:
+            start(port, num_cpus, controller_options, metrics_port, namespace)
+            return port
+        except Exception:
+            with contextlib.suppress(Exception):
+                stop()
+            if attempt == SERVE_START_ATTEMPTS:
+                raise
+    raise AssertionError("unreachable")
 
 
 def deploy(cfg: dict[str, Any], timeout_s: float = 180, poll_s: float = 0.25) -> None:

@@ -8,7 +8,6 @@ runs `reconfigure()` on the replicas; nothing restarts).
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import time
 from collections.abc import Callable
@@ -26,7 +25,6 @@ from scheduler.sim.presets import PRESETS
 from scheduler.sim.rules import RuleSet, policy_for
 
 APP_READY_TIMEOUT_S = 60
-START_ATTEMPTS = 3
 
 
 def upstream_policy_overrides(preset: str) -> dict[str, Any]:
@@ -90,20 +88,9 @@ class LocalApp:
         self.deploy_timeout_s = deploy_timeout_s
 
     def __enter__(self) -> LocalApp:
-        for attempt in range(START_ATTEMPTS):
-            try:
-                # As `serve run` would: the file's controller options, Serve's defaults where it has none.
-                options = self.config.get("controller_options") or {}
-                sc.start(self.port, num_cpus=self.num_cpus, controller_options=options)
-                break
-            except Exception:
-                # Seen on a busy shared machine: the free port taken between our probe and Serve's bind, or
-                # Ray's node start timing out. Both pass on a second try from scratch.
-                with contextlib.suppress(Exception):
-                    sc.stop()
-                if attempt == START_ATTEMPTS - 1:
-                    raise
-                self._use_port(free_port())
+        # As `serve run` would: the file's controller options, Serve's defaults where it has none.
+        options = self.config.get("controller_options") or {}
+        self._use_port(sc.start_on_a_free_port(self.num_cpus, options))
         try:
             sc.deploy(self.config, timeout_s=self.deploy_timeout_s)
             wait_ready(self.url)

@@ -21,8 +21,9 @@ import openai
 import pytest
 import yaml
 
-from harness.local_serve import CARD12GB_MODEL, CONFIG_FILE, deploy, deployment, start_ray
+from harness.local_serve import CARD12GB_MODEL, CONFIG_FILE, deploy, deployment, start_on_a_free_port
 from harness.net import free_port
+from serve_app.serve_path import CONTROLLER_OPTIONS
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY_TIMEOUT_S = 300
@@ -78,13 +79,13 @@ class ServeHandle:
 def served() -> Iterator[ServeHandle]:
     import ray
     from ray import serve
-    from ray.serve._private.api import serve_start
 
-    port, metrics_port = free_port(), free_port()
+    metrics_port = free_port()
+    # The controller as the config file sets it; the proxy on a port found free just before it binds.
+    port = start_on_a_free_port(controller_options=CONTROLLER_OPTIONS, metrics_port=metrics_port)
     cfg = serve_test_config(port)
-    start_ray(metrics_port=metrics_port)
     try:
-        serve_start(http_options=cfg["http_options"], proxy_location=cfg["proxy_location"])
+        assert cfg["proxy_location"] == "HeadOnly" and cfg["controller_options"] == CONTROLLER_OPTIONS
         deploy(cfg, timeout_s=DEPLOY_TIMEOUT_S)
         yield ServeHandle(
             f"http://127.0.0.1:{port}",

@@ -25,8 +25,9 @@ import pytest
 import yaml
 
 from harness.cpu_env import REPO_ROOT, STANDIN_DIR
-from harness.local_serve import deploy, deployment, start_ray
+from harness.local_serve import deploy, deployment, start_on_a_free_port
 from harness.net import free_port
+from serve_app.serve_path import CONTROLLER_OPTIONS
 from tests.sglang_cpu.fixtures import TINY_MODEL
 
 pytestmark = [pytest.mark.sglang_cpu, pytest.mark.serve, pytest.mark.timeout(1500)]  # the first test starts 3 engines
@@ -81,13 +82,13 @@ class App:
 def app(tiny_bytes_model_dir: Path) -> Iterator[App]:
     import ray
     from ray import serve
-    from ray.serve._private.api import serve_start
 
-    port, metrics_port = free_port(), free_port()
+    metrics_port = free_port()
+    # The controller as the config file sets it; the proxy on a port found free just before it binds.
+    port = start_on_a_free_port(metrics_port=metrics_port, namespace="sglang-serve")
     cfg = app_config(port, tiny_bytes_model_dir)
-    start_ray(namespace="sglang-serve", metrics_port=metrics_port)
     try:
-        serve_start(http_options=cfg["http_options"], proxy_location=cfg["proxy_location"])
+        assert cfg["proxy_location"] == "HeadOnly" and cfg["controller_options"] == CONTROLLER_OPTIONS
         deploy(cfg, timeout_s=DEPLOY_TIMEOUT_S, poll_s=1)
         yield App(f"http://127.0.0.1:{port}", cfg, f"http://127.0.0.1:{metrics_port}/metrics")
     finally:
