@@ -3,7 +3,7 @@
     python -m benchmarks.serve_idle_cpu [--rounds 3] [--seconds 30]
 
 The laptop app (`config.yaml`: two simulated engine replicas, the ingress, the embedder) on a local Ray, started
-afresh each phase with its top-level `controller_options` as shipped (`serve_app.serve_path.CONTROLLER_ENV`: the
+afresh each phase with its top-level `controller_options` as shipped (`serve_app.config.serve_path.CONTROLLER_ENV`: the
 control loop every 0.5 s) or removed (Serve's 0.1 s). The two take turns in rounds, the order swapped every round,
 so a pair of phases shares the machine's state. Per phase, after the app has settled: the cores each kind of
 process used (`loadtests.cpu_share.CpuSampler`); then the median over rounds and, per round, the shipped total over

@@ -2,7 +2,7 @@
 
 Apps in one Serve instance on 127.0.0.1, measured in the same run, alternating phases:
 - `fairshare`: config.card12gb.yaml as shipped (2 engine replicas, lanes, session routing, its Serve request-path
-  settings: `serve_app/serve_path.py`; `--serve-defaults` drops them), `time_scale: 0`, so the engine adds no
+  settings: `serve_app/config/serve_path.py`; `--serve-defaults` drops them), `time_scale: 0`, so the engine adds no
   time and everything measured is serving overhead;
 - `echo`: a bare Serve FastAPI deployment that streams the same OpenAI SSE chunks itself, on Serve's defaults
   (the reference of the issue's target);
@@ -10,7 +10,7 @@ Apps in one Serve instance on 127.0.0.1, measured in the same run, alternating p
 - `echo-2hop`: a bare two-hop Serve app with the app's request-path settings: a FastAPI deployment that calls a
   streaming deployment (two replicas, as the app's engines) through a handle (gRPC) and writes the same SSE chunks
   from its one item (at zero engine cost the engine replica also sends one item per request: the sim backend hands
-  a stream everything generated since it last looked, `serve_app/sim/streams.py`). The app's ratio to it is the
+  a stream everything generated since it last looked, `serve_app/engines/sim/streams.py`). The app's ratio to it is the
   cost of our own code; its ratio to `echo` is the cost of Serve's second hop, which the app's architecture
   (engine replicas behind an ingress) pays by design.
 
@@ -46,7 +46,7 @@ from ray import serve
 from harness import local_serve as sc
 from harness.net import free_port
 from harness.results import records
-from serve_app.serve_path import SERVE_PATH_ENV
+from serve_app.config.serve_path import SERVE_PATH_ENV
 
 MAX_TOKENS = 16
 CONTENT = re.compile(rb'"content":"[^"]')
@@ -244,7 +244,7 @@ def main() -> None:
     ap.add_argument(
         "--serve-defaults",
         action="store_true",
-        help="run the app without the config's Serve request-path settings (serve_app/serve_path.py), as before them",
+        help="run the app without the config's Serve request-path settings (config/serve_path.py), as before them",
     )
     args = ap.parse_args()
 
@@ -289,7 +289,11 @@ def main() -> None:
     assert sat_app
     print(f"serve overhead: {args.concurrency} concurrent streams, {MAX_TOKENS} tokens each, sim engine at zero cost")
     mode = os.environ.get("RAY_SERVE_THROUGHPUT_OPTIMIZED", "0")
-    path = "Serve's defaults (--serve-defaults)" if args.serve_defaults else "the config's (serve_app/serve_path.py)"
+    path = (
+        "Serve's defaults (--serve-defaults)"
+        if args.serve_defaults
+        else "the config's (serve_app/config/serve_path.py)"
+    )
     print(
         f"  Ray Serve mode: RAY_SERVE_THROUGHPUT_OPTIMIZED={mode}; {os.cpu_count()} CPUs shared with the load generator"
     )

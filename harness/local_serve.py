@@ -16,7 +16,7 @@ import numpy as np
 import yaml
 
 from harness.net import free_port
-from serve_app.serve_path import CONTROLLER_OPTIONS
+from serve_app.config.serve_path import CONTROLLER_OPTIONS
 
 REPO = Path(__file__).resolve().parents[1]
 APP = "fairshare"

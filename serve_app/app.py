@@ -13,12 +13,12 @@ from typing import Any
 from ray.serve import Application, Deployment
 from ray.serve.config import RequestRouterConfig
 
+from serve_app.api.ingress import Ingress
 from serve_app.config import AppConfig, validate
-from serve_app.embedder import Embedder
-from serve_app.engine import Engine
-from serve_app.ingress import Ingress
+from serve_app.embeddings.embedder import Embedder
+from serve_app.replica.engine_replica import Engine
 
-ROUTER_CLASS = "serve_app.router:LaneRouter"
+ROUTER_CLASS = "serve_app.routing.lane_router:LaneRouter"
 
 
 def build_app(args: dict[str, Any] | None = None) -> Application:

@@ -8,8 +8,8 @@ from __future__ import annotations
 from ray.util import metrics as ray_metrics
 
 from scheduler.slo import NOT_JUDGED, SloTargets, meets_slo
-from serve_app.engine_backend import EngineCounters, ReplicaLoad
-from serve_app.route_records import RouteDecision
+from serve_app.replica.backend import EngineCounters, ReplicaLoad
+from serve_app.routing.records import RouteDecision
 
 LATENCY_BUCKETS_S = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0]
 

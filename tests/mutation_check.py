@@ -60,10 +60,10 @@ class Mutant:
     tests: tuple[str, ...]
 
 
-PLACEMENT = "serve_app/placement.py"
+PLACEMENT = "serve_app/routing/placement.py"
 
 
-def _r(id: str, old: str, new: str, what: str, path: str = "serve_app/routing.py") -> Mutant:
+def _r(id: str, old: str, new: str, what: str, path: str = "serve_app/routing/lane_policy.py") -> Mutant:
     return Mutant(id, path, old, new, what, ROUTING_TESTS)
 
 
@@ -154,7 +154,13 @@ MUTANTS = [
         "False\n                    and c.behind_document(pinned)",
         "a chat stays beside a document while another replica would answer sooner",
     ),
-    _r("R22", "if load.short_first:", "if True:", "every engine taken to overtake", "serve_app/ttft_prediction.py"),
+    _r(
+        "R22",
+        "if load.short_first:",
+        "if True:",
+        "every engine taken to overtake",
+        "serve_app/routing/ttft_prediction.py",
+    ),
     _r(
         "R23",
         "by_load = (_or_inf(self.predicted_ttft_s(v)),",

@@ -26,7 +26,8 @@ def imported_modules(path: Path) -> set[str]:
 
 
 def test_the_layout_finds_the_serve_app() -> None:
-    assert SERVE_APP / "engine.py" in MODULES and SERVE_APP / "sim" / "backend.py" in MODULES
+    assert SERVE_APP / "replica" / "engine_replica.py" in MODULES
+    assert SERVE_APP / "engines" / "sim" / "sim_backend.py" in MODULES
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(SERVE_APP)))
@@ -46,3 +47,29 @@ def test_the_import_rule_sees_a_function_level_import(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
     module.write_text("def f():\n    from scheduler.sim.presets import PRESETS\n    return PRESETS\n")
     assert "scheduler.sim.presets" in imported_modules(module)
+
+
+MAX_FOLDER_MODULES = 10
+
+
+def test_no_serve_app_folder_holds_more_than_ten_modules() -> None:
+    by_folder: dict[Path, list[str]] = {}
+    for path in MODULES:
+        if path.name != "__init__.py":
+            by_folder.setdefault(path.parent, []).append(path.name)
+    crowded = {str(folder.relative_to(SERVE_APP)): len(names) for folder, names in by_folder.items()}
+    assert max(crowded.values()) <= MAX_FOLDER_MODULES, crowded
+
+
+def test_no_two_serve_app_modules_share_a_name() -> None:
+    names = [p.stem for p in MODULES if p.name != "__init__.py"]
+    assert sorted({n for n in names if names.count(n) > 1}) == []
+
+
+def test_no_two_serve_app_classes_share_a_name() -> None:
+    where: dict[str, list[str]] = {}
+    for path in MODULES:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ClassDef):
+                where.setdefault(node.name, []).append(str(path.relative_to(SERVE_APP)))
+    assert {name: paths for name, paths in where.items() if len(paths) > 1} == {}

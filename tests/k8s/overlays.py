@@ -6,7 +6,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
-from serve_app import kuberay
+from serve_app.config import kuberay
 from tests.k8s.kustomize import render
 
 K8S = Path(__file__).resolve().parents[2] / "k8s"

@@ -16,10 +16,9 @@ import yaml
 from ray.serve import Application
 from ray.serve.schema import ServeDeploySchema
 
-from serve_app import kuberay
 from serve_app.app import build_app
-from serve_app.check import problems
-from serve_app.config import AppConfig, validate
+from serve_app.config import AppConfig, kuberay, validate
+from serve_app.config.check import problems
 from tests.k8s import rules
 from tests.k8s.kustomize import KustomizeError, render
 from tests.k8s.overlays import DIRECTORIES, K8S, OVERLAYS, rendered
@@ -204,7 +203,7 @@ def test_serve_config_is_the_config_file_with_only_the_cluster_changes(name: str
 def test_checked_in_serve_config_patch_is_up_to_date(name: str) -> None:
     path = kuberay.patch_path(name)
     assert path.read_text() == kuberay.patch_text(name, kuberay.OVERLAYS[name]), (
-        f"{path.relative_to(REPO)} is stale: run `python -m serve_app.kuberay`"
+        f"{path.relative_to(REPO)} is stale: run `python -m serve_app.config.kuberay`"
     )
 
 

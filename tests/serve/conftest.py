@@ -23,7 +23,7 @@ import yaml
 
 from harness.local_serve import CARD12GB_MODEL, CONFIG_FILE, deploy, deployment, start_on_a_free_port
 from harness.net import free_port
-from serve_app.serve_path import CONTROLLER_OPTIONS
+from serve_app.config.serve_path import CONTROLLER_OPTIONS
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY_TIMEOUT_S = 300

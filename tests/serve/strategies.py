@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from serve_app.backpressure import BackpressureLimits
+from serve_app.routing.backpressure import BackpressureLimits
 
 limits_st = st.one_of(
     st.none(),

@@ -8,8 +8,8 @@ from fastapi.responses import StreamingResponse
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
-from serve_app.auth import ApiKeyMiddleware, AuthSettings, check_authorization, process_api_key
-from serve_app.errors import OpenAIError
+from serve_app.api.auth import ApiKeyMiddleware, AuthSettings, check_authorization, process_api_key
+from serve_app.protocol.errors import OpenAIError
 
 KEY = "sk-test-0123456789"
 
@@ -60,7 +60,7 @@ def test_right_key_passes_and_no_key_means_open() -> None:
 
 def test_compare_is_constant_time(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = []
-    import serve_app.auth as auth
+    import serve_app.api.auth as auth
 
     real = auth.hmac.compare_digest
     monkeypatch.setattr(auth.hmac, "compare_digest", lambda a, b: calls.append((a, b)) or real(a, b))

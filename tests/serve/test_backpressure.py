@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from serve_app.backpressure import (
+from serve_app.replica.backend import ReplicaLoad
+from serve_app.routing.backpressure import (
     Admit,
     BackpressureLimits,
     Shed,
@@ -17,7 +18,6 @@ from serve_app.backpressure import (
     derive_limits,
     retry_after_s,
 )
-from serve_app.engine_backend import ReplicaLoad
 
 LIMITS = BackpressureLimits(
     max_ongoing_requests=8, max_queued_requests=4, max_queued_prefill_tokens=100_000, prefill_tokens_per_s=1000.0

@@ -10,7 +10,7 @@ from ray.serve.schema import ServeDeploySchema
 
 from serve_app.app import ROUTER_CLASS, build_app
 from serve_app.config import AppConfig, ConfigError, EngineKnobs, RoutingKnobs, validate
-from serve_app.serve_path import CONTROLLER_ENV, SERVE_PATH_ENV, controller_problems, serve_path_problems
+from serve_app.config.serve_path import CONTROLLER_ENV, SERVE_PATH_ENV, controller_problems, serve_path_problems
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -102,7 +102,7 @@ def test_bad_values_name_the_field() -> None:
 
 
 def test_check_cli_accepts_the_shipped_files_and_names_bad_fields(tmp_path, capsys) -> None:
-    from serve_app.check import main
+    from serve_app.config.check import main
 
     assert main([str(REPO / "config.yaml")]) == 0
     assert main([str(REPO / "config.gpu.yaml")]) == 0
@@ -119,11 +119,11 @@ def test_check_cli_accepts_the_shipped_files_and_names_bad_fields(tmp_path, caps
 
 
 def test_check_cli_answers_bad_arguments_with_a_message_not_a_traceback(tmp_path, capsys) -> None:
-    from serve_app.check import main
+    from serve_app.config.check import main
 
     with pytest.raises(SystemExit) as usage:
         main(["--help"])
-    assert usage.value.code == 0 and "python -m serve_app.check" in capsys.readouterr().out
+    assert usage.value.code == 0 and "python -m serve_app.config.check" in capsys.readouterr().out
     assert main([str(tmp_path / "missing.yaml")]) == 2
     (tmp_path / "text.yaml").write_text("just text")
     assert main([str(tmp_path / "text.yaml")]) == 2
@@ -136,7 +136,7 @@ def test_check_cli_answers_bad_arguments_with_a_message_not_a_traceback(tmp_path
 
 @pytest.mark.parametrize("name", ["config.yaml", "config.card12gb.yaml", "config.gpu.yaml", "config.sglang-cpu.yaml"])
 def test_the_ingress_drains_as_long_as_the_engines_it_relays(name: str) -> None:
-    from serve_app.check import drain_problems
+    from serve_app.config.check import drain_problems
 
     deployments = load(name)["applications"][0]["deployments"]
     assert drain_problems("app", deployments) == []

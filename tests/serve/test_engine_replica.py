@@ -12,18 +12,18 @@ from types import SimpleNamespace
 
 import pytest
 
-import serve_app.engine as engine_module
+import serve_app.replica.engine_replica as engine_module
 from scheduler.traffic import TrafficClass
-from serve_app import relay
+from serve_app.api import relay
+from serve_app.api.endpoints import CHAT, COMPLETIONS
+from serve_app.api.ingress import Ingress
+from serve_app.api.routed_call import RoutedCall
 from serve_app.config import AppConfig, ConfigError, validate
-from serve_app.endpoints import CHAT, COMPLETIONS
-from serve_app.engine_backend import JSON, SSE, EngineError, OpenAIRequest, ReplicaLoad, ResponseBody, ResponseStart
-from serve_app.ingress import Ingress
-from serve_app.route_records import Lane, RouteDecision, RouteHint, RouteReason, RouteTicket
-from serve_app.routed_call import RoutedCall
-from serve_app.sglang_backend import SglangBackend
-from serve_app.sim.generation import Chunk, RequestError
-from serve_app.sim.serving import SimServing
+from serve_app.engines.sglang.sglang_backend import SglangBackend
+from serve_app.engines.sim.generation import Chunk, RequestError
+from serve_app.engines.sim.serving import SimServing
+from serve_app.replica.backend import JSON, SSE, EngineError, OpenAIRequest, ReplicaLoad, ResponseBody, ResponseStart
+from serve_app.routing.records import Lane, RouteDecision, RouteHint, RouteReason, RouteTicket
 from serve_app.tokenizer import ApproxTokenizer
 from tests.serve.fake_sglang import FakeSglangEngine
 

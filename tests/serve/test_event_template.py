@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from serve_app.endpoints import CHAT, COMPLETIONS, ResponseIds
-from serve_app.sse import EventTemplate, sse
+from serve_app.api.endpoints import CHAT, COMPLETIONS, ResponseIds
+from serve_app.protocol.sse import EventTemplate, sse
 
 IDS = ResponseIds('chatcmpl-ab"c\\d', 1700000000, "model/é")
 

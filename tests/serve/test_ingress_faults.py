@@ -10,13 +10,13 @@ from types import SimpleNamespace
 import pytest
 from ray.exceptions import ActorDiedError
 
-from serve_app import relay
-from serve_app.backpressure import LanesFull, Shed, ShedReason
-from serve_app.endpoints import CHAT
-from serve_app.engine_backend import SSE, EngineError, OpenAIRequest, ResponseBody, ResponseStart
-from serve_app.errors import OpenAIError
-from serve_app.route_records import RouteHint, RouteTicket
-from serve_app.routed_call import RoutedCall
+from serve_app.api import relay
+from serve_app.api.endpoints import CHAT
+from serve_app.api.routed_call import RoutedCall
+from serve_app.protocol.errors import OpenAIError
+from serve_app.replica.backend import SSE, EngineError, OpenAIRequest, ResponseBody, ResponseStart
+from serve_app.routing.backpressure import LanesFull, Shed, ShedReason
+from serve_app.routing.records import RouteHint, RouteTicket
 
 REQUEST = OpenAIRequest("chat", {"model": "m", "messages": []}, rid="r1", prompt_tokens=1)
 HEAD = ResponseStart(200, SSE)

@@ -11,10 +11,10 @@ import pytest
 from ray.serve._private.common import DeploymentHandleSource, DeploymentID, ReplicaID, RequestMetadata
 from ray.serve.request_router import PendingRequest
 
-from serve_app.backpressure import BackpressureLimits, LanesFull, ShedReason
-from serve_app.engine_backend import ReplicaLoad
-from serve_app.route_records import Lane, RouteHint, RouteTicket, RoutingStats
-from serve_app.router import ROUTE_KWARG, LaneRouter
+from serve_app.replica.backend import ReplicaLoad
+from serve_app.routing.backpressure import BackpressureLimits, LanesFull, ShedReason
+from serve_app.routing.lane_router import ROUTE_KWARG, LaneRouter
+from serve_app.routing.records import Lane, RouteHint, RouteTicket, RoutingStats
 
 DEPLOYMENT = DeploymentID(name="Engine", app_name="fairshare")
 LIMITS = BackpressureLimits(max_ongoing_requests=8, max_queued_requests=2, max_queued_prefill_tokens=60_000)

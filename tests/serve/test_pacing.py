@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from serve_app.engine import carries_output
-from serve_app.engine_backend import ResponseBody, ResponseStart
-from serve_app.pacing import paced
+from serve_app.replica.backend import ResponseBody, ResponseStart
+from serve_app.replica.engine_replica import carries_output
+from serve_app.replica.pacing import paced
 
 LONG_S = 600.0
 """A spacing no test waits out: an item that is held stays held until the stream ends."""

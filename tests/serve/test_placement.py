@@ -12,14 +12,14 @@ from hypothesis import strategies as st
 from scheduler.config import PolicyConfig
 from scheduler.slo import SloTargets
 from scheduler.traffic import TrafficClass
-from serve_app.backpressure import Shed, assess
 from serve_app.config import EngineKnobs, RoutingKnobs
-from serve_app.engine import lane_for
-from serve_app.engine_backend import ReplicaLoad
-from serve_app.route_records import Lane, ReplicaView, RouteDecision, RouteHint, RouteReason, RoutingStats
-from serve_app.routing import LanePolicy
-from serve_app.sglang_load import PendingPrefill, PrefillRate, replica_load
-from serve_app.ttft_prediction import (
+from serve_app.engines.sglang.load_snapshot import PendingPrefill, PrefillRate, replica_load
+from serve_app.replica.backend import ReplicaLoad
+from serve_app.replica.engine_replica import lane_for
+from serve_app.routing.backpressure import Shed, assess
+from serve_app.routing.lane_policy import LanePolicy
+from serve_app.routing.records import Lane, ReplicaView, RouteDecision, RouteHint, RouteReason, RoutingStats
+from serve_app.routing.ttft_prediction import (
     overtakes_queued_prefill,
     predict_ttft_s,
     prefill_drain_s,

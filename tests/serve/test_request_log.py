@@ -8,8 +8,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from serve_app.errors import OpenAIError
-from serve_app.request_log import (
+from serve_app.api.request_log import (
     REQUEST_ID_HEADER,
     RequestIdLogFilter,
     RequestIdMiddleware,
@@ -18,6 +17,7 @@ from serve_app.request_log import (
     parse_request_id,
     request_id,
 )
+from serve_app.protocol.errors import OpenAIError
 
 PROMPT = "my secret prompt about the merger"
 

@@ -13,8 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, Field, ValidationError
 
-from serve_app.errors import OpenAIError
-from serve_app.request_rules import (
+from serve_app.api.request_rules import (
     STRICT_PART,
     STRICT_REQUEST,
     RequestBodyGuard,
@@ -24,6 +23,7 @@ from serve_app.request_rules import (
     parse_session_id,
     validation_error,
 )
+from serve_app.protocol.errors import OpenAIError
 
 LIMIT_BYTES = 4096
 

@@ -9,10 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler.traffic import TrafficClass, classify
-from serve_app.backpressure import BackpressureLimits, Shed, ShedReason, assess
 from serve_app.config import RoutingKnobs
-from serve_app.engine_backend import ReplicaLoad
-from serve_app.route_records import (
+from serve_app.replica.backend import ReplicaLoad
+from serve_app.routing.backpressure import BackpressureLimits, Shed, ShedReason, assess
+from serve_app.routing.lane_policy import ARRIVAL_MARGIN_S, LanePolicy
+from serve_app.routing.records import (
     DEFAULT_SHORT_REQUEST_TOKENS,
     Lane,
     ReplicaView,
@@ -22,7 +23,6 @@ from serve_app.route_records import (
     RouteTicket,
     RoutingStats,
 )
-from serve_app.routing import ARRIVAL_MARGIN_S, LanePolicy
 from tests.hypothesis_budget import examples
 from tests.serve.strategies import limits_st
 

@@ -1,4 +1,4 @@
-"""sglang's OpenAI serving classes driven by the engine replica (`sglang_openai`), on stand-ins for the serving
+"""sglang's OpenAI serving classes driven by the engine replica (`openai_serving`), on stand-ins for the serving
 objects: what comes back for each kind of result, unknown fields, request ids, and abort on disconnect.
 The same path against real sglang: tests/sglang_cpu/test_serve_sglang.py."""
 
@@ -12,9 +12,9 @@ import pytest
 from pydantic import BaseModel
 from starlette.responses import JSONResponse, StreamingResponse
 
-from serve_app.engine_backend import ResponseBody, ResponseStart
-from serve_app.engine_loop import EngineLoop
-from serve_app.sglang_openai import DisconnectableRequest, SglangOpenAI, openai_error_of, request_ids
+from serve_app.engines.sglang.engine_thread import EngineThread
+from serve_app.engines.sglang.openai_serving import DisconnectableRequest, SglangOpenAI, openai_error_of, request_ids
+from serve_app.replica.backend import ResponseBody, ResponseStart
 
 
 class FakeTM:
@@ -134,7 +134,7 @@ def test_leaving_mid_stream_aborts_the_request_and_its_choices_in_sglang() -> No
     oa, serving = driver(lambda: StreamingResponse(endless(), media_type="text/event-stream"))
 
     async def go() -> None:
-        loop = EngineLoop()
+        loop = EngineThread()
         try:
             stream = loop.stream(lambda: oa.respond("chat", {**CHAT, "stream": True, "n": 2}, "r9"))
             seen = [await stream.__anext__() for _ in range(3)]

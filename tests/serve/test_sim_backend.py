@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from serve_app.config import AppConfig, ConfigError, EngineKnobs
-from serve_app.sim.backend import SimBackend
-from serve_app.sim.generation import GenerateRequest
-from serve_app.sim.prefix_cache import SessionPrefixCache
-from serve_app.sim.stop import StopMatcher
+from serve_app.engines.sim.generation import GenerateRequest
+from serve_app.engines.sim.prefix_cache import SessionPrefixCache
+from serve_app.engines.sim.sim_backend import SimBackend
+from serve_app.engines.sim.stop import StopMatcher
 
 FAST = EngineKnobs(time_scale=0.0)
 CARD12GB = AppConfig(sim={"preset": "card12gb-27b"})

@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from serve_app.sim.embeddings import sim_token_count, sim_vector
+from serve_app.embeddings.sim_vectors import sim_token_count, sim_vector
 
 inputs = st.one_of(st.text(min_size=1, max_size=200), st.lists(st.integers(0, 100_000), min_size=1, max_size=50))
 

@@ -12,18 +12,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 from sglang.srt.entrypoints.openai.sse_utils import build_sse_content
 
-import serve_app.relay as relay_module
+import serve_app.api.relay as relay_module
 from scheduler.slo import SloTargets
 from scheduler.traffic import TrafficClass
-from serve_app.endpoints import CHAT, COMPLETIONS, ResponseIds
-from serve_app.engine_backend import JSON, SSE, OpenAIRequest, ReplicaLoad, ResponseBody, ResponseStart
+from serve_app.api.endpoints import CHAT, COMPLETIONS, ResponseIds
+from serve_app.api.routed_call import RoutedCall
+from serve_app.engines.sim.generation import Chunk
+from serve_app.engines.sim.serving import SimServing
 from serve_app.metrics import StreamTimer
-from serve_app.protocol import Usage
-from serve_app.route_records import Lane, ReplicaView, RouteDecision, RouteReason, RoutingStats
-from serve_app.routed_call import RoutedCall
-from serve_app.sim.generation import Chunk
-from serve_app.sim.serving import SimServing
-from serve_app.sse import EventTemplate, sse, token_events
+from serve_app.protocol.openai_models import Usage
+from serve_app.protocol.sse import EventTemplate, sse, token_events
+from serve_app.replica.backend import JSON, SSE, OpenAIRequest, ReplicaLoad, ResponseBody, ResponseStart
+from serve_app.routing.records import Lane, ReplicaView, RouteDecision, RouteReason, RoutingStats
 from serve_app.tokenizer import ApproxTokenizer
 from tests.serve.test_engine_replica import FakeCounter, FakeStream
 

@@ -27,7 +27,7 @@ import yaml
 from harness.cpu_env import REPO_ROOT, STANDIN_DIR
 from harness.local_serve import deploy, deployment, start_on_a_free_port
 from harness.net import free_port
-from serve_app.serve_path import CONTROLLER_OPTIONS
+from serve_app.config.serve_path import CONTROLLER_OPTIONS
 from tests.sglang_cpu.fixtures import TINY_MODEL
 
 pytestmark = [pytest.mark.sglang_cpu, pytest.mark.serve, pytest.mark.timeout(1500)]  # the first test starts 3 engines

@@ -1,0 +1,203 @@
+"""The OpenAI-compatible ingress: validate, count the prompt, read the session, route to the engine lanes, relay.
+
+Chat and completions run one path (`Ingress._respond`), whatever the backend: the ingress checks what does
+not depend on the engine (the body is a JSON object, the model, the session id), counts the prompt for routing
+(`endpoints`), and sends the client's body unchanged to an engine replica, whose backend validates it against
+what it implements and writes the OpenAI response (sglang: sglang's own serving classes; sim: `sim.serving`,
+a documented subset of fields, a 400 naming any other). The ingress relays those bytes (`relay`): errors,
+cancellation and TTFT/ITL are handled there once. `/v1/embeddings` goes to the `Embedder` deployment, chosen
+by model name; `/v1/models` lists each model with its kind.
+
+Every error is an OpenAI error body (400 bad input, 404 unknown model or route, 429 + Retry-After when the
+engine lanes are full (the lane router sheds when every replica its lanes allow is over a backpressure limit;
+a replica over its limit on arrival answers the same), 503 with no replica, the engine's status when it
+refuses a request, 500 otherwise, never a stack trace); once a stream has started, an error is an SSE error
+event followed by `[DONE]`. Every answered request, errors included, is counted in
+`fairshare_requests_total`. Responses the engine wrote carry `X-Lane`, `X-Replica`, `X-Session-ID`,
+`X-Route`, `X-Traffic-Class` and `Server-Timing`; every response carries `X-Request-ID` (`http_app`: the
+middlewares and error handlers). An engine replica that dies under a request fails only that request: 503
+before the first byte (after one re-route), an SSE error event then `[DONE]` once streaming.
+"""
+
+# No `from __future__ import annotations` here: Serve rebuilds the routes in the replica, and FastAPI must read
+# their annotations as classes (a string `Request` would become a query parameter).
+import asyncio
+import logging
+import time
+import uuid
+from typing import Any, cast
+
+from fastapi import Request
+from fastapi.responses import Response, StreamingResponse
+from ray import serve
+from ray.serve.handle import DeploymentHandle
+
+from serve_app.api.auth import process_api_key
+from serve_app.api.endpoints import CHAT, COMPLETIONS, Endpoint
+from serve_app.api.http_app import CHAT_PATH, COMPLETIONS_PATH, EMBEDDINGS_PATH, api
+from serve_app.api.relay import EngineCall, call_error, cancel, relay, response_of, start, whole_body
+from serve_app.api.request_count import Outcome, counting
+from serve_app.api.request_log import configure_logging
+from serve_app.api.request_rules import SESSION_HEADER, parse_session_id
+from serve_app.api.routed_call import RoutedCall
+from serve_app.config import AppConfig, RoutingKnobs, validate
+from serve_app.metrics import IngressMetrics
+from serve_app.protocol.errors import OpenAIError
+from serve_app.replica.backend import SSE, OpenAIRequest
+from serve_app.routing.records import RouteHint, RouteTicket
+from serve_app.tokenizer import make_tokenizer
+
+logger = logging.getLogger(__name__)
+
+CHAT_KIND, EMBEDDING_KIND = "chat", "embedding"
+
+
+# Module functions the Ingress class uses are defined above it: Serve pickles the class when it is
+# decorated, and a name defined below it would be missing in the replica.
+def _session_of(request: Request, user: Any) -> str:
+    """The session header, else the `user` field, else a fresh id."""
+    # A `user` that is not a string is the engine's to refuse: it names no session.
+    user_session = parse_session_id(user, "user") if isinstance(user, str) else None
+    return parse_session_id(request.headers.get(SESSION_HEADER)) or user_session or f"sess-{uuid.uuid4().hex[:16]}"
+
+
+@serve.deployment(name="Ingress")
+@serve.ingress(api)
+class Ingress:
+    def __init__(
+        self,
+        engine: DeploymentHandle[Any],
+        app_config: dict[str, Any],
+        embedder: DeploymentHandle[Any] | None = None,
+    ) -> None:
+        self.cfg: AppConfig = validate(AppConfig, app_config, "args")
+        self.model_id = self.cfg.served_model_id
+        self.embedder = embedder
+        self.model_kinds = {self.model_id: CHAT_KIND}
+        if self.cfg.embeddings is not None:
+            self.model_kinds[self.cfg.embeddings.served_model_id] = EMBEDDING_KIND
+        self.tokenizer = make_tokenizer(self.cfg)
+        self.engine_stream = engine.options(stream=True)
+        self.engine = engine
+        self.knobs = RoutingKnobs()
+        self.metrics = IngressMetrics()
+        api.state.metrics = self.metrics  # the exception handlers count the requests they answer
+        api.state.max_body_bytes = self.cfg.request_bytes_limit
+        process_api_key()  # a bad FAIRSHARE_API_KEY[_FILE] stops the replica at start, naming the variable
+        configure_logging()
+
+    def reconfigure(self, user_config: dict[str, Any]) -> None:
+        self.knobs = validate(RoutingKnobs, user_config, "Ingress.user_config")
+        logger.info("routing knobs: %s", self.knobs.model_dump())
+
+    # -- routes ----------------------------------------------------------------------------
+    @api.get("/health")
+    async def health(self) -> dict[str, str]:
+        return {"status": "ok", "model": self.model_id}
+
+    @api.get("/v1/models")
+    async def models(self) -> dict[str, Any]:
+        cards = [
+            {"id": model, "object": "model", "created": 0, "owned_by": "fairshare-serve", "kind": kind}
+            for model, kind in self.model_kinds.items()
+        ]
+        return {"object": "list", "data": cards}
+
+    @api.get("/admin/replicas/{replica_id}")
+    async def replica(self, replica_id: str) -> dict[str, Any]:
+        hint = RouteHint(session_id=None, prompt_tokens=1, knobs=self.knobs, target_replica=replica_id)
+        info: dict[str, Any] = await self.engine.describe.remote(route=RouteTicket(hint))
+        if info.get("replica") != replica_id:
+            raise OpenAIError(404, f"no engine replica {replica_id!r}", type="not_found_error")
+        return info
+
+    @api.post(CHAT_PATH)
+    async def chat_completions(self, request: Request) -> Response:
+        return await self._respond(CHAT, request)
+
+    @api.post(COMPLETIONS_PATH)
+    async def completions(self, request: Request) -> Response:
+        return await self._respond(COMPLETIONS, request)
+
+    @api.post(EMBEDDINGS_PATH)
+    async def embeddings(self, request: Request) -> Response:
+        with counting(self.metrics, "embeddings") as outcome:
+            raw = await request.json()
+            self._check_model(raw.get("model"), EMBEDDING_KIND)
+            assert self.embedder is not None  # a model of kind embedding exists only with an Embedder
+            try:
+                parts = await self.embedder.embed.remote(raw, f"embd-{uuid.uuid4().hex}")
+            except BaseException as e:
+                raise call_error(e, self.metrics, "embedding replicas") from None
+            response = response_of(parts)
+            outcome.status = str(response.status_code)
+            return response
+
+    # -- the one path ------------------------------------------------------------------------
+    def _check_model(self, model: Any, kind: str) -> None:
+        if not isinstance(model, str):
+            raise OpenAIError(400, "model: a model id (string) is required.", param="model")
+        served = self.model_kinds.get(model)
+        if served is None:
+            raise OpenAIError(
+                404,
+                f"The model {model!r} does not exist; this server serves {sorted(self.model_kinds)}.",
+                type="not_found_error",
+                code="model_not_found",
+                param="model",
+            )
+        if served != kind:
+            raise OpenAIError(
+                400,
+                f"The model {model!r} is a {served} model; this endpoint needs a {kind} model.",
+                param="model",
+                code="wrong_model_kind",
+            )
+
+    async def _routing_tokens(self, endpoint: Endpoint, raw: dict[str, Any]) -> int:
+        """The prompt's token count for routing. The model's tokenizer runs on a worker thread: inline, it held this
+        replica's event loop, which serves every other stream here, for ~1 s on an 800k-character document."""
+        if self.tokenizer.blocking:
+            return await asyncio.to_thread(self._count_routing_prompt, endpoint, raw)
+        return self._count_routing_prompt(endpoint, raw)
+
+    def _count_routing_prompt(self, endpoint: Endpoint, raw: dict[str, Any]) -> int:
+        prompt = endpoint.routing_prompt(raw, self.tokenizer)
+        return self.tokenizer.count(prompt) if prompt else 1
+
+    async def _respond(self, endpoint: Endpoint, request: Request) -> Response:
+        """Route the client's request as it came and relay the response the engine wrote (status, JSON or SSE
+        bytes). Client disconnect cancels the engine call, which aborts the request in the engine."""
+        received_s = time.perf_counter()
+        stream: EngineCall | None = None
+        consumed = False  # the engine's whole answer was read: nothing left to cancel
+        with counting(self.metrics, endpoint.name) as outcome:
+            try:
+                raw = await request.json()
+                self._check_model(raw.get("model"), CHAT_KIND)
+                prompt_tokens = await self._routing_tokens(endpoint, raw)
+                session_id = _session_of(request, raw.get("user"))
+                rid = f"{endpoint.id_prefix}-{uuid.uuid4().hex}"
+                call = RoutedCall(session_id, received_s)
+                engine_request = OpenAIRequest(endpoint.name, raw, rid, session_id, prompt_tokens)
+                hint = RouteHint(session_id=session_id, prompt_tokens=prompt_tokens, knobs=self.knobs, request_id=rid)
+                stream, head, first, ticket = await start(
+                    # A handle with `stream=True` answers with a generator.
+                    lambda t: cast(EngineCall, self.engine_stream.respond.remote(engine_request, route=t)),
+                    RouteTicket(hint),
+                    self.metrics,
+                )
+                call.routed(ticket)
+                if head.media_type == SSE and head.status < 400:
+                    outcome.status = Outcome.STREAMING
+                    events = relay(stream, first, call, endpoint, self.metrics)
+                    return StreamingResponse(
+                        events, status_code=head.status, media_type=head.media_type, headers=call.headers()
+                    )
+                body = await whole_body(stream, first, call, endpoint, self.metrics, timed=head.status < 400)
+                consumed = True
+                outcome.status = str(head.status)
+                return Response(body, status_code=head.status, media_type=head.media_type, headers=call.headers())
+            finally:
+                if stream is not None and not consumed and not outcome.handed_over:
+                    cancel(stream)

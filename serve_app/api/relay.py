@@ -1,0 +1,235 @@
+"""The engine's answer on its way to the client, one path for every backend: the engine call started (routed
+again once if its replica is lost before its first item), then the response the engine wrote relayed as it
+comes, whole or streamed.
+
+Errors: a refusal before the response started is an OpenAI error response (the router's or the replica's
+backpressure 429 with `Retry-After`, 503 with no replica or a replica lost twice); once a stream started, a
+replica lost or an engine failure ends it with an SSE error event and `[DONE]`, never a cut. Metrics: TTFT and
+ITL are observed from the relayed bytes (`StreamTimer`, counting the events that carry text); each request is
+counted once, with the status it ended with; a response that ended normally is judged once against its class's
+SLO targets on the replica that served it, from the same observations. Cancellation: a client gone cancels the
+engine call, which aborts the request in the engine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from typing import Any
+
+from fastapi.responses import Response
+from ray.exceptions import ActorUnavailableError, RayActorError
+from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
+from ray.serve.handle import DeploymentResponseGenerator
+
+from serve_app.api.endpoints import Endpoint
+from serve_app.api.request_count import counting
+from serve_app.api.routed_call import RoutedCall
+from serve_app.metrics import IngressMetrics, StreamTimer
+from serve_app.protocol.errors import OpenAIError
+from serve_app.protocol.sse import sse, token_events
+from serve_app.replica.backend import EngineError, ResponseBody, ResponseItem, ResponsePart, ResponseStart
+from serve_app.routing.backpressure import LanesFull
+from serve_app.routing.records import RouteTicket
+
+logger = logging.getLogger(__name__)
+
+RETRY_AFTER_S = 1
+START_ATTEMPTS = 2
+"""A request whose replica dies before its first item is routed again once (nothing reached the client)."""
+REPLICA_LOST = (RayActorError, ActorUnavailableError)
+FAILED_MESSAGE = "The engine failed while serving this request."
+
+EngineCall = DeploymentResponseGenerator[Any]
+"""A streaming call to the engine deployment: its items are lists of `ResponseItem`s."""
+Send = Callable[[RouteTicket], EngineCall]
+"""Sends the request to the engine lanes with this ticket (the router records its decision on it)."""
+
+
+def cancel(stream: EngineCall) -> None:
+    """Cancel an engine call (aborts the request in the engine). Serve's `cancel()` re-raises the
+    call's own failure when it already failed; there is nothing left to cancel then."""
+    try:
+        stream.cancel()
+    except Exception:
+        logger.debug("engine call had already failed", exc_info=True)
+
+
+def replica_lost_error() -> OpenAIError:
+    return OpenAIError.retry_later(
+        503,
+        "The engine replica serving this request stopped; Serve is replacing it. Retry the request.",
+        RETRY_AFTER_S,
+        code="engine_replica_lost",
+    )
+
+
+def engine_error(item: EngineError) -> OpenAIError:
+    """The replica's own refusal (backpressure: 429 with its `Retry-After`)."""
+    error = OpenAIError.of_status(item.status, item.message)
+    error.code = item.code
+    if item.status == 429:
+        error.type = "rate_limit_exceeded"
+    if item.retry_after_s is not None:
+        error.headers["Retry-After"] = str(item.retry_after_s)
+    return error
+
+
+def call_error(e: BaseException, metrics: IngressMetrics, what: str = "engine lanes") -> BaseException:
+    """What the client hears when a call to a deployment (`what`) failed before answering: a shed request's 429,
+    503 without a replica, or `e` itself (a bug: 500)."""
+    if isinstance(e, LanesFull):
+        metrics.shed.inc(tags={"reason": f"router-{e.shed.reason.value}"})
+        return e.shed.error()
+    if isinstance(e, BackPressureError):
+        metrics.shed.inc(tags={"reason": "backpressure"})
+        return OpenAIError.retry_later(429, f"The {what} are full; retry shortly.", RETRY_AFTER_S)
+    if isinstance(e, DeploymentUnavailableError):
+        metrics.shed.inc(tags={"reason": "unavailable"})
+        message = "No engine replica is available." if what == "engine lanes" else f"No replica is available ({what})."
+        return OpenAIError.retry_later(503, message, RETRY_AFTER_S)
+    if isinstance(e, REPLICA_LOST):
+        metrics.shed.inc(tags={"reason": "replica-lost"})
+        return replica_lost_error()
+    if isinstance(e, StopAsyncIteration):
+        return OpenAIError(500, "The engine closed the stream.", type="server_error")
+    return e
+
+
+async def start(
+    send: Send, ticket: RouteTicket, metrics: IngressMetrics
+) -> tuple[EngineCall, ResponseStart, Sequence[ResponseItem], RouteTicket]:
+    """Send the request to the engine lanes; return the stream, the response's head, its first item (the head
+    and the bytes ready with it) and the ticket it was routed with."""
+    for attempt in range(1, START_ATTEMPTS + 1):
+        stream: EngineCall | None = None
+        try:
+            # Serve raises BackPressureError from `.remote()` itself or from the first item.
+            stream = send(ticket)
+            first: Sequence[ResponseItem] = await stream.__anext__()
+        except REPLICA_LOST as e:
+            if stream is not None:
+                cancel(stream)
+            if attempt == START_ATTEMPTS:
+                raise call_error(e, metrics) from None
+            logger.warning("engine replica lost before the first item (%s); routing again", type(e).__name__)
+            ticket = RouteTicket(ticket.hint)
+            continue
+        except BaseException as e:
+            if stream is not None:
+                cancel(stream)
+            raise call_error(e, metrics) from None
+        head = first[0] if first else None
+        if isinstance(head, EngineError):
+            if head.status == 429:
+                metrics.shed.inc(tags={"reason": "engine-limit"})
+            raise engine_error(head)
+        if not isinstance(head, ResponseStart):
+            cancel(stream)
+            raise RuntimeError(f"the engine's first item has no response head: {first!r}")
+        return stream, head, first, ticket
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+async def _arrivals(
+    stream: EngineCall, first: Sequence[ResponseItem], first_s: float
+) -> AsyncGenerator[tuple[ResponseBody, float], None]:
+    """The response's bytes, one body per stream item (the first item's included), with when each arrived."""
+    item, at_s = first, first_s
+    while True:
+        bodies = [part for part in item if isinstance(part, ResponseBody)]
+        if len(bodies) == 1:
+            yield bodies[0], at_s
+        elif bodies:
+            error_status = next((b.error_status for b in reversed(bodies) if b.error_status is not None), None)
+            yield ResponseBody(b"".join(b.data for b in bodies), error_status), at_s
+        try:
+            item = await stream.__anext__()
+        except StopAsyncIteration:
+            return
+        at_s = time.perf_counter()
+
+
+async def relay(
+    stream: EngineCall,
+    first: Sequence[ResponseItem],
+    call: RoutedCall,
+    endpoint: Endpoint,
+    metrics: IngressMetrics,
+) -> AsyncIterator[bytes]:
+    """A streamed response's bytes as they come. A replica lost or an engine failure mid-stream ends it with an
+    SSE error event and `[DONE]`; the client going away cancels the engine call."""
+    timer = StreamTimer(metrics, call.lane, call.traffic_class, call.received_s, call.slo)
+    with counting(metrics, endpoint.name, unfinished="499") as outcome:
+        try:
+            status = 200
+            arrivals = _arrivals(stream, first, call.first_item_s or call.received_s)
+            try:
+                async with contextlib.aclosing(arrivals):
+                    async for body, at_s in arrivals:
+                        timer.tokens(token_events(body.data, endpoint.text_field), at_s)
+                        status = body.error_status or status
+                        yield body.data
+            except REPLICA_LOST as e:
+                # Only this replica's requests fail; the client hears why instead of a cut connection.
+                logger.warning("engine replica lost mid-stream: %s", type(e).__name__)
+                outcome.status = "503"
+                yield (sse(replica_lost_error().body()) + sse("[DONE]")).encode()
+                return
+            except Exception:
+                logger.exception("engine call failed mid-stream")
+                outcome.status = "500"
+                failed = OpenAIError.of_status(500, FAILED_MESSAGE)
+                yield (sse(failed.body()) + sse("[DONE]")).encode()
+                return
+            outcome.status = str(status)
+            if status == 200:
+                timer.finish()
+        finally:
+            if outcome.status == "499":
+                cancel(stream)
+
+
+async def whole_body(
+    stream: EngineCall,
+    first: Sequence[ResponseItem],
+    call: RoutedCall,
+    endpoint: Endpoint,
+    metrics: IngressMetrics,
+    *,
+    timed: bool,
+) -> bytes:
+    """A whole response's bytes. Its tokens reach the client with it: with `timed` (a 2xx answer), TTFT is
+    observed at its arrival, as for a stream's first text, and the request is judged against its targets (its
+    tokens arrive together: no gap between them). A replica lost or an engine failure before it is
+    complete is a 503 or a 500."""
+    parts: list[bytes] = []
+    arrived_s = call.first_item_s or call.received_s
+    arrivals = _arrivals(stream, first, arrived_s)
+    try:
+        async with contextlib.aclosing(arrivals):
+            async for body, at_s in arrivals:
+                parts.append(body.data)
+                arrived_s = at_s
+    except REPLICA_LOST as e:
+        logger.warning("engine replica lost mid-response: %s", type(e).__name__)
+        raise replica_lost_error() from None
+    except Exception:
+        logger.exception("engine call failed mid-response")
+        raise OpenAIError.of_status(500, FAILED_MESSAGE) from None
+    data = b"".join(parts)
+    if timed:
+        timer = StreamTimer(metrics, call.lane, call.traffic_class, call.received_s, call.slo)
+        timer.tokens(token_events(data, endpoint.text_field), arrived_s)
+        timer.finish()
+    return data
+
+
+def response_of(parts: Sequence[ResponsePart]) -> Response:
+    """A response a deployment returned whole (`ResponseStart`, then its body)."""
+    head = parts[0]
+    assert isinstance(head, ResponseStart)
+    body = b"".join(part.data for part in parts[1:] if isinstance(part, ResponseBody))
+    return Response(body, status_code=head.status, media_type=head.media_type)

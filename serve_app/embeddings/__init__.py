@@ -1,0 +1,1 @@
+"""The `Embedder` deployment for `/v1/embeddings`, and the sim embeddings model."""

@@ -1,0 +1,1 @@
+"""The engine backends behind `replica.backend.EngineBackend`: `sim` and `sglang`."""

@@ -1,0 +1,114 @@
+"""An sglang engine's load snapshots as the `ReplicaLoad` routers read: counts, and the prefill rate.
+
+The rate is measured from its cumulative prefill counters (uncached tokens per second of prefill work).
+sglang's scheduler counts, in every load snapshot, the uncached tokens its prefill passes took
+(`total_prefill_uncached_tokens`) and the time those passes ran (`total_prefill_busy_us`, per-pass overhead
+included). The rate over the last `window_s` is what a replica publishes to routers; until enough tokens have
+been prefilled to measure it (a fresh engine), the configured prior stands in.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from scheduler.config import PolicyConfig
+from serve_app.replica.backend import ReplicaLoad
+from serve_app.routing.ttft_prediction import (
+    interactive_pass_tokens,
+    overtakes_queued_prefill,
+    wait_pass_seconds,
+    wait_pass_tokens,
+)
+
+WINDOW_S = 60.0
+PRIOR_PREFILL_TOK_PER_S = 1000.0
+"""What a fresh engine publishes until it has measured its rate: low, so its predicted TTFTs err long (a GPU
+prefills tens of thousands of tokens a second; the tiny CPU model a few thousand)."""
+MIN_MEASURED_TOKENS = 2048
+"""Fewer prefilled tokens than this in the window measure too little (a few short passes): keep what was known."""
+
+
+@dataclass
+class PrefillRate:
+    prior_tok_per_s: float
+    window_s: float = WINDOW_S
+    min_tokens: int = MIN_MEASURED_TOKENS
+    _samples: deque[tuple[float, int, int]] = field(default_factory=deque)
+    _measured: float | None = None
+
+    def observe(self, now_s: float, total_tokens: int, total_busy_us: int) -> None:
+        """One reading of the cumulative counters."""
+        if self._samples and total_tokens < self._samples[-1][1]:
+            self._samples.clear()  # the engine restarted: its counters did too
+        self._samples.append((now_s, total_tokens, total_busy_us))
+        while len(self._samples) > 2 and now_s - self._samples[1][0] >= self.window_s:
+            self._samples.popleft()
+        _, tokens0, busy0 = self._samples[0]
+        tokens, busy_us = total_tokens - tokens0, total_busy_us - busy0
+        if tokens >= self.min_tokens and busy_us > 0:
+            self._measured = tokens / (busy_us / 1e6)
+
+    @property
+    def tok_per_s(self) -> float:
+        """The measured rate, or the prior until there is one."""
+        return self._measured if self._measured is not None else self.prior_tok_per_s
+
+    @property
+    def measured(self) -> bool:
+        return self._measured is not None
+
+
+@dataclass
+class PendingPrefill:
+    """Requests this replica sent its engine that have no first token yet: id -> uncached tokens (estimated).
+
+    sglang's snapshots count only its waiting queue: the request it is prefilling in chunks (a document, for
+    seconds) is in no count. The replica's own record covers it."""
+
+    tokens_by_rid: dict[str, int] = field(default_factory=dict)
+
+    def sent(self, rid: str, uncached_tokens: int) -> None:
+        self.tokens_by_rid[rid] = max(1, uncached_tokens)
+
+    def answered(self, rid: str) -> None:
+        self.tokens_by_rid.pop(rid, None)
+
+    def ids(self, limit: int) -> dict[str, int]:
+        return dict(list(self.tokens_by_rid.items())[:limit])
+
+
+def replica_load(
+    snaps: Sequence[Any],
+    rate: PrefillRate,
+    now_s: float,
+    policy: PolicyConfig,
+    chunk_budget_tokens: int,
+    pending: PendingPrefill | None = None,
+) -> ReplicaLoad:
+    """The load of an engine from its schedulers' `LoadSnapshot`s (one per data-parallel rank) and the replica's
+    `pending` requests; `rate` observes their prefill counters. sglang's busy time includes each pass's
+    overhead, so no separate fixed cost."""
+    rate.observe(
+        now_s,
+        sum(getattr(s, "total_prefill_uncached_tokens", 0) for s in snaps),
+        sum(getattr(s, "total_prefill_busy_us", 0) for s in snaps),
+    )
+    waiting = sum(s.num_waiting_reqs for s in snaps)
+    in_flight = pending.tokens_by_rid if pending is not None else {}
+    return ReplicaLoad(
+        num_waiting=waiting,
+        num_prefilling=max(0, len(in_flight) - waiting),
+        num_decoding=max(0, sum(s.num_running_reqs for s in snaps) - max(0, len(in_flight) - waiting)),
+        prefill_tokens=max(sum(s.num_waiting_uncached_tokens for s in snaps), sum(in_flight.values())),
+        max_running_requests=sum(s.max_running_requests for s in snaps),
+        kv_used_tokens=sum(s.num_used_tokens for s in snaps),
+        kv_total_tokens=sum(s.max_total_num_tokens for s in snaps),
+        prefill_tok_per_s=rate.tok_per_s,
+        pass_tokens=wait_pass_tokens(policy, chunk_budget_tokens),
+        wait_pass_s=wait_pass_seconds(policy),
+        interactive_pass_tokens=interactive_pass_tokens(policy, chunk_budget_tokens),
+        short_first=overtakes_queued_prefill(policy),
+    )

@@ -1,0 +1,190 @@
+"""sglang's own OpenAI serving classes, driven inside an engine replica without sglang's HTTP server.
+
+The client's request body (plus the request id routing gave it) is validated by sglang's request model
+and handed to `OpenAIServingChat` / `OpenAIServingCompletion` / `OpenAIServingEmbedding.handle_request`;
+whatever they answer (a response model, an SSE stream, an error with its status) goes back as
+`ResponseStart` + `ResponseBody` items. So every field sglang implements (tools, `response_format`,
+logprobs, `n`, `echo`, list prompts, ...) works, and none is re-implemented here. A field sglang's model
+does not declare would be dropped silently by pydantic: it is a 400 naming the field instead.
+
+An error sglang writes into a started stream (an abort: its status as the error's `code`) marks its body with
+that status (`stream_error_status`), so the ingress counts the request with it.
+
+sglang polls the Starlette `Request` it is given for a disconnect; ours is built from a scope whose
+`receive` reports one once the caller has gone. Cancelling the stream also aborts the request's ids
+(sglang suffixes `_<i>` to the id of each of `n` choices) so the scheduler frees their KV.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ValidationError
+
+from serve_app.api.request_rules import check_supported_fields, validation_error
+from serve_app.protocol.errors import OpenAIError
+from serve_app.replica.backend import JSON, SSE, ResponseBody, ResponsePart, ResponseStart, error_response
+
+if TYPE_CHECKING:
+    from sglang.srt.entrypoints.engine import Engine
+    from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
+    from sglang.srt.entrypoints.openai.serving_base import OpenAIServingBase
+    from sglang.srt.managers.tokenizer_manager import TokenizerManager
+
+    SglangRequest = ChatCompletionRequest | CompletionRequest | EmbeddingRequest
+
+OpenAIKind = Literal["chat", "completions", "embeddings"]
+ROUTING_ONLY_FIELDS = frozenset({"rid"})
+"""Fields routing sets on the request; a client may not set them (its own id would break abort)."""
+
+
+def request_models() -> dict[OpenAIKind, type[SglangRequest]]:
+    from sglang.srt.entrypoints.openai import protocol  # imported with the engine: sglang takes seconds to import
+
+    return {
+        "chat": protocol.ChatCompletionRequest,
+        "completions": protocol.CompletionRequest,
+        "embeddings": protocol.EmbeddingRequest,
+    }
+
+
+def serving_classes(engine: Engine) -> dict[OpenAIKind, OpenAIServingBase]:
+    """sglang's serving objects for `engine`, as its HTTP server builds them."""
+    from sglang.srt.entrypoints.openai.serving_completions import OpenAIServingCompletion
+    from sglang.srt.entrypoints.openai.serving_embedding import OpenAIServingEmbedding
+
+    tm, templates = tokenizer_manager(engine), engine.template_manager
+    return {
+        "chat": tm.serving_chat_class(tm, templates),
+        "completions": OpenAIServingCompletion(tm, templates),
+        "embeddings": OpenAIServingEmbedding(tm, templates),
+    }
+
+
+def tokenizer_manager(engine: Engine) -> TokenizerManager:
+    tm: TokenizerManager | None = engine.tokenizer_manager
+    assert tm is not None, "sglang's engine starts with its tokenizer manager"
+    return tm
+
+
+def check_fields(kind: OpenAIKind, body: dict[str, Any], model: type[BaseModel]) -> None:
+    """400 naming every field sglang's request model does not declare (pydantic would drop it silently)."""
+    check_supported_fields(body, set(model.model_fields) - ROUTING_ONLY_FIELDS, f"{kind} on the sglang backend")
+
+
+def request_ids(kind: OpenAIKind, body: dict[str, Any], rid: str) -> str | list[str]:
+    """sglang wants one id per input of a list embedding request (`<rid>_<i>`, as it names `n` choices)."""
+    items = body.get("input")
+    if kind == "embeddings" and isinstance(items, list) and items and not isinstance(items[0], int):
+        return [f"{rid}_{i}" for i in range(len(items))]
+    return rid
+
+
+_ERROR_EVENT = b'data: {"error"'
+
+
+def stream_error_status(event: bytes) -> int | None:
+    """The status of an error event sglang wrote into a started stream (`create_streaming_error_response`:
+    `{"error": {..., "code": <status>}}`); None for any other event."""
+    if not event.startswith(_ERROR_EVENT):
+        return None
+    try:
+        code = json.loads(event.removeprefix(b"data: "))["error"]["code"]
+    except (ValueError, KeyError, TypeError):
+        return 500
+    return code if isinstance(code, int) and 400 <= code < 600 else 500
+
+
+def openai_error_of(status: int, body: bytes) -> OpenAIError:
+    """sglang's error response (`{"object": "error", "message", "type", "param", "code"}`) in OpenAI's shape,
+    with sglang's status, message, type and param."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        data = {}
+    data = data.get("error", data) if isinstance(data, dict) else {}
+    message = str(data.get("message") or "The engine refused the request.")
+    kind = str(data.get("type") or ("server_error" if status >= 500 else "invalid_request_error"))
+    return OpenAIError(status, message, type=kind, param=data.get("param"))
+
+
+class DisconnectableRequest:
+    """A Starlette `Request` for sglang's `handle_request`, whose disconnect poll answers what `disconnect()` set."""
+
+    def __init__(self, path: str) -> None:
+        from starlette.requests import Request
+
+        self._gone = asyncio.Event()
+        scope = {"type": "http", "method": "POST", "path": path, "headers": [], "query_string": b""}
+        self.request = Request(scope, receive=self._receive)
+
+    async def _receive(self) -> dict[str, Any]:
+        await self._gone.wait()
+        return {"type": "http.disconnect"}
+
+    def disconnect(self) -> None:
+        self._gone.set()
+
+
+class SglangOpenAI:
+    """The serving classes of one engine; `respond` must run on the engine's own loop (`EngineThread.stream`)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._models: dict[OpenAIKind, type[SglangRequest]] = {}
+        self._serving: dict[OpenAIKind, OpenAIServingBase] = {}
+
+    async def respond(self, kind: OpenAIKind, body: dict[str, Any], rid: str) -> AsyncIterator[ResponsePart]:
+        if not self._serving:  # built on first use, on the engine's loop, as sglang's HTTP server does at start
+            self._models, self._serving = request_models(), serving_classes(self._engine)
+        model = self._models[kind]
+        try:
+            check_fields(kind, body, model)
+            request = model.model_validate({**body, "rid": request_ids(kind, body, rid)})
+        except OpenAIError as e:
+            for item in error_response(e):
+                yield item
+            return
+        except ValidationError as e:
+            for item in error_response(validation_error(e.errors())):
+                yield item
+            return
+        raw = DisconnectableRequest(f"/v1/{kind}")
+        done = False
+        try:
+            result = await self._serving[kind].handle_request(request, raw.request)
+            async for item in self._items(result):
+                yield item
+            done = True
+        finally:
+            if not done:
+                raw.disconnect()
+                self._abort(rid, max(getattr(request, "n", 1) or 1, len(getattr(request, "input", None) or ())))
+
+    async def _items(self, result: object) -> AsyncIterator[ResponsePart]:
+        from starlette.responses import Response, StreamingResponse
+
+        if isinstance(result, StreamingResponse):
+            yield ResponseStart(result.status_code, SSE)
+            async for piece in result.body_iterator:
+                event = piece.encode() if isinstance(piece, str) else bytes(piece)
+                yield ResponseBody(event, stream_error_status(event))
+        elif isinstance(result, Response):
+            if result.status_code >= 400:
+                for item in error_response(openai_error_of(result.status_code, bytes(result.body))):
+                    yield item
+            else:
+                yield ResponseStart(result.status_code, JSON)
+                yield ResponseBody(bytes(result.body))
+        else:
+            assert isinstance(result, BaseModel), f"sglang answered with {type(result).__name__}"
+            yield ResponseStart(200, JSON)
+            yield ResponseBody(result.model_dump_json(exclude_none=False).encode())
+
+    def _abort(self, rid: str, n: int) -> None:
+        tm = tokenizer_manager(self._engine)
+        for one in (rid, *(f"{rid}_{i}" for i in range(n))):
+            tm.abort_request(rid=one)

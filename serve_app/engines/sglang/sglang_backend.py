@@ -1,0 +1,239 @@
+"""The `sglang` backend: `sglang.Engine` (0.5.23) in the replica's process, one GPU per replica.
+
+`Engine.__init__` calls `load_plugins()`, and so does its scheduler child process: our plugin
+(entry point `sglang.srt.plugins: fairshare`) runs the policy core inside sglang's scheduler. The
+policy is read there from `FAIRSHARE_*` environment variables (`scheduler.config`), which this
+backend sets from `Engine.user_config.policy` before the engine starts; the child inherits them.
+The replica applies its first `user_config` before `start`, so the policy is validated (as a
+`PolicyConfig`) and in force from the engine's first pass. sglang reads the policy once, when its
+scheduler process starts: a later policy change restarts the replica's engine in place (logged, counted in
+the admin view's `engine_starts`); requests in flight then end with an error.
+Mixed decode has one switch, the policy's `mixed_decode`, passed as sglang's `enable_mixed_chunk`.
+
+OpenAI requests are answered by sglang's own serving classes (`respond`, `openai_serving`): the engine
+writes the response, this backend relays it. Besides them, kept to the calls checked against sglang
+0.5.23's source (unit tests drive a stand-in engine): `tokenizer_manager.get_loads()` returns per-scheduler
+`LoadSnapshot`s (the published load, `load_snapshot`); `get_internal_state()` each scheduler's state, where the
+plugin's live state is ``fairshare`` (the pass-cost fit): the admin view's `scheduler_policy`. The engine is
+built and always called on its own loop (`EngineThread`), never on the replica's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import os
+import time
+from collections import OrderedDict
+from collections.abc import AsyncGenerator, Callable
+from typing import TYPE_CHECKING, Any
+
+from scheduler.config import PolicyConfig, env_var_name
+from serve_app.config import AppConfig, EngineKnobs, engine_policy
+from serve_app.engines.sglang.engine_thread import EngineThread
+from serve_app.engines.sglang.load_snapshot import PRIOR_PREFILL_TOK_PER_S, PendingPrefill, PrefillRate, replica_load
+from serve_app.engines.sglang.openai_serving import SglangOpenAI
+from serve_app.replica.backend import (
+    EngineCapacity,
+    EngineCounters,
+    OpenAIRequest,
+    ReplicaLoad,
+    ResponseBody,
+    ResponsePart,
+    joined_bodies,
+)
+
+if TYPE_CHECKING:
+    from sglang.srt.entrypoints.engine import Engine as SglangEngine
+
+logger = logging.getLogger(__name__)
+
+LOAD_REFRESH_S = 0.25
+POLICY_STATE_POLLS = 8  # the plugin's state every 8th load poll (2 s): sglang assembles its whole internal state
+MAX_TRACKED_SESSIONS = 4096
+
+
+EngineFactory = Callable[..., "SglangEngine"]
+"""`sglang.Engine`, or a stand-in with the same calls (tests)."""
+
+
+def _sglang_engine(**kwargs: Any) -> SglangEngine:
+    # Imported here, not at module level: importing sglang takes seconds and only this backend needs it.
+    from sglang.srt.entrypoints.engine import Engine
+
+    return Engine(**kwargs)
+
+
+class SglangBackend:
+    def __init__(self, cfg: AppConfig, knobs: EngineKnobs, engine_factory: EngineFactory = _sglang_engine) -> None:
+        self.cfg = cfg
+        self.model_id = cfg.served_model_id
+        self._engine_factory = engine_factory
+        self._policy_overrides = dict(knobs.policy)
+        self._policy = engine_policy(cfg, knobs.policy)
+        self._engine: SglangEngine | None = None
+        self._loop: EngineThread | None = None
+        self._openai: SglangOpenAI | None = None
+        self._load = ReplicaLoad(ready=False)
+        """Not ready until the first snapshot of a started engine: routers send a loading replica nothing."""
+        self._rate = PrefillRate(PRIOR_PREFILL_TOK_PER_S)
+        self._pending = PendingPrefill()
+        self._policy_state: list[Any] = []
+        self._load_task: asyncio.Task[None] | None = None
+        self._active: set[str] = set()
+        self._sessions: OrderedDict[str, int] = OrderedDict()
+        self._counters = EngineCounters()
+        self._restart_pending = False
+        self.engine_starts = 0
+
+    def engine_kwargs(self) -> dict[str, Any]:
+        s = self.cfg.sglang
+        kwargs: dict[str, Any] = {
+            "model_path": s.model_path,
+            "tp_size": s.tp_size,
+            "enable_mixed_chunk": self._policy.mixed_decode,
+            "log_level": "warning",
+        }
+        for name in ("mem_fraction_static", "context_length", "chunked_prefill_size", "max_running_requests"):
+            if getattr(s, name) is not None:
+                kwargs[name] = getattr(s, name)
+        kwargs.update(s.engine_args)
+        return kwargs
+
+    async def start(self) -> None:
+        if self._engine is not None:
+            return
+        for field in PolicyConfig.model_fields:  # a field dropped from the overrides since the last start too
+            os.environ.pop(env_var_name(field), None)
+        for field, value in self._policy_overrides.items():
+            os.environ[env_var_name(field)] = "none" if value is None else str(value)
+        kwargs = self.engine_kwargs()
+        # Built on its own loop's thread: the constructor blocks while weights load (the replica's loop keeps
+        # answering health checks), and sglang must later be called on the loop it was built with.
+        self._loop = EngineThread()
+        engine = await self._loop.build(lambda: self._engine_factory(**kwargs))
+        self._engine = engine
+        self._openai = await self._loop.build(lambda: SglangOpenAI(engine))
+        self._load_task = asyncio.get_running_loop().create_task(self._poll_load())
+        self.engine_starts += 1
+
+    async def shutdown(self) -> None:
+        self._load = ReplicaLoad(ready=False)
+        if self._load_task is not None:
+            self._load_task.cancel()
+            self._load_task = None
+        if self._engine is not None:
+            await asyncio.to_thread(self._engine.shutdown)
+            self._engine = None
+        if self._loop is not None:
+            self._loop.stop()
+            self._loop = None
+
+    def reconfigure(self, knobs: EngineKnobs) -> None:
+        if dict(knobs.policy) == self._policy_overrides:
+            return
+        # Validated as the plugin will build it, before anything (re)starts: a bad value is a ConfigError naming
+        # the field, the old policy stays in force, no scheduler process dies at start.
+        self._policy = engine_policy(self.cfg, knobs.policy)
+        self._policy_overrides = dict(knobs.policy)
+        self._restart_pending = self._engine is not None
+
+    async def restart_if_needed(self) -> bool:
+        """Restart the engine when its policy changed since it started (sglang cannot take a policy live)."""
+        if not self._restart_pending:
+            return False
+        self._restart_pending = False
+        logger.warning(
+            "policy changed: restarting the sglang engine to apply it (requests in flight end with an error): %s",
+            self._policy_overrides,
+        )
+        await self.shutdown()
+        await self.start()
+        return True
+
+    @property
+    def policy(self) -> PolicyConfig:
+        return self._policy
+
+    def capacity(self) -> EngineCapacity:
+        context = self.cfg.context_limit_tokens
+        assert context is not None, "AppConfig requires a context window for the sglang backend"
+        # No prefill rate before the engine has run: the queued-token limit is two windows, Retry-After fixed.
+        return EngineCapacity(context)
+
+    async def respond(self, request: OpenAIRequest) -> AsyncGenerator[list[ResponsePart], None]:
+        """sglang's own answer: `ResponseStart`, then `ResponseBody` items, in lists of what is ready together.
+        Closing the iteration early (client gone) aborts the request in the engine."""
+        assert self._loop is not None and self._openai is not None, "respond before start"
+        openai, rid = self._openai, request.rid
+        self._active.add(rid)
+        self._pending.sent(rid, request.prompt_tokens - self._sessions.get(request.session_id or "", 0))
+        finished = False
+        try:
+            # sglang writes one SSE event per output; what is ready together goes to the ingress as one stream item.
+            batches = self._loop.batches(lambda: openai.respond(request.kind, request.body, rid))
+            async with contextlib.aclosing(batches):
+                async for batch in batches:
+                    parts = joined_bodies(batch)
+                    if any(isinstance(part, ResponseBody) for part in parts):
+                        self._pending.answered(rid)  # its first output: prefilled
+                    yield parts
+            finished = True
+        finally:
+            self._active.discard(rid)
+            self._pending.answered(rid)
+            if finished:
+                self._counters.num_finished += 1
+                self._remember(request.session_id, request.prompt_tokens)
+            else:  # the client left: `SglangOpenAI.respond` aborted it in sglang
+                self._counters.num_aborted += 1
+
+    async def _poll_load(self) -> None:
+        assert self._engine is not None and self._loop is not None, "polled before start"
+        loop, tm = self._loop, self._engine.tokenizer_manager
+        assert tm is not None, "sglang's engine starts with its tokenizer manager"
+        for poll in itertools.count():
+            with contextlib.suppress(Exception):
+                if poll % POLICY_STATE_POLLS == 0:
+                    self._policy_state = [s.get("fairshare") for s in await loop.call(tm.get_internal_state)]
+            with contextlib.suppress(Exception):
+                snaps = await loop.call(tm.get_loads)
+                chunk = self.cfg.sglang.chunked_prefill_size or self._policy.chunk_budget_tokens
+                self._load = replica_load(snaps, self._rate, time.monotonic(), self._policy, chunk, self._pending)
+            await asyncio.sleep(LOAD_REFRESH_S)
+
+    def _remember(self, session: str | None, tokens: int) -> None:
+        # sglang's radix cache is keyed by prefix, not session; this is the estimate routers need.
+        if not session:
+            return
+        self._sessions[session] = tokens
+        self._sessions.move_to_end(session)
+        while len(self._sessions) > MAX_TRACKED_SESSIONS:
+            self._sessions.popitem(last=False)
+
+    def load(self) -> ReplicaLoad:
+        return self._load
+
+    def recent_sessions(self, limit: int) -> dict[str, int]:
+        return dict(list(self._sessions.items())[-limit:]) if limit else {}
+
+    def pending_requests(self, limit: int) -> dict[str, int]:
+        return self._pending.ids(limit)
+
+    def counters(self) -> EngineCounters:
+        return self._counters
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "backend": "sglang",
+            "pid": os.getpid(),
+            "model_path": self.cfg.sglang.model_path,
+            "policy": self._policy.model_dump(),
+            "engine_starts": self.engine_starts,
+            "active_request_ids": sorted(self._active),
+            "kv_used_tokens": self._load.kv_used_tokens,
+            "counters": {"finished": self._counters.num_finished, "aborted": self._counters.num_aborted},
+            "scheduler_policy": self._policy_state,
+        }

@@ -1,0 +1,77 @@
+"""The engine loop of one replica in real time: schedule -> execute -> update.
+
+`engine.step(now)` decides and books a pass; the task sleeps for the pass's simulated duration times
+`time_scale` (a pass in flight cannot be interrupted, as on a GPU), then hands the tokens of that pass
+to the streams. With nothing to run it waits for an arrival or an abort (`wake`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import Counter
+
+from scheduler.interleave import PassKind
+from scheduler.sim.engine import SimEngine
+from serve_app.engines.sim.streams import Streams
+
+MIN_SLEEP_S = 0.001
+"""Passes are slept in real time once they add up to this (below it, timers are not precise anyway)."""
+MAX_BUSY_S = 0.002
+"""With near-zero pass costs, the loop still yields this often."""
+
+
+class EngineLoop:
+    def __init__(self, engine: SimEngine, streams: Streams, time_scale: float) -> None:
+        self.engine = engine
+        self.streams = streams
+        self.time_scale = time_scale
+        self.num_passes_by_kind: Counter[str] = Counter()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._task is None:
+            self._wake = asyncio.Event()  # bound to the running loop
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="sim-engine-loop")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    def wake(self) -> None:
+        """Something changed that may let a pass run (an arrival, an abort)."""
+        self._wake.set()
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        debt_s = 0.0  # pass time not slept yet: passes shorter than the loop's timer resolution add up
+        last_yield_s = loop.time()
+        while True:
+            if self.engine.idle:
+                await self._wait_for_work()
+                debt_s, last_yield_s = 0.0, loop.time()
+                continue
+            res = self.engine.step(loop.time())
+            if res.kind is PassKind.IDLE:
+                # Requests wait but none can be admitted now (KV or slots): an arrival or abort changes that.
+                await self._wait_for_work()
+                debt_s, last_yield_s = 0.0, loop.time()
+                continue
+            self.num_passes_by_kind[res.kind.value] += 1
+            # The pass is in flight: arrivals in the meantime are scheduled in the next pass.
+            debt_s += res.duration_s * self.time_scale
+            if debt_s >= MIN_SLEEP_S:
+                await asyncio.sleep(debt_s)
+                debt_s, last_yield_s = 0.0, loop.time()
+            elif loop.time() - last_yield_s >= MAX_BUSY_S:
+                await asyncio.sleep(0)  # near-zero-cost passes: still let arrivals and streams run
+                last_yield_s = loop.time()
+            self.streams.deliver(res)
+
+    async def _wait_for_work(self) -> None:
+        self._wake.clear()
+        await self._wake.wait()

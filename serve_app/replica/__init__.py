@@ -1,0 +1,1 @@
+"""The engine replica deployment and the one interface every engine backend implements."""

@@ -1,0 +1,185 @@
+"""The engine replica deployment: one engine (sim or sglang) per replica, one lane per replica.
+
+By default every replica serves both lanes and the router gives each request the role the load needs
+(`serve_app.routing.lane_policy`); with static lanes (`long_lane_replicas` set) a replica's lane follows its Serve rank:
+ranks below it serve long documents, the others chats; a lone replica serves both. It publishes lane, load
+(with its pass cost and whether its engine is ready), recently cached sessions and its TTFT target through
+`record_routing_stats`, which Serve forwards to every `LaneRouter`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from ray import serve
+
+from scheduler.config import PolicyConfig
+from scheduler.slo import SloTargets
+from serve_app.api.request_log import configure_logging
+from serve_app.config import AppConfig, EngineKnobs, validate
+from serve_app.metrics import EngineMetrics
+from serve_app.replica.backend import (
+    EngineBackend,
+    EngineCapacity,
+    EngineError,
+    OpenAIRequest,
+    ResponseBody,
+    ResponseItem,
+    ResponsePart,
+)
+from serve_app.replica.pacing import paced
+from serve_app.routing.backpressure import Admit, BackpressureLimits, decide, derive_limits
+from serve_app.routing.records import Lane, RouteTicket, RoutingStats
+
+logger = logging.getLogger(__name__)
+
+PUBLISHED_PENDING = 256
+"""Most pending request ids a replica publishes (routers correct stale loads with them)."""
+
+
+def lane_for(rank: int, world_size: int, long_lane_replicas: int | None) -> Lane:
+    if world_size <= 1 or long_lane_replicas is None:
+        return Lane.BOTH
+    return Lane.LONG if rank < long_lane_replicas else Lane.CHAT
+
+
+def backpressure_limits(
+    capacity: EngineCapacity, knobs: EngineKnobs, policy: PolicyConfig, max_ongoing_requests: int
+) -> BackpressureLimits:
+    """This replica's limits: derived from its engine's capacity and the deployment's knobs, with the
+    user_config's overrides."""
+    limits = derive_limits(
+        max_ongoing_requests=max_ongoing_requests,
+        prefill_concurrency=policy.prefill_concurrency,
+        context_limit_tokens=capacity.context_limit_tokens,
+        prefill_tokens_per_s=capacity.prefill_tokens_per_s,
+    )
+    overrides: dict[str, Any] = {"prefill_tokens_per_s": capacity.wall_prefill_tokens_per_s}
+    if knobs.max_queued_requests is not None:
+        overrides["max_queued_requests"] = knobs.max_queued_requests
+    if knobs.max_queued_prefill_tokens is not None:
+        overrides["max_queued_prefill_tokens"] = knobs.max_queued_prefill_tokens
+    return limits.model_copy(update=overrides)
+
+
+def _serve_max_ongoing_requests() -> int:
+    """Serve's own per-replica limit for this deployment (the backpressure limit agrees with it)."""
+    config = getattr(serve.get_replica_context(), "_deployment_config", None)
+    return getattr(config, "max_ongoing_requests", None) or BackpressureLimits().max_ongoing_requests
+
+
+def make_backend(cfg: AppConfig, knobs: EngineKnobs) -> EngineBackend:
+    # Imported here: the sglang backend imports sglang, which only GPU machines have.
+    if cfg.backend == "sim":
+        from serve_app.engines.sim.sim_backend import SimBackend
+
+        return SimBackend(cfg, knobs)
+    from serve_app.engines.sglang.sglang_backend import SglangBackend
+
+    return SglangBackend(cfg, knobs)
+
+
+@serve.deployment(name="Engine")
+class Engine:
+    def __init__(self, app_config: dict[str, Any]) -> None:
+        self.cfg: AppConfig = validate(AppConfig, app_config, "args")
+        self.knobs = EngineKnobs()
+        self.backend = make_backend(self.cfg, self.knobs)
+        ctx = serve.get_replica_context()
+        self.replica_id = ctx.replica_tag
+        self._started = False
+        self._metrics = EngineMetrics()
+        self.started_at_s = time.time()
+        self.limits = BackpressureLimits()
+        configure_logging()
+
+    # -- Serve hooks -----------------------------------------------------------------------
+    async def reconfigure(self, user_config: dict[str, Any]) -> None:
+        knobs: EngineKnobs = validate(EngineKnobs, user_config, "Engine.user_config")
+        # Knobs first, then start: a backend that reads its policy once at start (sglang) gets this one.
+        self.backend.reconfigure(knobs)
+        if await self.backend.restart_if_needed():
+            logger.warning("replica %s: engine restarted for the new policy", self.replica_id)
+        self.knobs = knobs
+        self.limits = backpressure_limits(
+            self.backend.capacity(), knobs, self.backend.policy, _serve_max_ongoing_requests()
+        )
+        await self._ensure_started()
+        logger.info("replica %s: lane=%s knobs=%s", self.replica_id, self.lane.value, knobs.model_dump())
+
+    async def _ensure_started(self) -> None:
+        if not self._started:
+            await self.backend.start()
+            self._started = True
+
+    @property
+    def lane(self) -> Lane:
+        ctx = serve.get_replica_context()
+        return lane_for(ctx.rank.rank, ctx.world_size, self.knobs.long_lane_replicas)
+
+    def record_routing_stats(self) -> dict[str, Any]:
+        policy = self.backend.policy
+        stats = RoutingStats(
+            lane=self.lane,
+            load=self.backend.load(),
+            short_request_tokens=policy.short_request_tokens,
+            time_s=time.time(),
+            sessions=self.backend.recent_sessions(self.knobs.published_sessions),
+            pending=self.backend.pending_requests(PUBLISHED_PENDING),
+            limits=self.limits,
+            interactive_slo=SloTargets(ttft_s=policy.ttft_target_s, tbt_s=policy.tbt_target_s),
+        )
+        self._metrics.publish(stats.lane.value, stats.load, self.backend.counters())
+        return stats.to_dict()
+
+    def record_replica_metadata(self) -> dict[str, Any]:
+        return {"lane": self.lane.value}
+
+    async def check_health(self) -> None:
+        await self._ensure_started()
+
+    async def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.backend.shutdown()
+
+    # -- requests --------------------------------------------------------------------------
+    async def respond(
+        self, request: OpenAIRequest, route: RouteTicket | None = None
+    ) -> AsyncIterator[Sequence[ResponseItem]]:
+        """The backend's OpenAI response to `request`, relayed as it comes: one stream item per list, joined after the
+        first bytes when they come faster than `stream_spacing_s` (`pacing`). Backpressure first: over a limit, one
+        `EngineError` (429) and nothing reaches the engine."""
+        await self._ensure_started()
+        decision = route.decision if route is not None else None
+        if decision is not None:
+            request = request.routed_as(decision.traffic_class)
+        uncached = decision.uncached_tokens if decision is not None else request.prompt_tokens
+        admission = decide({self.replica_id: self.backend.load()}, uncached, self.limits)
+        if not isinstance(admission, Admit):
+            # Over a limit: a 429 now, rather than a queue the client waits in until it times out.
+            yield [EngineError(admission.status, admission.message, admission.code, admission.retry_after_s)]
+            return
+        parts = paced(self.backend.respond(request), self.knobs.stream_spacing_s, carries_output)
+        async with contextlib.aclosing(parts):
+            async for batch in parts:
+                yield batch
+
+    async def describe(self, route: RouteTicket | None = None) -> dict[str, Any]:
+        """Admin view of this replica (reach a given replica with a ticket whose hint names `target_replica`)."""
+        return {
+            "replica": self.replica_id,
+            "lane": self.lane.value,
+            "started_at_s": self.started_at_s,
+            "knobs": self.knobs.model_dump(),
+            "load": self.backend.load().to_dict(),
+            **self.backend.describe(),
+        }
+
+
+def carries_output(parts: Sequence[ResponsePart]) -> bool:
+    """A batch with response bytes in it: from the next on, a stream's items are spaced (`pacing`)."""
+    return any(isinstance(part, ResponseBody) for part in parts)

@@ -1,0 +1,262 @@
+"""Lane routing, as a pure policy: which replica serves a request, and why.
+
+Inputs are plain records (`RouteHint` from the ingress, a `ReplicaView` per replica built from
+the `RoutingStats` replicas publish), the clock is passed in, so the policy is tested without Ray.
+
+Replicas serve in lanes: `Lane.BOTH` (the default: every replica takes either class, and its role follows
+the load) or static ones (`EngineKnobs.long_lane_replicas`: ranks below it the long lane, the others the chat
+lane). The rules, in order (each is a method of `placement.Candidates`):
+
+0. **Ready replicas only.** A replica whose engine is loading or restarting (it publishes `ready: false`) gets
+   nothing; with none ready the router chooses nothing and Serve asks again, so placement recovers as soon
+   as one is up.
+1. **Traffic class from uncached work.** A request's uncached prompt is what its session does not already
+   hold on the replica: `prompt - cached(session, replica)`. The class is the policy core's
+   (`scheduler.traffic.classify`) with the engines' `short_request_tokens` (published with their loads);
+   a session classed long stays long until its uncached prompt falls below `short_request_tokens * (1 -
+   class_hysteresis)`.
+2. **Lanes.** With static lanes, documents go to the long lane and chats to the chat lane; a chat may run
+   in the long lane where its session's cache is, or when every chat replica is busy (`chat_spill`).
+3. **Chats where their first token comes soonest.** Each replica's TTFT for this request is predicted from
+   what it published (`ttft_prediction.predict_ttft_s`: outstanding prefill, pass cost, whether a short
+   request overtakes queued prefill there). A chat replica is busy when, behind a document, that prediction
+   is over the engines' TTFT target (or `busy_pending_requests` wait there); a chat goes to the lowest
+   prediction.
+4. **Documents anywhere the chat SLO survives.** A document may use any replica as long as, with it there,
+   some replica chats may use still predicts a chat (the 99th percentile of the uncached prompts of the chats
+   this router placed lately, as the engines' own reserve: `scheduler.slo_sizing.ChatPrompts`) within the TTFT
+   target;
+   among those, the one that drains soonest (`busy_prefill_tokens` bounds how much waits on one). A long
+   lane is so reserved only when the SLO needs it: an engine whose chats wait behind its documents
+   (upstream's first come, first served) keeps its documents off a replica chats need.
+5. **Affinity.** A session stays on the replica that holds its cache unless that replica is busy for this
+   request *and* another allowed replica is not, and is predicted faster (the class is recomputed there:
+   a document's follow-up elsewhere is a whole document again, so it stays unless that is sooner). A chat
+   behind a document (more than a chat's worth of prefill queued) moves to any replica not busy for it that
+   is predicted faster, busy or not where it is: its cache is already in the prediction.
+6. **Backpressure limits.** A replica over one of the limits it publishes (`backpressure.assess` on the load
+   it published, with this request's uncached tokens; the in-flight limit is Serve's own, `full`) is never
+   chosen: it counts as busy, and when no replica the rules above allow admits the request, the decision is a
+   `Shed` (429 at the ingress) instead of a replica. The replica checks again on arrival.
+
+Loads are what replicas last published plus what this router sent them since (published loads are
+up to one stats period old).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from scheduler.slo_sizing import ChatPrompts
+from scheduler.traffic import TrafficClass, classify
+from serve_app.config import RoutingKnobs
+from serve_app.replica.backend import ReplicaLoad
+from serve_app.routing.backpressure import Shed
+from serve_app.routing.placement import Candidates, SessionRecord
+from serve_app.routing.records import ReplicaView, RouteDecision, RouteHint, RouteReason, serving_lane
+from serve_app.routing.ttft_prediction import pass_s
+
+ARRIVAL_MARGIN_S = 0.05
+"""A request sent this long before a load was published may not have reached the replica by then."""
+RECENTLY_COMPLETED_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class _InFlight:
+    replica_id: str
+    request_id: str | None
+    session_id: str | None
+    prompt_tokens: int
+    uncached_tokens: int
+    decided_s: float
+    short: bool
+
+
+class LanePolicy:
+    """Session table, in-flight accounting and the decision. Thread-safe (Serve may call back from another thread)."""
+
+    def __init__(self) -> None:
+        self._sessions: OrderedDict[str, SessionRecord] = OrderedDict()
+        self._in_flight: dict[str, _InFlight] = {}
+        self._completed: OrderedDict[str, float] = OrderedDict()
+        """Engine request ids this router saw finish recently (published loads may still count them)."""
+        self._chat_prompts = ChatPrompts()
+        """The uncached prompts of the chats this router placed lately: the chat documents must leave room for."""
+        self._lock = threading.Lock()
+
+    # -- bookkeeping -----------------------------------------------------------------------
+    def on_completed(self, request_id: str, now_s: float) -> None:
+        with self._lock:
+            entry = self._in_flight.pop(request_id, None)
+            if entry is None:
+                return
+            if entry.request_id is not None:
+                self._completed[entry.request_id] = now_s
+            while self._completed and now_s - next(iter(self._completed.values())) > RECENTLY_COMPLETED_S:
+                self._completed.popitem(last=False)
+            if entry.session_id is None:
+                return
+            rec = self._sessions.get(entry.session_id)
+            if rec is not None and rec.replica_id == entry.replica_id:
+                # Its prompt (at least) is now cached there.
+                rec.cached_tokens = max(rec.cached_tokens, entry.prompt_tokens)
+                rec.settled_s = now_s
+
+    def session_replica(self, session_id: str) -> str | None:
+        with self._lock:
+            rec = self._sessions.get(session_id)
+            return rec.replica_id if rec else None
+
+    def effective_load(self, view: ReplicaView, now_s: float | None = None) -> ReplicaLoad:
+        """The published load, corrected by what this router knows happened since it was published.
+
+        Pending requests that finished since are taken out; requests sent after it (or just before,
+        possibly not yet arrived) and not in it are added as waiting. With `now_s`, the pass a new arrival
+        waits for is the interactive one where this router has a short request running (`_pass_in_flight`).
+        """
+        return self._pass_in_flight(view.replica_id, self._counted(view), now_s)
+
+    def _pass_in_flight(self, replica_id: str, load: ReplicaLoad, now_s: float | None) -> ReplicaLoad:
+        """An engine with adaptive passes runs interactive passes while a short request is pending or decoding
+        there. Once one of this router's short requests has been there longer than a quiet pass, the pass in
+        flight is an interactive one (before that it may still be the quiet pass it arrived during)."""
+        if now_s is None or load.prefill_tok_per_s <= 0 or not 0 < load.interactive_pass_tokens < load.pass_tokens:
+            return load
+        settled_s = now_s - pass_s(load, load.pass_tokens)
+        if any(e.short and e.replica_id == replica_id and e.decided_s <= settled_s for e in self._in_flight.values()):
+            return replace(load, pass_tokens=load.interactive_pass_tokens)
+        return load
+
+    def _counted(self, view: ReplicaView) -> ReplicaLoad:
+        gone = [rid for rid in view.pending if rid in self._completed]
+        sent = [
+            e
+            for e in self._in_flight.values()
+            if e.replica_id == view.replica_id
+            and e.decided_s > view.stats_time_s - ARRIVAL_MARGIN_S
+            and e.request_id not in view.pending
+        ]
+        if not gone and not sent:
+            return view.load
+        num_waiting = view.load.num_waiting + len(sent)
+        num_prefilling = view.load.num_prefilling
+        # A finished pending request was waiting or prefilling: take it from prefilling first.
+        num_gone_prefilling = min(len(gone), num_prefilling)
+        num_prefilling -= num_gone_prefilling
+        num_waiting = max(0, num_waiting - (len(gone) - num_gone_prefilling))
+        return replace(
+            view.load,
+            num_waiting=num_waiting,
+            num_prefilling=num_prefilling,
+            prefill_tokens=max(
+                0, view.load.prefill_tokens - sum(view.pending[r] for r in gone) + sum(e.uncached_tokens for e in sent)
+            ),
+        )
+
+    # -- the decision ----------------------------------------------------------------------
+    def decide(
+        self, request_id: str, hint: RouteHint | None, views: Sequence[ReplicaView], now_s: float
+    ) -> RouteDecision | Shed | None:
+        """Choose a replica, record the choice, and say why; a `Shed` when every replica the lanes allow is over
+        a backpressure limit. None when there is no replica at all, or none is ready."""
+        if not views:
+            return None
+        hint = hint or RouteHint(session_id=None, prompt_tokens=1)
+        knobs = hint.knobs
+        with self._lock:
+            self._expire(now_s, knobs)
+            decision = self._decide(hint, views, now_s)
+            if isinstance(decision, RouteDecision):  # a shed request is never sent: nothing to account for
+                self._record(request_id, hint, decision, now_s, knobs)
+        return decision
+
+    def _decide(self, hint: RouteHint, views: Sequence[ReplicaView], now_s: float) -> RouteDecision | Shed | None:
+        by_id = {v.replica_id: v for v in views}
+        if hint.target_replica is not None and hint.target_replica in by_id:
+            v = by_id[hint.target_replica]
+            cls = classify(hint.prompt_tokens, v.short_request_tokens)
+            lane = serving_lane(v.lane, cls)
+            return RouteDecision(v.replica_id, lane, cls, RouteReason.TARGETED, 0, hint.session_id, v.slo_for(cls))
+
+        ready = [v for v in views if v.load.ready]
+        if not ready:
+            return None
+        usable = [v for v in ready if not v.full] or ready
+        sid = hint.session_id
+        rec = self._sessions.get(sid) if sid else None
+        pinned = self._pinned(sid, rec, usable)
+        loads = {v.replica_id: self.effective_load(v, now_s) for v in usable}
+        c = Candidates(hint, rec, usable, loads, self._chat_prompts.reserve_tokens)
+        takers = [v for v in usable if c.takes(v)]
+        if pinned is not None:
+            pinned_cls = c.traffic_class(pinned)
+            if c.allowed(pinned, pinned_cls, is_pinned=True):
+                others = [v for v in takers if v is not pinned and c.admits(v)]
+                better = [v for v in others if not c.busy(v, c.traffic_class(v)) and c.faster(v, pinned)]
+                # A chat's cache is in its predicted TTFT already: behind a document it stays only where its first
+                # token comes soonest. Otherwise it stays (a published load up to a stats period old still shows its
+                # last turn: chasing that would move a session between idle replicas).
+                chases_ttft = (
+                    pinned_cls is TrafficClass.SHORT
+                    and c.behind_document(pinned)
+                    and c.predicted_ttft_s(pinned) is not None
+                )
+                stays = not better if chases_ttft else (not c.busy(pinned, pinned_cls) or not better)
+                if c.admits(pinned) and stays:
+                    return c.decision(pinned, RouteReason.AFFINITY)
+                # Busy and another allowed replica is not, or over a limit: the session moves (its cache is lost).
+                if better or others:
+                    return c.best(better or others, RouteReason.GAVE_WAY)
+                return c.shed([pinned, *takers])
+            return c.best_admitting(takers or usable, RouteReason.MOVED)
+        return c.best_admitting(takers or usable, RouteReason.LEAST_LOADED)
+
+    def _pinned(self, sid: str | None, rec: SessionRecord | None, usable: Sequence[ReplicaView]) -> ReplicaView | None:
+        if not sid:
+            return None
+        if rec is not None:
+            for v in usable:
+                if v.replica_id == rec.replica_id:
+                    return v
+        # Unknown here (another ingress replica routed it, or this router restarted): where is it cached?
+        holders = [(v.sessions.get(sid, 0), v.replica_id, v) for v in usable if v.sessions.get(sid, 0) > 0]
+        return max(holders)[2] if holders else None
+
+    def _record(self, request_id: str, hint: RouteHint, d: RouteDecision, now_s: float, knobs: RoutingKnobs) -> None:
+        self._in_flight[request_id] = _InFlight(
+            d.replica_id,
+            hint.request_id,
+            d.session_id,
+            hint.prompt_tokens,
+            d.uncached_tokens,
+            now_s,
+            d.traffic_class is TrafficClass.SHORT,
+        )
+        if d.traffic_class is TrafficClass.SHORT:
+            self._chat_prompts.record([d.uncached_tokens])
+        sid = d.session_id
+        if not sid or d.reason is RouteReason.TARGETED:
+            return
+        rec = self._sessions.get(sid)
+        if rec is None or rec.replica_id != d.replica_id:
+            cached = hint.prompt_tokens - d.uncached_tokens
+            self._sessions[sid] = SessionRecord(d.replica_id, d.traffic_class, cached, now_s, now_s)
+        else:
+            rec.traffic_class = d.traffic_class
+            rec.last_used_s = now_s
+        self._sessions.move_to_end(sid)
+        while len(self._sessions) > knobs.max_sessions:
+            self._sessions.popitem(last=False)
+
+    def _expire(self, now_s: float, knobs: RoutingKnobs) -> None:
+        stale = [rid for rid, e in self._in_flight.items() if now_s - e.decided_s > knobs.session_ttl_s]
+        for rid in stale:  # completion callbacks that never came (a replica died mid-request)
+            del self._in_flight[rid]
+        while self._sessions:
+            sid, rec = next(iter(self._sessions.items()))
+            if now_s - rec.last_used_s <= knobs.session_ttl_s:
+                break
+            del self._sessions[sid]

@@ -1,0 +1,96 @@
+"""`LanePolicy` as a Ray Serve request router (`request_router_config.request_router_class`).
+
+Serve runs one router per handle, in the caller's process: here, inside each ingress replica, for
+its handle to the `Engine` deployment. Each request's `route` kwarg is the ingress's `RouteTicket`;
+the router records its `RouteDecision` on it before Serve sends the request, so the ingress reads
+lane, class and reason from its own ticket and the replica receives them with the request.
+
+`choose_replicas` returns one rank holding one replica: the policy has already weighed load and
+affinity. If that replica is at Serve's `max_ongoing_requests`, Serve backs off and asks again,
+and the policy (which sees the replica as full) chooses anew. A replica whose engine is not ready gets
+nothing: with none ready the router returns no rank, and Serve backs off and asks again.
+
+When the policy sheds the request (every replica its lanes allow is over a backpressure limit), the
+router fails the request's pending future with `LanesFull`: Serve hands that exception to the caller
+of the handle (the ingress answers 429) and stops routing the request, which never reaches a replica.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, RunningReplica
+
+from serve_app import metrics
+from serve_app.routing.backpressure import LanesFull, Shed
+from serve_app.routing.lane_policy import LanePolicy
+from serve_app.routing.records import Lane, ReplicaView, RouteHint, RouteTicket, RoutingStats
+
+logger = logging.getLogger(__name__)
+
+ROUTE_KWARG = "route"
+
+
+class LaneRouter(RequestRouter):
+    def initialize_state(self, **kwargs: Any) -> None:
+        self.policy = LanePolicy()
+        self._metrics = metrics.RouterMetrics()
+
+    def _ensure_state(self) -> None:
+        # `initialize_state` is Serve's hook; keep working if a Serve version skips it.
+        if not hasattr(self, "policy"):
+            self.initialize_state()
+
+    def _view(self, replica: RunningReplica) -> ReplicaView:
+        # Before its first stats arrive, a replica's lane comes from the metadata it gave at start.
+        lane = Lane(replica.replica_metadata.get("lane") or Lane.BOTH.value)
+        stats = RoutingStats.from_dict(replica.routing_stats, lane)
+        queue_len = self.replica_queue_len_cache.get(replica.replica_id)
+        full = queue_len is not None and queue_len >= replica.max_ongoing_requests
+        return ReplicaView.from_stats(replica.replica_id.unique_id, stats, full)
+
+    async def choose_replicas(
+        self,
+        candidate_replicas: list[RunningReplica],
+        pending_request: PendingRequest | None = None,
+    ) -> list[list[RunningReplica]]:
+        self._ensure_state()
+        if not candidate_replicas:
+            return []
+        if pending_request is None:
+            return [candidate_replicas]
+        # Serve's loop asks again at once unless told to back off (its locality mixins set this; we have none):
+        # without it, a request no replica may take yet (all loading, or the chosen one full) spins a core.
+        pending_request.routing_context.should_backoff = True
+        ticket = pending_request.kwargs.get(ROUTE_KWARG)
+        hint: RouteHint | None = ticket.hint if isinstance(ticket, RouteTicket) else None
+        by_id = {r.replica_id.unique_id: r for r in candidate_replicas}
+        decision = self.policy.decide(
+            pending_request.metadata.internal_request_id,
+            hint,
+            [self._view(r) for r in candidate_replicas],
+            time.time(),
+        )
+        if decision is None:
+            return []
+        if isinstance(decision, Shed):
+            return self._shed(pending_request, decision, candidate_replicas)
+        if isinstance(ticket, RouteTicket):
+            ticket.record(decision, time.perf_counter())
+        self._metrics.on_decision(decision)
+        return [[by_id[decision.replica_id]]]
+
+    def _shed(
+        self, pending_request: PendingRequest, shed: Shed, candidate_replicas: list[RunningReplica]
+    ) -> list[list[RunningReplica]]:
+        if not pending_request.future.done():
+            pending_request.future.set_exception(LanesFull(shed))
+        # Serve's routing loop sees the request's future done when it gets a candidate, and stops there
+        # without sending it (returning none would make it back off and ask again).
+        return [candidate_replicas[:1]]
+
+    def on_request_completed(self, replica_id: ReplicaID, internal_request_id: str) -> None:
+        self._ensure_state()
+        self.policy.on_completed(internal_request_id, time.time())
