@@ -80,8 +80,24 @@ def start(
     serve_start(
         http_options={"host": "127.0.0.1", "port": port},
         proxy_location="HeadOnly",
-        controller_options=CONTROLLER_OPTIONS if controller_options is None else controller_options,
+        controller_options=with_free_haproxy_ports(
+            CONTROLLER_OPTIONS if controller_options is None else controller_options
+        ),
     )
+
+
+HAPROXY_PORT_VARS = ("RAY_SERVE_HAPROXY_STATS_PORT", "RAY_SERVE_HAPROXY_METRICS_PORT")
+"""HAProxy's own ports (Ray's defaults: 8404, 9101, fixed): a second Serve on the machine (an app the user runs,
+another test session) would hold them, and HAProxy would not start."""
+
+
+def with_free_haproxy_ports(controller_options: dict[str, Any]) -> dict[str, Any]:
+    """`controller_options` with HAProxy's stats and metrics ports on free ports (its HAProxy inherits the
+    controller's environment). A copy: the caller's dict is left as it was."""
+    options = copy.deepcopy(controller_options)
+    env = options.setdefault("runtime_env", {}).setdefault("env_vars", {})
+    env.update({var: str(free_port()) for var in HAPROXY_PORT_VARS})
+    return options
 
 
 def start_on_a_free_port(
@@ -176,10 +192,33 @@ def serve_processes() -> dict[str, int]:
             app, deployment, replica = name.removeprefix("SERVE_REPLICA::").split("#")[:3]
             roles[f"{app}/{deployment}#{replica}"] = actor["Pid"]
         elif name.startswith("SERVE_PROXY_ACTOR"):
-            roles["proxy"] = actor["Pid"]
+            roles["proxy"] = actor["Pid"]  # Serve's Python proxy, or under HAProxy the actor that manages it
+            roles.update({f"haproxy#{i}": pid for i, pid in enumerate(haproxy_pids(actor["Pid"]))})
         elif name == "SERVE_CONTROLLER_ACTOR":
             roles["controller"] = actor["Pid"]
     return roles
+
+
+def haproxy_pids(manager_pid: int) -> list[int]:
+    """The HAProxy processes a proxy actor started (none under Serve's Python proxy)."""
+    import psutil
+
+    try:
+        children = psutil.Process(manager_pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+    return [c.pid for c in children if c.name() == "haproxy"]
+
+
+def listener(port: int) -> str:
+    """The name of the process listening on TCP `port` ("" when none): `haproxy` under Serve's high-throughput
+    front, Ray's `ProxyActor` under its Python proxy."""
+    import psutil
+
+    for conn in psutil.net_connections("tcp"):
+        if conn.status == psutil.CONN_LISTEN and conn.laddr.port == port and conn.pid is not None:
+            return psutil.Process(conn.pid).name()
+    return ""
 
 
 def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:

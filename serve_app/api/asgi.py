@@ -6,8 +6,6 @@ untouched and a client disconnect still cancels the route's task.
 
 from __future__ import annotations
 
-import json
-
 from starlette.types import Scope, Send
 
 from serve_app.protocol.errors import OpenAIError
@@ -24,7 +22,7 @@ def header(scope: Scope, name: str) -> str | None:
 
 async def send_error(send: Send, error: OpenAIError) -> None:
     """Answer the request with `error`'s status, headers and OpenAI body."""
-    payload = json.dumps(error.body()).encode()
+    payload = error.encoded()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
     headers += [(k.lower().encode(), v.encode("latin-1")) for k, v in error.headers.items()]
     await send({"type": "http.response.start", "status": error.status, "headers": headers})

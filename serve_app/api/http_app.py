@@ -12,7 +12,7 @@ import logging
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from serve_app.api.auth import ApiKeyMiddleware, process_api_key
@@ -37,11 +37,11 @@ api.add_middleware(RequestIdMiddleware)  # behind Serve's proxy, which echoes th
 
 
 @api.exception_handler(OpenAIError)
-async def _openai_error(request: Request, exc: OpenAIError) -> JSONResponse:
+async def _openai_error(request: Request, exc: OpenAIError) -> Response:
     return exc.response()
 
 
-def _counted(request: Request, response: JSONResponse) -> JSONResponse:
+def _counted(request: Request, response: Response) -> Response:
     """Count an error answered before a route ran (the routes count their own)."""
     endpoint = ENDPOINT_BY_PATH.get(request.url.path)
     metrics: IngressMetrics | None = getattr(request.app.state, "metrics", None)
@@ -51,17 +51,17 @@ def _counted(request: Request, response: JSONResponse) -> JSONResponse:
 
 
 @api.exception_handler(RequestValidationError)
-async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+async def _validation_error(request: Request, exc: RequestValidationError) -> Response:
     return _counted(request, validation_error(exc.errors()).response())
 
 
 @api.exception_handler(StarletteHTTPException)
-async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
     kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
     return OpenAIError(exc.status_code, str(exc.detail), type=kind).response()
 
 
 @api.exception_handler(Exception)
-async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
+async def _internal_error(request: Request, exc: Exception) -> Response:
     logger.exception("unhandled error")
     return OpenAIError(500, "internal server error", type="server_error").response()

@@ -29,7 +29,7 @@ from serve_app.api.request_count import counting
 from serve_app.api.routed_call import RoutedCall
 from serve_app.metrics import IngressMetrics, StreamTimer
 from serve_app.protocol.errors import OpenAIError
-from serve_app.protocol.sse import sse, token_events
+from serve_app.protocol.sse import token_events
 from serve_app.replica.backend import EngineError, ResponseBody, ResponseItem, ResponsePart, ResponseStart
 from serve_app.routing.backpressure import LanesFull
 from serve_app.routing.records import RouteTicket
@@ -176,13 +176,12 @@ async def relay(
                 # Only this replica's requests fail; the client hears why instead of a cut connection.
                 logger.warning("engine replica lost mid-stream: %s", type(e).__name__)
                 outcome.status = "503"
-                yield (sse(replica_lost_error().body()) + sse("[DONE]")).encode()
+                yield replica_lost_error().stream_end()
                 return
             except Exception:
                 logger.exception("engine call failed mid-stream")
                 outcome.status = "500"
-                failed = OpenAIError.of_status(500, FAILED_MESSAGE)
-                yield (sse(failed.body()) + sse("[DONE]")).encode()
+                yield OpenAIError.of_status(500, FAILED_MESSAGE).stream_end()
                 return
             outcome.status = str(status)
             if status == 200:

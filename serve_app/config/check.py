@@ -2,7 +2,8 @@
 
 Validates the file with Serve's own schema (`ServeDeploySchema`), refuses keys Serve would silently
 drop in our deployments, then validates our typed sections (`args`, both `user_config`s, the policy
-overrides) and checks that the Ingress drains at least as long as the Engine (`drain_problems`).
+overrides), checks that the Ingress drains at least as long as the Engine (`drain_problems`) and that the
+controller and the application ask for the same front (`serve_path.front_problems`).
 Prints one line per problem, naming the field, and exits non-zero if there is any.
 A bad `user_config` sent to a running app fails the update (Serve then replaces the replica that
 refused it), so check first.
@@ -29,6 +30,7 @@ from serve_app.config import (
     engine_policy,
     validate,
 )
+from serve_app.config.serve_path import front_problems
 
 DEPLOYMENTS: dict[str, type[RoutingKnobs] | type[EngineKnobs] | None] = {
     "Ingress": RoutingKnobs,
@@ -54,6 +56,10 @@ def drain_problems(where: str, deployments: list[dict[str, Any]]) -> list[str]:
     return []
 
 
+def _app_env(app_raw: dict[str, Any]) -> dict[str, str] | None:
+    return (app_raw.get("runtime_env") or {}).get("env_vars")
+
+
 def problems(raw: dict[str, Any]) -> list[str]:
     try:
         schema = ServeDeploySchema.model_validate(raw)
@@ -68,6 +74,7 @@ def problems(raw: dict[str, Any]) -> list[str]:
             out.append(str(e))
             cfg = AppConfig()
         out += drain_problems(where, app_raw.get("deployments", []))
+        out += [f"{where}: {p}" for p in front_problems(raw.get("controller_options"), _app_env(app_raw))]
         for d in app_raw.get("deployments", []):
             name = d.get("name")
             if name not in DEPLOYMENTS:

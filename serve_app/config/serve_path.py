@@ -1,21 +1,31 @@
-"""Ray Serve's settings the shipped configs set: the request path (application `runtime_env.env_vars`) and the
-controller's loop (top-level `controller_options`).
+"""Ray Serve's settings the shipped configs set: the front (Serve's high-throughput mode: HAProxy and direct
+ingress), the request path (application `runtime_env.env_vars`) and the controller's loop (top-level
+`controller_options`).
 
-Serve's defaults put two thread hops on every request: the user code of a replica runs on its own
-thread's loop, and a handle's router on another; each hop is a cross-thread wake-up, which on a
-busy machine waits for the OS scheduler (measured: `python -m benchmarks.serve_overhead`, docs/benchmarks.md).
-Our replicas never block their loop (the sim engine is async, sglang runs on its own `EngineThread`
-thread), so the hops buy nothing here. Handles send requests over Serve's inter-deployment gRPC
-instead of Ray actor calls by reference.
+The front. Serve's Python proxy parses every request, hands it to the ingress replica over a Ray call and relays
+the stream back: with the ingress and the engine replica's hop it cost more CPU per request than the engines it
+fronts. Serve's high-throughput mode (`FRONT_ENV`: `RAY_SERVE_ENABLE_HA_PROXY` and `RAY_SERVE_THROUGHPUT_OPTIMIZED`)
+puts HAProxy on the HTTP port instead, which forwards the bytes to the ingress replica's own HTTP server (direct
+ingress): one Python hop fewer, about twice the requests/s on two cores and half the CPU per request (measured:
+`python -m benchmarks.serve_overhead`, docs/benchmarks.md). The controller starts HAProxy, so the controller's
+environment must have it (`controller_options`); the ingress replica serves HTTP itself, so the application's must
+too. Both places or neither: `front_problems` refuses a config that sets one. The other front (Serve's Python
+proxy) is the same variables at "0" in both places. What the mode bundles and we keep: the access log buffered
+(1000 lines), Serve's logs in files only (`/tmp/ray/session_latest/logs/serve/`, no copy on stderr), GC frozen
+after start-up. HAProxy also listens on its stats (8404) and Prometheus (9101) ports on every interface (Ray's
+template; `RAY_SERVE_HAPROXY_STATS_PORT`, `RAY_SERVE_HAPROXY_METRICS_PORT` move them).
 
-These are three of the settings `RAY_SERVE_THROUGHPUT_OPTIMIZED=1` bundles; the others are left at
-Serve's defaults on purpose: access logs are written as they happen (no log buffer), Serve keeps
-logging to stderr, and HTTP still goes through Serve's proxy (no direct ingress).
+The request path. Serve's defaults put two thread hops on every request: the user code of a replica runs on its
+own thread's loop, and a handle's router on another; each hop is a cross-thread wake-up, which on a busy machine
+waits for the OS scheduler. Our replicas never block their loop (the sim engine is async, sglang runs on its own
+`EngineThread` thread), so the hops buy nothing here. Handles send requests over Serve's inter-deployment gRPC
+instead of Ray actor calls by reference. The high-throughput mode implies these three; they are set explicitly so
+that the Python-proxy front keeps them.
 
-Serve's controller runs its control loop every 0.1 s, and each step asks the GCS for every node's resources: on an
-idle app on two cores the controller and the GCS took about 0.14 cores between them, as much as every replica
-together. At 0.5 s (`CONTROLLER_ENV`) they take half that. What the loop drives is slower than that anyway: health
-checks every 10 s, autoscaling metrics every 10 s, and the replicas' routing stats every
+The controller's loop. Serve's controller runs its control loop every 0.1 s, and each step asks the GCS for every
+node's resources: on an idle app on two cores the controller and the GCS took about 0.14 cores between them, as much
+as every replica together. At 0.5 s (`CONTROLLER_ENV`) they take half that. What the loop drives is slower than that
+anyway: health checks every 10 s, autoscaling metrics every 10 s, and the replicas' routing stats every
 ``request_routing_stats_period_s`` (0.5 s in our configs); a replica starting or stopping is seen up to 0.4 s later.
 Measured: `python -m benchmarks.serve_idle_cpu` (docs/benchmarks.md).
 """
@@ -31,34 +41,55 @@ SERVE_PATH_ENV: dict[str, str] = {
     "RAY_SERVE_USE_GRPC_BY_DEFAULT": "1",
 }
 
-KEPT_DEFAULTS: dict[str, str] = {
-    "RAY_SERVE_LOG_TO_STDERR": "1",
-    "RAY_SERVE_REQUEST_PATH_LOG_BUFFER_SIZE": "1",
-    "RAY_SERVE_ENABLE_DIRECT_INGRESS": "0",
-    "RAY_SERVE_THROUGHPUT_OPTIMIZED": "0",
-}
-"""Serve's defaults we rely on (logs to stderr, unbuffered access logs, the proxy in front)."""
+FRONT_ENV: dict[str, str] = {"RAY_SERVE_ENABLE_HA_PROXY": "1", "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1"}
+"""Serve's high-throughput front, in the controller's and the application's environment alike."""
+PYTHON_PROXY_ENV: dict[str, str] = dict.fromkeys(FRONT_ENV, "0")
+"""The switch back to Serve's Python proxy: the same variables, off, in both places."""
 
-CONTROLLER_ENV: dict[str, str] = {"RAY_SERVE_CONTROL_LOOP_INTERVAL_S": "0.5"}
+CONTROLLER_ENV: dict[str, str] = {"RAY_SERVE_CONTROL_LOOP_INTERVAL_S": "0.5", **FRONT_ENV}
 CONTROLLER_OPTIONS: dict[str, Any] = {"runtime_env": {"env_vars": CONTROLLER_ENV}}
 """A config's top-level `controller_options` (Serve applies it when it starts the controller, and only then)."""
+
+
+def front_of(env_vars: Mapping[str, str] | None) -> str:
+    """Which front an environment asks for: `haproxy` (`FRONT_ENV`), `proxy` (Serve's Python proxy: the
+    variables unset or "0"), or `mixed`."""
+    env = dict(env_vars or {})
+    if all(env.get(k) == v for k, v in FRONT_ENV.items()):
+        return "haproxy"
+    if all(env.get(k, "0") == "0" for k in FRONT_ENV):
+        return "proxy"
+    return "mixed"
+
+
+def _env_vars(block: Mapping[str, Any] | None) -> dict[str, str]:
+    return dict(((block or {}).get("runtime_env") or {}).get("env_vars") or {})
+
+
+def front_problems(controller_options: Mapping[str, Any] | None, app_env_vars: Mapping[str, str] | None) -> list[str]:
+    """What a config gets wrong about its front (empty: nothing): the controller's environment and the
+    application's must ask for the same one, wholly."""
+    controller, app = front_of(_env_vars(controller_options)), front_of(app_env_vars)
+    if controller == app != "mixed":
+        return []
+    wanted = ", ".join(f"{k}={v!r}" for k, v in FRONT_ENV.items())
+    return [
+        f"front: controller_options asks for {controller!r} and the application's runtime_env for {app!r}; set "
+        f"{wanted} in both (Serve's high-throughput front), or both to '0' in both (Serve's Python proxy)"
+    ]
 
 
 def serve_path_problems(env_vars: Mapping[str, str] | None) -> list[str]:
     """What an application's `runtime_env.env_vars` gets wrong about the request path (empty: nothing)."""
     env = dict(env_vars or {})
-    problems = [f"{k}: {env.get(k)!r}, expected {v!r}" for k, v in SERVE_PATH_ENV.items() if env.get(k) != v]
-    problems += [
-        f"{k}: {env[k]!r}, keep Serve's default {v!r}" for k, v in KEPT_DEFAULTS.items() if k in env and env[k] != v
-    ]
-    return problems
+    return [f"{k}: {env.get(k)!r}, expected {v!r}" for k, v in SERVE_PATH_ENV.items() if env.get(k) != v]
 
 
 def controller_problems(controller_options: Mapping[str, Any] | None) -> list[str]:
     """What a config's top-level `controller_options` gets wrong about the controller's loop (empty: nothing)."""
-    env = dict(((controller_options or {}).get("runtime_env") or {}).get("env_vars") or {})
+    env = _env_vars(controller_options)
     return [
         f"controller_options.runtime_env.env_vars.{k}: {env.get(k)!r}, expected {v!r}"
         for k, v in CONTROLLER_ENV.items()
-        if env.get(k) != v
+        if k not in FRONT_ENV and env.get(k) != v
     ]

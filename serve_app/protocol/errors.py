@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from fastapi.responses import JSONResponse
+from fastapi.responses import Response
 
 
 class OpenAIError(Exception):
@@ -50,11 +51,16 @@ class OpenAIError(Exception):
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
     def encoded(self) -> bytes:
-        """The error body's bytes, as `response()` writes them."""
-        return bytes(JSONResponse(self.body()).body)
+        """The error body's bytes: every error response and error event carries these."""
+        # As Starlette's JSONResponse writes it, so every error's bytes are the same wherever it is answered.
+        return json.dumps(self.body(), ensure_ascii=False, separators=(",", ":")).encode()
 
-    def response(self) -> JSONResponse:
-        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+    def stream_end(self) -> bytes:
+        """The end of a stream that has started and failed: this error as an SSE event, then `[DONE]`."""
+        return b"data: " + self.encoded() + b"\n\ndata: [DONE]\n\n"
+
+    def response(self) -> Response:
+        return Response(self.encoded(), status_code=self.status, headers=self.headers, media_type="application/json")
 
 
 def retry_code(status: int) -> str:

@@ -156,8 +156,8 @@ class SimServing:
                 chunk = await anext(chunks, None)
             except RequestError as e:
                 # Headers are sent: the error goes in the stream, and the stream still ends properly.
-                error = sse(OpenAIError.of_status(e.status, e.message).body()) + sse("[DONE]")
-                yield [ResponseBody(error.encode(), error_status=e.status)]
+                error = OpenAIError.of_status(e.status, e.message).stream_end()
+                yield [ResponseBody(error, error_status=e.status)]
                 return
 
 
