@@ -10,7 +10,16 @@ from ray.serve.schema import ServeDeploySchema
 
 from serve_app.app import ROUTER_CLASS, build_app
 from serve_app.config import AppConfig, ConfigError, EngineKnobs, RoutingKnobs, validate
-from serve_app.config.serve_path import CONTROLLER_ENV, SERVE_PATH_ENV, controller_problems, serve_path_problems
+from serve_app.config.serve_path import (
+    CONTROLLER_ENV,
+    FRONT_ENV,
+    PYTHON_PROXY_ENV,
+    SERVE_PATH_ENV,
+    controller_problems,
+    front_of,
+    front_problems,
+    serve_path_problems,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -33,6 +42,9 @@ def test_config_files_pass_serve_schema_and_ours(name: str) -> None:
         assert set(d) <= set(type(deployments[d["name"]]).model_fields), d["name"]
     # Serve's request path on each replica's own loop, logs and the proxy as Serve's defaults have them.
     assert serve_path_problems((app.runtime_env or {}).get("env_vars")) == []
+    # Serve's high-throughput front (HAProxy, direct ingress), in the controller's and the app's environment.
+    assert front_of(raw["controller_options"]["runtime_env"]["env_vars"]) == "haproxy"
+    assert front_of((app.runtime_env or {}).get("env_vars")) == "haproxy"
     # Serve's controller on its slower loop, through Serve's own option (it validates the block above).
     assert controller_problems(raw.get("controller_options")) == []
     assert schema.controller_options is not None
@@ -146,22 +158,43 @@ def test_the_ingress_drains_as_long_as_the_engines_it_relays(name: str) -> None:
     assert "Ingress: graceful_shutdown_timeout_s=" in problem and "Engine's (600)" in problem
 
 
-def test_serve_path_check_names_a_missing_knob_and_a_lost_default() -> None:
+def test_serve_path_check_names_a_missing_knob() -> None:
     good = dict(SERVE_PATH_ENV)
     assert serve_path_problems(good) == []
     assert serve_path_problems({**good, "PYTHONPATH": "x"}) == []  # other variables are the app's own
     missing = {k: v for k, v in good.items() if k != "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP"}
     assert [p.split(":")[0] for p in serve_path_problems(missing)] == ["RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP"]
-    quiet = {**good, "RAY_SERVE_LOG_TO_STDERR": "0", "RAY_SERVE_ENABLE_DIRECT_INGRESS": "1"}
-    assert [p.split(":")[0] for p in serve_path_problems(quiet)] == [
-        "RAY_SERVE_LOG_TO_STDERR",
-        "RAY_SERVE_ENABLE_DIRECT_INGRESS",
-    ]
     assert len(serve_path_problems(None)) == len(SERVE_PATH_ENV)
 
 
+def test_front_is_asked_for_in_both_places_or_neither() -> None:
+    controller = {"runtime_env": {"env_vars": {**CONTROLLER_ENV}}}
+    assert front_of(FRONT_ENV) == "haproxy" and front_problems(controller, FRONT_ENV) == []
+    # The switch back to Serve's Python proxy: both variables off in both places, or absent from both.
+    off = {"runtime_env": {"env_vars": {**CONTROLLER_ENV, **PYTHON_PROXY_ENV}}}
+    assert front_of(PYTHON_PROXY_ENV) == "proxy" and front_problems(off, PYTHON_PROXY_ENV) == []
+    assert front_problems(None, None) == []
+    # HAProxy started by the controller with no HTTP server in the ingress replica (or the reverse) serves nothing.
+    (problem,) = front_problems(controller, None)
+    assert "'haproxy'" in problem and "'proxy'" in problem
+    assert len(front_problems(None, FRONT_ENV)) == 1
+    half = {"RAY_SERVE_ENABLE_HA_PROXY": "1"}
+    assert front_of(half) == "mixed" and len(front_problems({"runtime_env": {"env_vars": half}}, half)) == 1
+
+
+def test_the_checker_refuses_a_config_whose_front_is_set_in_one_place() -> None:
+    from serve_app.config.check import problems
+
+    raw = load("config.yaml")
+    assert problems(raw) == []
+    for k in FRONT_ENV:
+        del raw["applications"][0]["runtime_env"]["env_vars"][k]
+    (problem,) = problems(raw)
+    assert problem.startswith("applications[fairshare]: front:")
+
+
 def test_controller_check_names_a_missing_or_changed_loop_interval() -> None:
-    (key,) = CONTROLLER_ENV
+    (key,) = (k for k in CONTROLLER_ENV if k not in FRONT_ENV)
     good = {"runtime_env": {"env_vars": {**CONTROLLER_ENV, "OTHER": "x"}}}
     assert controller_problems(good) == []
     assert [p.split(":")[0] for p in controller_problems(None)] == [f"controller_options.runtime_env.env_vars.{key}"]
