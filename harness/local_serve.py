@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from harness import net
 from harness.net import free_port
 from serve_app.config.serve_path import CONTROLLER_OPTIONS
 
@@ -96,7 +97,7 @@ def with_free_haproxy_ports(controller_options: dict[str, Any]) -> dict[str, Any
     controller's environment). A copy: the caller's dict is left as it was."""
     options = copy.deepcopy(controller_options)
     env = options.setdefault("runtime_env", {}).setdefault("env_vars", {})
-    env.update({var: str(free_port()) for var in HAPROXY_PORT_VARS})
+    env.update({var: str(net.free_port()) for var in HAPROXY_PORT_VARS})  # not the probe of the front's port
     return options
 
 

@@ -38,7 +38,7 @@ from serve_app.api.http_app import CHAT_PATH, COMPLETIONS_PATH, EMBEDDINGS_PATH,
 from serve_app.api.relay import EngineCall, call_error, cancel, relay, response_of, start, whole_body
 from serve_app.api.request_count import Outcome, counting
 from serve_app.api.request_log import configure_logging
-from serve_app.api.request_rules import SESSION_HEADER, parse_session_id
+from serve_app.api.request_rules import SESSION_HEADER, parse_session_id, parsed_body
 from serve_app.api.routed_call import RoutedCall
 from serve_app.config import AppConfig, RoutingKnobs, validate
 from serve_app.metrics import IngressMetrics
@@ -122,7 +122,7 @@ class Ingress:
     @api.post(EMBEDDINGS_PATH)
     async def embeddings(self, request: Request) -> Response:
         with counting(self.metrics, "embeddings") as outcome:
-            raw = await request.json()
+            raw = parsed_body(request)
             self._check_model(raw.get("model"), EMBEDDING_KIND)
             assert self.embedder is not None  # a model of kind embedding exists only with an Embedder
             try:
@@ -173,7 +173,7 @@ class Ingress:
         consumed = False  # the engine's whole answer was read: nothing left to cancel
         with counting(self.metrics, endpoint.name) as outcome:
             try:
-                raw = await request.json()
+                raw = parsed_body(request)
                 self._check_model(raw.get("model"), CHAT_KIND)
                 prompt_tokens = await self._routing_tokens(endpoint, raw)
                 session_id = _session_of(request, raw.get("user"))

@@ -136,15 +136,13 @@ async def start(
 async def _arrivals(
     stream: EngineCall, first: Sequence[ResponseItem], first_s: float
 ) -> AsyncGenerator[tuple[ResponseBody, float], None]:
-    """The response's bytes, one body per stream item (the first item's included), with when each arrived."""
+    """The response's bodies as they come (the first item's included), with when each arrived. The replica joins
+    what is ready together into one body per stream item (`engine_replica.respond`)."""
     item, at_s = first, first_s
     while True:
-        bodies = [part for part in item if isinstance(part, ResponseBody)]
-        if len(bodies) == 1:
-            yield bodies[0], at_s
-        elif bodies:
-            error_status = next((b.error_status for b in reversed(bodies) if b.error_status is not None), None)
-            yield ResponseBody(b"".join(b.data for b in bodies), error_status), at_s
+        for part in item:
+            if isinstance(part, ResponseBody):
+                yield part, at_s
         try:
             item = await stream.__anext__()
         except StopAsyncIteration:

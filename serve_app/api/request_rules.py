@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict, ValidationError
+from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serve_app.api.asgi import header, send_error
@@ -57,8 +58,8 @@ def bad_request(message: str, param: str | None = None, code: str | None = None)
 
 
 # -- the body, before any route sees it ------------------------------------------------------
-def check_json_body(raw: bytes) -> None:
-    """400 unless `raw` is a UTF-8 JSON object with no NaN, Infinity or unpaired surrogate escape."""
+def check_json_body(raw: bytes) -> dict[str, Any]:
+    """`raw` parsed: 400 unless it is a UTF-8 JSON object with no NaN, Infinity or unpaired surrogate escape."""
     if not raw.strip():
         raise bad_request("The request body is empty; send a JSON object.", code="invalid_json")
     try:
@@ -80,6 +81,7 @@ def check_json_body(raw: bytes) -> None:
             "it cannot be encoded as text.",
             param=".".join(map(str, path)) or None,
         )
+    return data
 
 
 def _reject_constant(name: str) -> Any:
@@ -116,6 +118,15 @@ def too_large(limit_bytes: int) -> OpenAIError:
     )
 
 
+PARSED_BODY = "fairshare.parsed_body"
+"""Where the body guard leaves the body it parsed, in the request's ASGI scope: the routes read it there."""
+
+
+def parsed_body(request: Request) -> dict[str, Any]:
+    """The request's JSON object, as the body guard parsed and checked it (the body is parsed once)."""
+    return cast(dict[str, Any], request.scope[PARSED_BODY])
+
+
 class RequestBodyGuard:
     """Plain ASGI middleware: check a request's body once, bounded, then replay it to the route.
 
@@ -141,7 +152,7 @@ class RequestBodyGuard:
             raw = await self._read(scope, receive)
             if raw is None:  # the client left before sending its body: nobody to answer
                 return
-            check_json_body(raw)
+            scope[PARSED_BODY] = check_json_body(raw)
         except OpenAIError as e:
             await send_error(send, e)
             return

@@ -30,6 +30,7 @@ from serve_app.replica.backend import (
     ResponseBody,
     ResponseItem,
     ResponsePart,
+    joined_bodies,
 )
 from serve_app.replica.pacing import paced
 from serve_app.routing.backpressure import Admit, BackpressureLimits, decide, derive_limits
@@ -150,9 +151,10 @@ class Engine:
     async def respond(
         self, request: OpenAIRequest, route: RouteTicket | None = None
     ) -> AsyncIterator[Sequence[ResponseItem]]:
-        """The backend's OpenAI response to `request`, relayed as it comes: one stream item per list, joined after the
-        first bytes when they come faster than `stream_spacing_s` (`pacing`). Backpressure first: over a limit, one
-        `EngineError` (429) and nothing reaches the engine."""
+        """The backend's OpenAI response to `request`, relayed as it comes: after the first bytes, what comes faster
+        than `stream_spacing_s` is held (`pacing`), and each stream item carries what is ready together as one body
+        (`joined_bodies`: the only place a stream is coalesced). Backpressure first: over a limit, one `EngineError`
+        (429) and nothing reaches the engine."""
         await self._ensure_started()
         decision = route.decision if route is not None else None
         if decision is not None:
@@ -166,7 +168,8 @@ class Engine:
         parts = paced(self.backend.respond(request), self.knobs.stream_spacing_s, carries_output)
         async with contextlib.aclosing(parts):
             async for batch in parts:
-                yield batch
+                # The one place a stream is coalesced: what is ready together crosses to the ingress as one body.
+                yield joined_bodies(batch)
 
     async def describe(self, route: RouteTicket | None = None) -> dict[str, Any]:
         """Admin view of this replica (reach a given replica with a ticket whose hint names `target_replica`)."""

@@ -21,6 +21,7 @@ from serve_app.api.request_rules import (
     check_json_body,
     default_max_body_bytes,
     parse_session_id,
+    parsed_body,
     validation_error,
 )
 from serve_app.protocol.errors import OpenAIError
@@ -67,8 +68,18 @@ def app() -> TestClient:
         check_context_window(sum(len(m.content or "") for m in body.messages), body.max_tokens or 16, 1000, "messages")
         return {"stream": body.stream}
 
+    @api.post("/v1/parsed")
+    async def parsed(request: Request) -> dict:
+        # A route that reads what the guard parsed must not need the body again: the client's bytes are gone.
+        request._receive = _no_body  # type: ignore[attr-defined]
+        return {"parsed": parsed_body(request)}
+
     api.add_middleware(RequestBodyGuard, max_body_bytes=LIMIT_BYTES)
     return TestClient(api)
+
+
+async def _no_body() -> dict:
+    raise AssertionError("the route read the body again")
 
 
 CLIENT = app()
@@ -78,6 +89,12 @@ OK = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 def post(body: bytes | dict, **headers: str):
     content = json.dumps(body).encode() if isinstance(body, dict) else body
     return CLIENT.post("/v1/chat/completions", content=content, headers={"content-type": "application/json", **headers})
+
+
+def test_the_guard_hands_the_route_the_body_it_parsed() -> None:
+    body = {**OK, "nested": {"list": [1, 2.5, "é"]}}
+    r = CLIENT.post("/v1/parsed", content=json.dumps(body).encode(), headers={"content-type": "application/json"})
+    assert r.status_code == 200 and r.json() == {"parsed": body}
 
 
 def test_a_good_request_passes_the_guard() -> None:
@@ -200,11 +217,11 @@ def test_strict_configs_refuse_coercion_and_keep_ints_as_numbers() -> None:
 @given(st.binary(max_size=200))
 def test_any_bytes_are_accepted_or_a_400(raw: bytes) -> None:
     try:
-        check_json_body(raw)
+        parsed = check_json_body(raw)
     except OpenAIError as e:
         assert e.status == 400 and e.message
     else:
-        assert isinstance(json.loads(raw.decode("utf-8")), dict)
+        assert parsed == json.loads(raw.decode("utf-8")) and isinstance(parsed, dict)
 
 
 json_values = st.recursive(

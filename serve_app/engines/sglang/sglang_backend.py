@@ -42,7 +42,6 @@ from serve_app.replica.backend import (
     ReplicaLoad,
     ResponseBody,
     ResponsePart,
-    joined_bodies,
 )
 
 if TYPE_CHECKING:
@@ -176,10 +175,9 @@ class SglangBackend:
             batches = self._loop.batches(lambda: openai.respond(request.kind, request.body, rid))
             async with contextlib.aclosing(batches):
                 async for batch in batches:
-                    parts = joined_bodies(batch)
-                    if any(isinstance(part, ResponseBody) for part in parts):
+                    if any(isinstance(part, ResponseBody) for part in batch):
                         self._pending.answered(rid)  # its first output: prefilled
-                    yield parts
+                    yield batch
             finished = True
         finally:
             self._active.discard(rid)
