@@ -118,6 +118,15 @@ def _fmt(v: float | None, unit: str) -> str:
     return f"{v:.1f}" if unit == "%" else f"{v:.3g}"
 
 
+def front_cpu_ms(front: Front) -> float | None:
+    """The front's CPU milliseconds per request: its cores while the load ran, over the requests answered then."""
+    cores = front.cpu_cores.get("front")
+    if cores is None or not front.samples:
+        return None
+    span_s = max(s.sent_at_s + (s.e2e_s or 0.0) for s in front.samples) - min(s.sent_at_s for s in front.samples)
+    return 1e3 * cores * span_s / len(front.samples)
+
+
 def table(fronts: Sequence[Front]) -> str:
     head = ["metric", *(f.name for f in fronts), f"{APP} / best peer"]
     rows = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
@@ -136,6 +145,8 @@ def table(fronts: Sequence[Front]) -> str:
         for role in dict.fromkeys(r for f in fronts for r in of(f)):
             cells = [f"{of(f)[role]:.2f}" if role in of(f) else "—" for f in fronts]
             rows.append(f"| CPU cores {what}: {role} | " + " | ".join(cells) + " | |")
+    per_request = [front_cpu_ms(f) for f in fronts]
+    rows.append("| front CPU ms per request | " + " | ".join(f"{ms:.1f}" if ms else "—" for ms in per_request) + " | |")
     loads = [f"{f.load_start:.1f} → {f.load_end:.1f}" for f in fronts]
     rows.append("| load average (1 min), start → end | " + " | ".join(loads) + " | |")
     return "\n".join(rows)
@@ -166,12 +177,20 @@ def verdict(fronts: Sequence[Front]) -> list[str]:
     return lines
 
 
-def markdown(fronts: Sequence[Front], engine, chars_per_token: float, duration_s: float, seed: int) -> str:
+AS_SHIPPED = "every process at the priority it starts with (as shipped: Ray's workers at niceness 15, the rest at 0)"
+RENICED = (
+    "**reniced, not as shipped** (`--renice`): sglang's schedulers (the forward passes) at niceness 15, every other "
+    "process at 0"
+)
+
+
+def markdown(
+    fronts: Sequence[Front], engine, chars_per_token: float, duration_s: float, seed: int, reniced: bool = False
+) -> str:
     settings = (
         f"Two CPU sglang 0.5.23 engines per front: context {engine.context_tokens}, chunked prefill "
         f"{engine.chunk_tokens}, max running requests {engine.max_running_requests}, KV {engine.max_total_tokens} "
-        f"tokens, cache report on, OMP_NUM_THREADS=1, sglang's schedulers (the forward passes) at niceness 15, "
-        f"every other process at 0; "
+        f"tokens, cache report on, OMP_NUM_THREADS=1, {RENICED if reniced else AS_SHIPPED}; "
         f"this app's class bound (short_request_tokens) {engine.short_request_tokens}. "
         f"Workload seed {seed}, {duration_s:.0f} s a front, "
         f"closed loop: "

@@ -5,9 +5,11 @@
 
 Every front serves the same tiny random-weight Llama (`harness.tiny_model`, a 32,768-token context: a
 12,000-token document takes seconds to prefill on one core) on two CPU sglang 0.5.23 engines with the same
-settings (`EngineSettings`), `OMP_NUM_THREADS=1`, and the same CPU share: sglang's scheduler processes, which run the
-forward passes (the device), at niceness 15, every other process (the fronts, the engines' HTTP, tokenizer and
-detokenizer processes) and the load generator at 0, as beside a GPU (`DEVICE_PROCESS`). Fronts, in turn:
+settings (`EngineSettings`) and `OMP_NUM_THREADS=1`. Every front runs as shipped: each process at the priority it
+starts with (Ray starts its workers, this app's replicas, at niceness 15; the stock servers and the router run at 0).
+`--renice` is the other setting, labelled so in the result file: sglang's scheduler processes, which run the forward
+passes (the device), at niceness 15 and every other process at 0 under every front, as beside a GPU
+(`DEVICE_PROCESS`). Fronts, in turn:
 
 - `fairshare`: this app (`config.sglang-cpu.yaml`): lanes that follow the load, the plugin's rules.
 - `fairshare-off`: this app with the plugin taking upstream's decisions (`sglang_upstream_overrides`: the
@@ -112,6 +114,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=23, help="Seed of the workload (the same for every front).")
     ap.add_argument("--model", type=Path, default=None, help="A tiny model built with the context (default: build).")
     ap.add_argument("--out", type=Path, default=Path("loadtest-out/peers"), help="Samples and logs.")
+    ap.add_argument(
+        "--renice",
+        action="store_true",
+        help="Not as shipped: every front's sglang schedulers at niceness 15, every other process at 0 (as by a GPU).",
+    )
     args = ap.parse_args(argv)
     fronts = [f for f in args.fronts.split(",") if f]
     bad = [f for f in fronts if f not in FRONTS]
@@ -181,10 +188,11 @@ def front_of(name: str, samples: Path, load_start: float, locust_rc: int | None,
 
 
 def app_front(
-    model: Path, engine: EngineSettings, upstream: bool, started: list[LocalApp] | None = None
+    model: Path, engine: EngineSettings, upstream: bool, started: list[LocalApp] | None = None, renice: bool = False
 ) -> Callable[[], contextlib.AbstractContextManager]:
     """This app on a local Ray + Serve; `upstream`: the plugin's upstream rules and Serve's default router;
-    `started`: the running app is appended to it (a benchmark that changes its `user_config` live)."""
+    `started`: the running app is appended to it (a benchmark that changes its `user_config` live); `renice`: not as
+    shipped, Ray's workers at 0 and the schedulers at `DEVICE_NICENESS`."""
     os.environ.update({k: v for k, v in cpu_sglang_env().items() if k in ("PYTHONPATH", "OMP_NUM_THREADS")})
 
     def edit(cfg: dict[str, Any]) -> None:
@@ -210,10 +218,12 @@ def app_front(
 
     @contextlib.contextmanager
     def start() -> Iterator[tuple[str, str]]:
-        os.environ[RAY_NICENESS_VAR] = "0"  # read when Ray starts: every worker at 0, the schedulers reniced below
+        if renice:
+            os.environ[RAY_NICENESS_VAR] = "0"  # read when Ray starts: every worker at 0, the schedulers reniced below
         try:
             with LocalApp(CONFIG, {"engine_replicas": 2, "policy": policy}, edit=edit, deploy_timeout_s=900) as local:
-                renice_devices(engine_replicas(), DEVICE_NICENESS)
+                if renice:
+                    renice_devices(engine_replicas(), DEVICE_NICENESS)
                 if started is not None:
                     started.append(local)
                 yield local.url, model_id(local.url)
@@ -251,9 +261,10 @@ def _config() -> dict[str, Any]:
 
 
 def router_front(
-    model: Path, engine: EngineSettings, policy: str, out: Path
+    model: Path, engine: EngineSettings, policy: str, out: Path, renice: bool = False
 ) -> Callable[[], contextlib.AbstractContextManager]:
-    """`sglang-router` with `policy` in front of two stock sglang servers (the plugin off)."""
+    """`sglang-router` with `policy` in front of two stock sglang servers (the plugin off); `renice`: not as
+    shipped, their schedulers at `DEVICE_NICENESS`."""
 
     @contextlib.contextmanager
     def start() -> Iterator[tuple[str, str]]:
@@ -264,7 +275,8 @@ def router_front(
         try:
             with ThreadPoolExecutor(2) as pool:
                 list(pool.map(LocalServer.start, servers))
-            renice_devices([psutil.Process(s.proc.pid) for s in servers if s.proc], DEVICE_NICENESS)
+            if renice:
+                renice_devices([psutil.Process(s.proc.pid) for s in servers if s.proc], DEVICE_NICENESS)
             workers = [f"http://127.0.0.1:{s.port}" for s in servers]
             with launch_router(policy, workers, out) as url:
                 yield url, model_id(workers[0])  # the router lists no models: a worker does
@@ -331,10 +343,10 @@ def main(argv: list[str] | None = None) -> int:
         cpt = chars_per_token(model)
         flags = workload_flags(args.seed, cpt, args.duration_s)
         starts = {
-            "fairshare": app_front(model, engine, upstream=False),
-            "fairshare-off": app_front(model, engine, upstream=True),
-            "cache_aware": router_front(model, engine, "cache_aware", args.out),
-            "round_robin": router_front(model, engine, "round_robin", args.out),
+            "fairshare": app_front(model, engine, upstream=False, renice=args.renice),
+            "fairshare-off": app_front(model, engine, upstream=True, renice=args.renice),
+            "cache_aware": router_front(model, engine, "cache_aware", args.out, renice=args.renice),
+            "round_robin": router_front(model, engine, "round_robin", args.out, renice=args.renice),
         }
         results: list[Front] = []
         broken: dict[str, str] = {}
@@ -350,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{name}: did not run: {broken[name]}", flush=True)
                 continue
             print(f"{name}: {len(results[-1].samples)} requests", flush=True)
-    body = markdown(results, engine, cpt, args.duration_s, args.seed)
+    body = markdown(results, engine, cpt, args.duration_s, args.seed, reniced=args.renice)
     if broken:
         body += "\nFronts that did not run:\n" + "".join(f"- {n}: `{why}`\n" for n, why in broken.items())
     print(body)

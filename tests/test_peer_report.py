@@ -9,8 +9,8 @@ from dataclasses import asdict
 import pytest
 
 from loadtests.cpu_share import CpuSampler
-from loadtests.peer_report import Front, meets_slo, table, verdict
-from loadtests.peers import front_of
+from loadtests.peer_report import Front, front_cpu_ms, markdown, meets_slo, table, verdict
+from loadtests.peers import EngineSettings, front_of
 from loadtests.recording import Sample
 
 
@@ -90,3 +90,20 @@ def test_a_fronts_result_carries_the_cpu_its_roles_used_and_waited_for(tmp_path)
     rows = table([front_of("fairshare", samples, 1.0, 0, cpu)]).splitlines()
     assert "| CPU cores used: engines | 1.20 | |" in rows and "| CPU cores used: front | 0.25 | |" in rows
     assert "| CPU cores waited for: engines | 0.30 | |" in rows and "| CPU cores waited for: front | 0.30 | |" in rows
+
+
+def test_the_table_gives_the_fronts_cpu_per_request_over_the_span_of_its_requests():
+    chats = [Sample("chat", "short", "short", 200, float(i), ttft_s=0.1, e2e_s=1.0) for i in range(10)]
+    app = Front("fairshare", chats, 0.0, 1.0, 1.0)
+    app.cpu_cores = {"front": 0.5, "engines": 1.0}
+    unsampled = Front("cache_aware", list(chats), 0.0, 1.0, 1.0)
+    # 10 requests from 0 s to 10 s (the last sent at 9 s, answered 1 s later): 0.5 cores * 10 s / 10 = 500 ms.
+    assert front_cpu_ms(app) == pytest.approx(500.0) and front_cpu_ms(unsampled) is None
+    assert "| front CPU ms per request | 500.0 | — | |" in table([app, unsampled]).splitlines()
+
+
+@pytest.mark.parametrize("reniced", [False, True])
+def test_the_result_says_whether_the_fronts_ran_as_shipped(reniced):
+    text = markdown([front("fairshare", [0.1] * 3, 1.0)], EngineSettings(), 4.0, 60.0, 1, reniced=reniced)
+    settings = text.splitlines()[0]
+    assert ("not as shipped" in settings) is reniced and ("as shipped: Ray's workers" in settings) is not reniced
