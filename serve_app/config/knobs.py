@@ -95,9 +95,7 @@ def engine_policy(cfg: AppConfig, overrides: dict[str, Any], where: str = "Engin
     arguments set (chunk size, concurrency) unless the overrides name them.
     """
     if cfg.backend == "sim":
-        from serve_app.engines.sim.policy import base_policy  # here: only the sim backend needs the simulator
-
-        return policy_config(base_policy(cfg.sim)[0], overrides, where)
+        return policy_config(cfg.sim.base_policy()[0], overrides, where)
     return policy_config(PolicyConfig(), overrides, where)
 
 

@@ -15,8 +15,9 @@ from sglang.srt.entrypoints.openai.sse_utils import build_sse_content
 import serve_app.api.relay as relay_module
 from scheduler.slo import SloTargets
 from scheduler.traffic import TrafficClass
-from serve_app.api.endpoints import CHAT, COMPLETIONS, ResponseIds
+from serve_app.api.endpoints import CHAT
 from serve_app.api.routed_call import RoutedCall
+from serve_app.engines.sim.formats import FORMATS, ResponseIds
 from serve_app.engines.sim.generation import Chunk
 from serve_app.engines.sim.serving import SimServing
 from serve_app.metrics import StreamTimer
@@ -112,20 +113,20 @@ def test_a_route_carries_its_class_targets_from_the_replica_that_serves_it() -> 
 # -- counting text-bearing events without decoding JSON --------------------------------------------
 
 
-def _our_stream(endpoint, texts: list[str], include_usage: bool) -> bytes:
+def _our_stream(fmt, texts: list[str], include_usage: bool) -> bytes:
     exclude = None if include_usage else {"usage"}
-    template = EventTemplate(endpoint.delta(IDS, EventTemplate.SLOT), exclude=exclude)
-    events = [sse(e, exclude=exclude) for e in endpoint.opening(IDS)] + [template(t) for t in texts]
-    events.append(sse(endpoint.finish(IDS, "stop"), exclude=exclude))
+    template = EventTemplate(fmt.delta(IDS, EventTemplate.SLOT), exclude=exclude)
+    events = [sse(e, exclude=exclude) for e in fmt.opening(IDS)] + [template(t) for t in texts]
+    events.append(sse(fmt.finish(IDS, "stop"), exclude=exclude))
     if include_usage:
-        events.append(sse(endpoint.usage(IDS, Usage.of(3, len(texts), 0))))
+        events.append(sse(fmt.usage(IDS, Usage.of(3, len(texts), 0))))
     return "".join([*events, sse("[DONE]")]).encode()
 
 
-@pytest.mark.parametrize("endpoint", [CHAT, COMPLETIONS], ids=lambda e: e.name)
+@pytest.mark.parametrize("fmt", list(FORMATS.values()), ids=lambda f: f.endpoint.name)
 @given(texts=st.lists(st.text(min_size=1), max_size=8), include_usage=st.booleans())
-def test_every_delta_with_text_counts_once_and_nothing_else_does(endpoint, texts: list[str], include_usage) -> None:
-    assert token_events(_our_stream(endpoint, texts, include_usage), endpoint.text_field) == len(texts)
+def test_every_delta_with_text_counts_once_and_nothing_else_does(fmt, texts: list[str], include_usage) -> None:
+    assert token_events(_our_stream(fmt, texts, include_usage), fmt.endpoint.text_field) == len(texts)
 
 
 @given(texts=st.lists(st.text(min_size=1), max_size=8))
@@ -219,11 +220,12 @@ def test_an_error_response_is_neither_timed_nor_judged(clock) -> None:
     assert m.ttft == [] and m.slo.counts == {}
 
 
-@pytest.mark.parametrize("endpoint", [CHAT, COMPLETIONS], ids=lambda e: e.name)
-def test_the_sglang_relay_observes_the_same_from_the_sse_bytes(clock, endpoint) -> None:
+@pytest.mark.parametrize("fmt", list(FORMATS.values()), ids=lambda f: f.endpoint.name)
+def test_the_sglang_relay_observes_the_same_from_the_sse_bytes(clock, fmt) -> None:
+    endpoint = fmt.endpoint
     m = RecordingMetrics()
-    opening = "".join(sse(e) for e in endpoint.opening(IDS))
-    events = _our_stream(endpoint, ["a", "b", "c", "d"], include_usage=True).decode().split("\n\n")[:-1]
+    opening = "".join(sse(e) for e in fmt.opening(IDS))
+    events = _our_stream(fmt, ["a", "b", "c", "d"], include_usage=True).decode().split("\n\n")[:-1]
     events = [e + "\n\n" for e in events]
     skip = 1 if opening else 0  # chat opens with the role chunk; the relay sees it with the first delta
     items = [
@@ -249,7 +251,7 @@ def test_the_sglang_relay_observes_the_same_from_the_sse_bytes(clock, endpoint) 
 
 def test_a_stream_the_engine_ended_with_an_error_is_counted_with_it_and_not_judged(clock) -> None:
     m = RecordingMetrics()
-    text = _our_stream(CHAT, ["a"], include_usage=False)
+    text = _our_stream(FORMATS["chat"], ["a"], include_usage=False)
     error = b'data: {"error": {"message": "aborted", "type": "server_error", "code": 503}}\n\ndata: [DONE]\n\n'
     stream = FakeStream([[ResponseBody(text[: text.index(b"data: [DONE]")])], [ResponseBody(error, 503)]])
 

@@ -14,8 +14,8 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 
 from pydantic import BaseModel
 
-from serve_app.api.endpoints import CHAT, COMPLETIONS, Endpoint, ResponseIds
 from serve_app.api.request_rules import check_context_window, parse_request
+from serve_app.engines.sim.formats import FORMATS, ResponseFormat, ResponseIds
 from serve_app.engines.sim.generation import Chunk, GenerateRequest, RequestError
 from serve_app.protocol.errors import OpenAIError
 from serve_app.protocol.openai_models import SamplingRequest, Usage, now_s
@@ -23,7 +23,6 @@ from serve_app.protocol.sse import EventTemplate, sse
 from serve_app.replica.backend import (
     JSON,
     SSE,
-    EngineKind,
     OpenAIRequest,
     ResponseBody,
     ResponsePart,
@@ -31,8 +30,6 @@ from serve_app.replica.backend import (
     error_response,
 )
 from serve_app.tokenizer import PromptTokenizer
-
-ENDPOINTS: dict[EngineKind, Endpoint] = {CHAT.name: CHAT, COMPLETIONS.name: COMPLETIONS}
 
 Generate = Callable[[GenerateRequest], AsyncGenerator[Chunk, None]]
 
@@ -47,8 +44,8 @@ def json_bytes(model: BaseModel) -> bytes:
 class _Answer:
     """One request's answer as it is written: its ids, the prompt's size, the usage so far."""
 
-    def __init__(self, endpoint: Endpoint, ids: ResponseIds, prompt_tokens: int, first: Chunk) -> None:
-        self.endpoint = endpoint
+    def __init__(self, fmt: ResponseFormat, ids: ResponseIds, prompt_tokens: int, first: Chunk) -> None:
+        self.fmt = fmt
         self.ids = ids
         self.prompt_tokens = prompt_tokens
         self.cached_tokens = first.cached_tokens or 0
@@ -73,12 +70,10 @@ class SimServing:
         self._generate = generate
 
     async def respond(self, request: OpenAIRequest) -> AsyncGenerator[list[ResponsePart], None]:
-        endpoint = ENDPOINTS[request.kind]
+        fmt = FORMATS[request.kind]
         try:
-            body: SamplingRequest = parse_request(
-                endpoint.request_model, request.body, f"{endpoint.name} on the sim backend"
-            )
-            generate_request = self._generate_request(endpoint, body, request)
+            body: SamplingRequest = parse_request(fmt.request_model, request.body, f"{request.kind} on the sim backend")
+            generate_request = self._generate_request(fmt, body, request)
         except OpenAIError as e:
             yield error_response(e)
             return
@@ -90,7 +85,7 @@ class SimServing:
                 yield error_response(OpenAIError.of_status(e.status, e.message))
                 return
             ids = ResponseIds(request.rid, now_s(), self.model_id)
-            answer = _Answer(endpoint, ids, generate_request.prompt_tokens, first)
+            answer = _Answer(fmt, ids, generate_request.prompt_tokens, first)
             if body.stream:
                 parts = self._events(answer, first, chunks, body.include_usage)
             else:
@@ -98,12 +93,12 @@ class SimServing:
             async for batch in parts:
                 yield batch
 
-    def _generate_request(self, endpoint: Endpoint, body: SamplingRequest, request: OpenAIRequest) -> GenerateRequest:
+    def _generate_request(self, fmt: ResponseFormat, body: SamplingRequest, request: OpenAIRequest) -> GenerateRequest:
         """The engine's request: the prompt rendered and counted, its output limit within the context window."""
-        prompt = endpoint.prompt(body, self.tokenizer)
+        prompt = fmt.prompt(body, self.tokenizer)
         prompt_tokens = self.tokenizer.count(prompt)
         max_tokens = body.output_limit or self.default_max_tokens
-        check_context_window(prompt_tokens, max_tokens, self.context_limit_tokens, endpoint.prompt_param)
+        check_context_window(prompt_tokens, max_tokens, self.context_limit_tokens, fmt.endpoint.prompt_param)
         return GenerateRequest(
             rid=request.rid,
             prompt_text=prompt,
@@ -126,27 +121,27 @@ class SimServing:
             yield error_response(OpenAIError.of_status(e.status, e.message))
             return
         usage = answer.usage(last.completion_tokens)
-        response = answer.endpoint.response(answer.ids, "".join(parts), last.finish_reason, usage)
+        response = answer.fmt.response(answer.ids, "".join(parts), last.finish_reason, usage)
         yield [ResponseStart(200, JSON), ResponseBody(json_bytes(response))]
 
     async def _events(
         self, answer: _Answer, first: Chunk, chunks: AsyncIterator[Chunk], include_usage: bool
     ) -> AsyncIterator[list[ResponsePart]]:
         """One write per chunk: its SSE events together (the first with the stream's head and opening events)."""
-        endpoint, ids = answer.endpoint, answer.ids
+        fmt, ids = answer.fmt, answer.ids
         # Chunks carry `usage: null` only when the client asked for usage (OpenAI's shape).
         exclude = None if include_usage else {"usage"}
-        delta = EventTemplate(endpoint.delta(ids, EventTemplate.SLOT), exclude=exclude)
+        delta = EventTemplate(fmt.delta(ids, EventTemplate.SLOT), exclude=exclude)
         head: list[ResponsePart] = [ResponseStart(200, SSE)]
-        events = [sse(e, exclude=exclude) for e in endpoint.opening(ids)]
+        events = [sse(e, exclude=exclude) for e in fmt.opening(ids)]
         chunk: Chunk | None = first
         while chunk is not None:
             if chunk.text:
                 events.append(delta(chunk.text))
             if chunk.finish_reason is not None:
-                events.append(sse(endpoint.finish(ids, chunk.finish_reason), exclude=exclude))
+                events.append(sse(fmt.finish(ids, chunk.finish_reason), exclude=exclude))
                 if include_usage:
-                    events.append(sse(endpoint.usage(ids, answer.usage(chunk.completion_tokens))))
+                    events.append(sse(fmt.usage(ids, answer.usage(chunk.completion_tokens))))
                 events.append(sse("[DONE]"))
             yield [*head, ResponseBody("".join(events).encode())]
             head, events = [], []

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
+from scheduler.config import PolicyConfig
 from serve_app.config.config_model import StrictConfig
 
 
@@ -44,3 +45,11 @@ class SimSettings(StrictConfig):
         from scheduler.sim.presets import PRESETS
 
         return PRESETS[self.preset].cost.kv_pool_tokens
+
+    def base_policy(self) -> tuple[PolicyConfig, int]:
+        """The policy a `sim` replica starts from (`Engine.user_config.policy` goes on top): its rule set's policy
+        and half-prefilled-request limit on its preset."""
+        from scheduler.sim.presets import PRESETS
+        from scheduler.sim.rules import RuleSet, policy_for
+
+        return policy_for(RuleSet(self.rules), PRESETS[self.preset])

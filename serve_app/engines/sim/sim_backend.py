@@ -21,7 +21,6 @@ from scheduler.sim.schedulers import PolicyScheduler
 from serve_app.config import AppConfig, EngineKnobs, policy_config
 from serve_app.engines.sim.generation import Chunk, GenerateRequest, RequestError
 from serve_app.engines.sim.loop import EngineLoop
-from serve_app.engines.sim.policy import base_policy
 from serve_app.engines.sim.prefix_cache import SessionPrefixCache
 from serve_app.engines.sim.serving import SimServing
 from serve_app.engines.sim.stop import StopMatcher
@@ -45,7 +44,7 @@ class SimBackend:
         self.cfg = cfg
         self.model_id = cfg.served_model_id
         self.preset = PRESETS[cfg.sim.preset]
-        self._base_policy, max_cut = base_policy(cfg.sim)
+        self._base_policy, max_cut = cfg.sim.base_policy()
         self._counters = EngineCounters()
         self.scheduler = PolicyScheduler(
             policy_config(self._base_policy, knobs.policy), max_cut_requests=max_cut, pass_cost=self.preset.cost
