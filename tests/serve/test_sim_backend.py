@@ -26,7 +26,7 @@ def req(rid: str, text: str, max_tokens: int = 4, session: str | None = None, **
 
 
 async def collect(backend: SimBackend, request: GenerateRequest) -> list:
-    return [c async for c in backend.generate(request)]
+    return [c async for c in backend.generator.generate(request)]
 
 
 def run(coro):
@@ -103,7 +103,7 @@ def test_cancelled_stream_aborts_in_the_engine() -> None:
     async def go():
         b = SimBackend(CARD12GB, EngineKnobs(time_scale=0.001))
         await b.start()
-        gen = b.generate(req("r1", "hello " * 100, max_tokens=5000))
+        gen = b.generator.generate(req("r1", "hello " * 100, max_tokens=5000))
         await gen.__anext__()
         await gen.__anext__()
         held = b.engine.kv_used_tokens
@@ -132,7 +132,7 @@ def test_max_running_requests_serialises_when_set_to_one() -> None:
         order: list[str] = []
 
         async def one(rid):
-            async for c in b.generate(req(rid, "hi " * 10, max_tokens=3)):
+            async for c in b.generator.generate(req(rid, "hi " * 10, max_tokens=3)):
                 order.append(f"{rid}:{'end' if c.finish_reason else 'token'}")
 
         await asyncio.gather(one("a"), one("b"))
@@ -147,9 +147,9 @@ def test_cancelled_while_queued_leaves_the_queue() -> None:
     async def go():
         b = SimBackend(CARD12GB, EngineKnobs(time_scale=0.001, policy={"max_running_requests": 1}))
         await b.start()
-        first = b.generate(req("a", "hello " * 100, max_tokens=5000))
+        first = b.generator.generate(req("a", "hello " * 100, max_tokens=5000))
         await first.__anext__()  # running, holding the only slot
-        queued = b.generate(req("b", "hello " * 100, max_tokens=10))
+        queued = b.generator.generate(req("b", "hello " * 100, max_tokens=10))
         task = asyncio.ensure_future(queued.__anext__())
         await asyncio.sleep(0.01)
         waiting = [r.rid for r in b.engine.waiting]

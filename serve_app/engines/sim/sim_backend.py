@@ -1,13 +1,12 @@
 """`SimBackend`: the `EngineBackend` of a `sim` replica, orchestrating the engine loop, streams and prefix cache.
 
 `respond` answers OpenAI requests through `serving` (validation, the prompt's count, OpenAI's response written
-from `generate`'s chunks). Output text is synthetic; token counts, timings, queueing, prefix caching and the
-scheduler are the simulated engine's.
+from the chunks `generation.SimGenerator` streams): backend -> serving -> generator, never back. Output text is
+synthetic; token counts, timings, queueing, prefix caching and the scheduler are the simulated engine's.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 from collections.abc import AsyncGenerator
@@ -16,17 +15,14 @@ from typing import Any
 from scheduler.config import PolicyConfig
 from scheduler.sim.engine import SimEngine
 from scheduler.sim.presets import PRESETS
-from scheduler.sim.request import Phase, SimRequest
+from scheduler.sim.request import Phase
 from scheduler.sim.schedulers import PolicyScheduler
 from serve_app.config import AppConfig, EngineKnobs, policy_config
-from serve_app.engines.sim.generation import Chunk, GenerateRequest, RequestError
+from serve_app.engines.sim.generation import SimGenerator
 from serve_app.engines.sim.loop import EngineLoop
 from serve_app.engines.sim.prefix_cache import SessionPrefixCache
 from serve_app.engines.sim.serving import SimServing
-from serve_app.engines.sim.stop import StopMatcher
-from serve_app.engines.sim.streams import Streams, next_progress
-from serve_app.engines.sim.synthetic_text import synthetic_text
-from serve_app.protocol.openai_models import FinishReason
+from serve_app.engines.sim.streams import Streams
 from serve_app.replica.backend import EngineCapacity, EngineCounters, OpenAIRequest, ReplicaLoad, ResponsePart
 from serve_app.routing.ttft_prediction import (
     interactive_pass_tokens,
@@ -55,12 +51,15 @@ class SimBackend:
         self.cache = SessionPrefixCache(
             cfg.sim.chars_per_token, knobs.session_cache_sessions, self.preset.cost.kv_pool_tokens
         )
+        self.generator = SimGenerator(
+            self.engine, self.loop, self.streams, self.cache, self._counters, cfg.sim.natural_output_tokens
+        )
         self.serving = SimServing(
             self.model_id,
             ApproxTokenizer(cfg.sim.chars_per_token),
             cfg.context_limit_tokens,
             cfg.default_max_tokens,
-            self.generate,
+            self.generator.generate,
         )
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -98,78 +97,6 @@ class SimBackend:
     # -- requests --------------------------------------------------------------------------
     def respond(self, request: OpenAIRequest) -> AsyncGenerator[list[ResponsePart], None]:
         return self.serving.respond(request)
-
-    def output_plan(self, max_tokens: int) -> tuple[int, FinishReason]:
-        """How many tokens the answer has and why it ends: its natural length (`stop`) or `max_tokens` (`length`)."""
-        natural = self.cfg.sim.natural_output_tokens
-        return (max_tokens, "length") if max_tokens < natural else (natural, "stop")
-
-    def _admit(self, request: GenerateRequest) -> SimRequest:
-        if request.rid in self.streams:
-            raise RuntimeError(f"request id {request.rid!r} is already running")  # ids are unique: a bug
-        cached = min(self.cache.match(request.session_id, request.prompt_text), request.prompt_tokens - 1)
-        num_output, _ = self.output_plan(request.max_tokens)
-        sim_req = SimRequest(
-            rid=request.rid,
-            prompt_tokens=request.prompt_tokens,
-            output_tokens=num_output,
-            arrival_s=asyncio.get_running_loop().time(),
-            traffic_class=request.traffic_class,
-            cached_tokens=max(0, cached),
-            session=request.session_id,
-        )
-        try:
-            self.engine.add(sim_req)
-        except ValueError as e:  # the engine's one refusal: the request can never fit in its KV pool
-            raise RequestError(400, str(e)) from None
-        return sim_req
-
-    async def generate(self, request: GenerateRequest) -> AsyncGenerator[Chunk, None]:
-        sim_req = self._admit(request)
-        queue = self.streams.open(request.rid)
-        self.loop.wake()
-        _, natural_reason = self.output_plan(request.max_tokens)
-        stop = StopMatcher(request.stop)
-        completed = False
-        produced = 0
-        output: list[str] = []
-        cached_first: int | None = sim_req.cached_tokens  # reported with the first chunk
-        try:
-            while not completed:
-                progress = await next_progress(queue)
-                if progress.aborted:
-                    return
-                upto = produced if progress.num_generated is None else progress.num_generated
-                finish: FinishReason | None = natural_reason if progress.finished else None
-                text, stopped = stop.feed(synthetic_text(produced, upto))
-                if stopped:
-                    finish = "stop"
-                    self.engine.abort(request.rid)  # the answer is complete: free its slot and KV now
-                elif finish is not None:
-                    text += stop.flush()
-                num_new, produced = upto - produced, upto
-                output.append(text)
-                completed = finish is not None
-                yield Chunk(text, num_new, cached_first, finish, produced)
-                cached_first = None
-        finally:
-            self.streams.close(request.rid)
-            if completed:
-                self._counters.num_finished += 1
-                context = request.prompt_text + "".join(output)
-                self.cache.store(request.session_id, context, request.prompt_tokens + produced)
-            elif self.engine.abort(request.rid):
-                # Client went away (or the replica is stopping): free the queue slot and the KV now.
-                self._counters.num_aborted += 1
-                self.loop.wake()
-
-    def abort(self, rid: str) -> bool:
-        self.streams.abort(rid)
-        aborted = self.engine.abort(rid)
-        if aborted:
-            self._counters.num_aborted += 1
-            self.loop.wake()
-        return aborted
 
     # -- views -----------------------------------------------------------------------------
     def load(self) -> ReplicaLoad:
