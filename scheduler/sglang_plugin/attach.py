@@ -203,6 +203,11 @@ class SchedulerPolicy:
         """`section` timed by the plugin clock when it is on (`clock`); nothing is read when it is off."""
         return section(*args) if self.clock is None else self.clock.timed(section, *args)
 
+    def outside(self, section: Callable[..., T], *args: Any) -> T:
+        """`section`, the plugin's work in the scheduler loop outside `_get_new_batch_prefill_raw` (where a pass's
+        launch returns and where its result lands), timed as such by the plugin clock when it is on."""
+        return section(*args) if self.clock is None else self.clock.timed_outside(section, *args)
+
     def idle_pass(self, sched: Scheduler, running_batch: ScheduleBatch) -> bool:
         """True when this pass can admit nobody and is planned already, on the last idle scan, without sglang
         building an adder: `_get_new_batch_prefill_raw` then returns at once, as upstream's does while
@@ -326,7 +331,7 @@ class SchedulerPolicy:
                     timed.predicted_s,
                 )
             )
-        if self.pass_cost.num_fits != fits:
+        if self.cfg.diagnostics and self.pass_cost.num_fits != fits:  # describing the fit takes a median of its window
             log_pass_cost(self.cfg, self.pass_cost.describe())
 
     def describe(self) -> dict[str, Any]:

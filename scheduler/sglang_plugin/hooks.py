@@ -102,7 +102,7 @@ def around_run_batch(original: Original, sched: Scheduler, batch: ScheduleBatch,
     result = original(sched, batch, *args, **kwargs)
     policy = policy_of(sched)
     if policy is not None and policy.timer is not None:
-        policy.timer.run_returned(batch.forward_iter, time.monotonic())
+        policy.outside(policy.timer.run_returned, batch.forward_iter, time.monotonic())
     return result
 
 
@@ -113,9 +113,9 @@ def around_process_batch_result(
     if policy is None or policy.timer is None:
         return original(sched, batch, *args, **kwargs)
     # Read as launched: processing may change the batch.
-    figures = pass_figures(batch, policy.pass_cost.attention) if sched.is_generation else None
+    figures = policy.outside(pass_figures, batch, policy.pass_cost.attention) if sched.is_generation else None
     result = original(sched, batch, *args, **kwargs)
-    policy.pass_landed(batch.launch_ts, figures, time.monotonic(), batch.forward_iter)
+    policy.outside(policy.pass_landed, batch.launch_ts, figures, time.monotonic(), batch.forward_iter)
     return result
 
 
