@@ -267,6 +267,7 @@ class SchedulerPolicy:
             self._idle_scan = None
             return None
         last = self._idle_scan if self.reuse_idle_scans else None
+        self.fit_current()  # the plan may size the pass from it
         self._run = PassRun(sched, self.planner, last, self.clock, self.short_index, self.trace is not None)
         return self._run
 
@@ -313,7 +314,13 @@ class SchedulerPolicy:
     def pass_landed(
         self, launched_s: float | None, figures: PassFigures | None, landed_s: float, forward_pass: int
     ) -> None:
-        """A pass's result was processed (`pass_timer`): time it, fit it, trace it."""
+        """A pass's result was processed (`pass_timer`): time it, fit it, trace it. Unless the trace or the
+        diagnostics read each pass's fit, the fit takes the pass later (`PassTimer.landed_later`): before anything
+        reads it (`fit_current`), so every read sees the fit it would have seen."""
+        assert self.timer is not None
+        if self.trace is None and not self.cfg.diagnostics:
+            self.timer.landed_later(launched_s, figures, landed_s, forward_pass)
+            return
         fits = self.pass_cost.num_fits
         timed = self.timer.landed(launched_s, figures, landed_s, forward_pass)
         if timed is None:
@@ -331,19 +338,26 @@ class SchedulerPolicy:
                     timed.predicted_s,
                 )
             )
-        if self.cfg.diagnostics and self.pass_cost.num_fits != fits:  # describing the fit takes a median of its window
+        if self.pass_cost.num_fits != fits:
             log_pass_cost(self.cfg, self.pass_cost.describe())
+
+    def fit_current(self) -> OnlinePassCost:
+        """The pass-cost fit, fed every pass that has landed."""
+        if self.timer is not None:
+            self.timer.catch_up()
+        return self.pass_cost
 
     def describe(self) -> dict[str, Any]:
         """The policy's live state (sglang's internal state: ``/server_info``): the targets, the pass-cost fit, the
         last pass planned (its size, what set it, the seconds allowed and predicted) and the passes the targets could
         not size as asked."""
+        fit = self.fit_current()
         last = self.last_run.plan if self.last_run is not None else None
         counters = self.planner.slo_counters
         return {
             "status": self.status,
             "targets": {"ttft_target_s": self.cfg.ttft_target_s, "tbt_target_s": self.cfg.tbt_target_s},
-            "pass_cost": self.pass_cost.describe(),
+            "pass_cost": fit.describe(),
             "timed_passes": self.timer.num_timed if self.timer is not None else 0,
             "planned_passes": self.num_planned_passes,
             "last_pass": None if last is None else last_pass(last),
