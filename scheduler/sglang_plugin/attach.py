@@ -61,7 +61,7 @@ from scheduler.sglang_plugin.idle_scan import IdleScan
 from scheduler.sglang_plugin.pass_timer import PassFigures, PassTimer
 from scheduler.sglang_plugin.server_args import POLICY_FIELD_TO_SERVER_ARG
 from scheduler.sglang_plugin.short_index import ShortIndex
-from scheduler.sglang_plugin.translate import EngineState, finishing_rids, launch_is_synchronous, mixed_decode_rows
+from scheduler.sglang_plugin.translate import finishing_rids, launch_is_synchronous, mixed_decode_rows
 from scheduler.snapshot import PassPlan
 
 logger = logging.getLogger("fairshare.sglang_plugin")
@@ -230,17 +230,20 @@ class SchedulerPolicy:
             or sched.grammar_manager.has_waiting_grammars()
         ):
             return False
-        state = scan.state_without_adder(sched, running_batch, self.cfg)
-        if state is None or state.free_running_slots <= 0 or not scan.still_holds(sched, state, self.cfg):
+        figures = scan.figures_without_adder(sched, running_batch, self.cfg)
+        if figures is None:
             return False
-        if self._repeats_last_run(scan, state):
+        free_kv, engine = figures
+        if engine[0] <= 0 or not scan.holds(sched, self.cfg, free_kv, engine):
+            return False
+        if self._repeats_last_run(scan, sched.forward_ct, engine[1], engine[2]):
             self._run = self.last_run
             return True
         self._run = PassRun(sched, self.planner, scan, self.clock, self.short_index, self.trace is not None)
-        self._run.plan_without_adder(state)
+        self._run.plan_without_adder(scan.state_of(sched, free_kv, engine))
         return True
 
-    def _repeats_last_run(self, scan: IdleScan, state: EngineState) -> bool:
+    def _repeats_last_run(self, scan: IdleScan, pass_index: int, num_decoding: int, num_short: int) -> bool:
         """The last pass planned was planned on `scan` too, without an adder, and its plan holds for this pass
         (`PassPlanner.repeat_idle`): it stands as this pass's (`last_run` keeps its first pass's snapshot). Not
         when the pass trace is on: its records carry each pass's own figures."""
@@ -250,7 +253,7 @@ class SchedulerPolicy:
             and last.window is scan
             and last.adder is None
             and self.trace is None
-            and self.planner.repeat_idle(last.plan, state.pass_index, state.num_decoding, state.num_short_decoding)
+            and self.planner.repeat_idle(last.plan, pass_index, num_decoding, num_short)
         )
 
     def start_pass(self, sched: Scheduler) -> PassRun | None:
