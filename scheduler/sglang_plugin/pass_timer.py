@@ -40,8 +40,7 @@ bounds the next pass's start.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
@@ -56,9 +55,9 @@ MAX_HELD = 64
 """The most timed passes `PassTimer.landed_later` holds before it feeds them to the fit."""
 
 
-@dataclass(frozen=True, slots=True)
-class PassFigures:
-    """What one pass ran, in `PassCost.pass_s`'s terms."""
+class PassFigures(NamedTuple):
+    """What one pass ran, in `PassCost.pass_s`'s terms. (A tuple: every pass builds one, and a frozen dataclass's
+    construction costs several times a tuple's.)"""
 
     prefill_tokens: int
     prefill_ctx_pairs: float
@@ -66,8 +65,7 @@ class PassFigures:
     decode_ctx_tokens: int
 
 
-@dataclass(frozen=True, slots=True)
-class TimedPass:
+class TimedPass(NamedTuple):
     forward_pass: int
     """sglang's ``forward_iter`` of the pass (its ``forward_ct`` when launched)."""
     figures: PassFigures
