@@ -226,7 +226,8 @@ class SchedulerPolicy:
             or sched.enable_priority_preemption
             or sched.is_hybrid_swa
             or sched.policy.policy is not CacheAgnosticPolicy.FCFS
-            or pass_exclusion(sched, running_batch) is not None
+            or sched.enable_hicache_storage  # `pass_exclusion`, without preemption (above)
+            or sched.enable_lmcache
             or sched.grammar_manager.has_waiting_grammars()
         ):
             return False
