@@ -195,6 +195,22 @@ class SchedulerPolicy:
         if self.inactive_reason is None and self.cfg.skip_ahead:
             self._timed(self._refresh_short_index, sched)
 
+    def unplanned_pass(self, original: Callable[..., T], sched: Scheduler, *args: Any, **kwargs: Any) -> T:
+        """A pass that `hooks.nothing_to_plan` finds nothing to plan in: upstream's call as is. Of the pass boundary
+        (`begin_pass` ... `end_pass`) only what outlives the pass is done: the short index's refresh (an emptied
+        queue resets it). Every other step would find nothing to do (no idle scan holds an empty queue, no adder is
+        built), so the pass costs the plugin about what upstream's own check costs. The clock records it as a pass
+        not planned, as `end_pass` would."""
+        if self.clock is not None:
+            self.clock.begin_call()
+        if self.inactive_reason is None and self.cfg.skip_ahead:
+            self._timed(self._refresh_short_index, sched)
+        try:
+            return original(sched, *args, **kwargs)
+        finally:
+            if self.clock is not None:
+                self.clock.end_pass(PassKind.NONE)
+
     def _refresh_short_index(self, sched: Scheduler) -> None:
         in_order = sched.policy.policy is CacheAgnosticPolicy.FCFS and not sched.enable_priority_scheduling
         self.short_index.refresh(sched.waiting_queue, self.cfg, in_order)

@@ -74,6 +74,8 @@ def around_get_new_batch_prefill_raw(original: Original, sched: Scheduler, *args
     running_batch: ScheduleBatch = kwargs["running_batch"] if "running_batch" in kwargs else args[1]
     if policy.decode_due(running_batch):
         return None, running_batch  # no prefill this iteration: sglang runs the decode batch, as its interval does
+    if nothing_to_plan(sched):
+        return policy.unplanned_pass(original, sched, *args, **kwargs)
     policy.begin_pass(sched, running_batch)
     batch = None
     try:
@@ -83,6 +85,12 @@ def around_get_new_batch_prefill_raw(original: Original, sched: Scheduler, *args
         return batch, running_batch
     finally:
         policy.end_pass(batch)
+
+
+def nothing_to_plan(sched: Scheduler) -> bool:
+    """Upstream's call will return before it builds an adder: no request waits, none is half-prefilled, no grammar
+    is ready to join the queue (a lone stream decoding). The plugin then plans nothing either."""
+    return not sched.waiting_queue and sched.chunked_req is None and not sched.grammar_manager.has_waiting_grammars()
 
 
 def around_upstream_prefill_raw_clocked(original: Original, sched: Scheduler, *args: Any, **kwargs: Any) -> Any:
