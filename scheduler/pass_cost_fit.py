@@ -80,6 +80,7 @@ static knobs, the same on each.
 from __future__ import annotations
 
 import math
+from array import array
 from collections import deque
 from dataclasses import dataclass, fields
 from typing import Any
@@ -247,12 +248,17 @@ class OnlinePassCost:
         """Passes measured since start (the window holds the last `window_passes` of them)."""
         self.num_fits = 0
         self._since_fit = 0
+        # The window is a ring in flat `array` buffers, which numpy reads without a copy when it fits: every pass
+        # writes a row, and numpy's conversion of a tuple into a row of its own array costs the scheduler loop more
+        # than five plain stores (measured in the server: the most expensive line of a decode-only pass).
         size = self.settings.window_passes
-        self._x = np.zeros((size, NUM_FEATURES))
-        self._y = np.zeros(size)
-        self._miss = np.zeros(size)
+        self._x = array("d", bytes(8 * NUM_FEATURES * size))
+        self._y = array("d", bytes(8 * size))
+        self._miss = array("d", bytes(8 * size))
         self._over: deque[float] = deque(maxlen=self.settings.error_window_passes)
         """measured / predicted - 1 of the latest passes with prefill that a fit predicted."""
+        self._num_over = 0
+        """Entries ever appended to `_over`: the stated error's input changed when this did."""
         self._stated: tuple[int, float] | None = None
         self.measured_prefill_tokens = 0
         """The most prefill tokens of any pass measured since start."""
@@ -330,12 +336,20 @@ class OnlinePassCost:
         self.measured_prefill_tokens = max(self.measured_prefill_tokens, prefill_tokens)
         self.measured_prefill_pairs = max(self.measured_prefill_pairs, prefill_ctx_pairs)
         i = self.num_observed % self.settings.window_passes
-        self._x[i] = (1.0, prefill_tokens, prefill_ctx_pairs, decode_rows, decode_ctx_tokens)
+        x, j = self._x, NUM_FEATURES * i
+        x[j], x[j + 1], x[j + 2], x[j + 3], x[j + 4] = (
+            1.0,
+            prefill_tokens,
+            prefill_ctx_pairs,
+            decode_rows,
+            decode_ctx_tokens,
+        )
         self._y[i] = measured_s
         self._miss[i] = abs(predicted / measured_s - 1.0)
         self._latest.append((prefill_tokens, prefill_ctx_pairs, decode_rows, decode_ctx_tokens, measured_s))
         if self.num_fits > 0 and prefill_tokens > 0:
             self._over.append(measured_s / predicted - 1.0 if predicted > 0 else math.inf)
+            self._num_over += 1
         self.num_observed += 1
         self._since_fit += 1
         if self.frozen_reason is None and self._since_fit >= self.refit_interval():
@@ -357,7 +371,8 @@ class OnlinePassCost:
         """Fit the window now (`observe` does it every `refit_every_passes` passes)."""
         n = self.num_window
         if n >= self.settings.min_passes:
-            self.model = fit_coefficients(self._x[:n], self._y[:n], self.prior, self.settings)
+            x = np.frombuffer(self._x).reshape(-1, NUM_FEATURES)
+            self.model = fit_coefficients(x[:n], np.frombuffer(self._y)[:n], self.prior, self.settings)
             self.num_fits += 1
         self._since_fit = 0
         return self.model
@@ -365,20 +380,20 @@ class OnlinePassCost:
     def error(self) -> float | None:
         """Median absolute relative error of the window's predictions (made before each pass joined it)."""
         n = self.num_window
-        return float(np.median(self._miss[:n])) if n else None
+        return float(np.median(np.frombuffer(self._miss)[:n])) if n else None
 
     @property
     def relative_error(self) -> float:
         """The error the fit states (the module docstring): the `FitSettings.overrun_quantile` quantile of
         ``measured / predicted - 1`` of the latest fitted predictions of passes with prefill, at least 0;
-        `FitSettings.prior_error` while they are too few. Recomputed once per measured pass, however often the
-        planner asks."""
-        if self._stated is None or self._stated[0] != self.num_observed:
+        `FitSettings.prior_error` while they are too few. Recomputed only after a pass with prefill joined them (the
+        decode-only passes of a lone stream change nothing here), however often the planner asks."""
+        if self._stated is None or self._stated[0] != self._num_over:
             over, s = self._over, self.settings
             error = s.prior_error
             if len(over) >= s.error_min_passes:
                 error = max(0.0, float(np.quantile(over, s.overrun_quantile, method="inverted_cdf")))
-            self._stated = (self.num_observed, error)
+            self._stated = (self._num_over, error)
         return self._stated[1]
 
     def describe(self) -> dict[str, Any]:

@@ -247,7 +247,7 @@ def test_memory_is_bounded_by_the_window():
     feed(fit, random.Random(7), 1000, noise=0.01, outliers=0.0)
     assert fit.num_observed == 1000 and fit.num_window == 32
     assert all(a is b for a, b in zip(arrays, (fit._x, fit._y, fit._miss, fit._over), strict=True))
-    assert fit._x.shape == (32, 5)
+    assert [len(a) for a in arrays] == [32 * 5, 32, 32, fit.settings.error_window_passes]
 
 
 def test_the_same_passes_give_the_same_model():
@@ -339,3 +339,36 @@ def test_decode_rows_a_pass_lacks_against_a_measured_one_are_taken_off_at_the_mo
     lacking = 32 * m.decode_row_s + 32_000 * m.decode_ctx_token_s
     assert fit.floor(512, chunk_ctx_pairs(0, 512), 0, 0) == pytest.approx(max(0.0, 0.2 - lacking))
     assert fit.floor(512, chunk_ctx_pairs(0, 512), 32, 32_000) == pytest.approx(0.2)
+
+
+def test_the_stated_error_is_recomputed_only_when_its_inputs_change_and_equals_a_fresh_fits(monkeypatch):
+    quantile, computed = np.quantile, []
+
+    def counting_quantile(*args, **kwargs):
+        computed.append(kwargs.get("method") == "inverted_cdf")  # the stated error's quantile, not the fit's trim
+        return quantile(*args, **kwargs)
+
+    monkeypatch.setattr(np, "quantile", counting_quantile)
+    passes = [random_pass(random.Random(12)) for _ in range(300)]
+    passes = [(max(t, 16), p if t else chunk_ctx_pairs(0, 16), r, c) for t, p, r, c in passes]  # all with prefill
+    passes = [(figures, TRUE.pass_s(*figures) * random.Random(n).uniform(0.8, 1.4)) for n, figures in enumerate(passes)]
+    decode_only = [(0, 0.0, 1, 3000 + n) for n in range(100)]
+    fit = OnlinePassCost()
+    for figures, seconds in passes:
+        fit.observe(*figures, seconds)
+    stated = fit.relative_error
+    assert stated > 0
+    computed.clear()
+    for figures in decode_only:  # a lone stream decoding: no pass with prefill joins the error's inputs
+        fit.observe(*figures, TRUE.pass_s(*figures) * 1.3)
+        assert fit.relative_error == stated
+    assert sum(computed) == 0
+    fresh = OnlinePassCost()
+    for figures, seconds in passes:
+        fresh.observe(*figures, seconds)
+    for figures in decode_only:
+        fresh.observe(*figures, TRUE.pass_s(*figures) * 1.3)
+    assert fresh.relative_error == stated and fresh.model == fit.model
+    figures, seconds = passes[0]
+    fit.observe(*figures, seconds * 3)  # a pass with prefill that overran joins: the error is restated
+    assert fit.relative_error > stated and sum(computed) == 2  # once for `fresh` above, once now

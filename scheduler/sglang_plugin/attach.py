@@ -61,7 +61,7 @@ from scheduler.sglang_plugin.idle_scan import IdleScan
 from scheduler.sglang_plugin.pass_timer import PassFigures, PassTimer
 from scheduler.sglang_plugin.server_args import POLICY_FIELD_TO_SERVER_ARG
 from scheduler.sglang_plugin.short_index import ShortIndex
-from scheduler.sglang_plugin.translate import EngineState, finishing_rids, launch_is_synchronous, mixed_decode_rows
+from scheduler.sglang_plugin.translate import finishing_rids, launch_is_synchronous, mixed_decode_rows
 from scheduler.snapshot import PassPlan
 
 logger = logging.getLogger("fairshare.sglang_plugin")
@@ -195,6 +195,22 @@ class SchedulerPolicy:
         if self.inactive_reason is None and self.cfg.skip_ahead:
             self._timed(self._refresh_short_index, sched)
 
+    def unplanned_pass(self, original: Callable[..., T], sched: Scheduler, *args: Any, **kwargs: Any) -> T:
+        """A pass that `hooks.nothing_to_plan` finds nothing to plan in: upstream's call as is. Of the pass boundary
+        (`begin_pass` ... `end_pass`) only what outlives the pass is done: the short index's refresh (an emptied
+        queue resets it). Every other step would find nothing to do (no idle scan holds an empty queue, no adder is
+        built), so the pass costs the plugin about what upstream's own check costs. The clock records it as a pass
+        not planned, as `end_pass` would."""
+        if self.clock is not None:
+            self.clock.begin_call()
+        if self.inactive_reason is None and self.cfg.skip_ahead:
+            self._timed(self._refresh_short_index, sched)
+        try:
+            return original(sched, *args, **kwargs)
+        finally:
+            if self.clock is not None:
+                self.clock.end_pass(PassKind.NONE)
+
     def _refresh_short_index(self, sched: Scheduler) -> None:
         in_order = sched.policy.policy is CacheAgnosticPolicy.FCFS and not sched.enable_priority_scheduling
         self.short_index.refresh(sched.waiting_queue, self.cfg, in_order)
@@ -202,6 +218,11 @@ class SchedulerPolicy:
     def _timed(self, section: Callable[..., T], *args: Any) -> T:
         """`section` timed by the plugin clock when it is on (`clock`); nothing is read when it is off."""
         return section(*args) if self.clock is None else self.clock.timed(section, *args)
+
+    def outside(self, section: Callable[..., T], *args: Any) -> T:
+        """`section`, the plugin's work in the scheduler loop outside `_get_new_batch_prefill_raw` (where a pass's
+        launch returns and where its result lands), timed as such by the plugin clock when it is on."""
+        return section(*args) if self.clock is None else self.clock.timed_outside(section, *args)
 
     def idle_pass(self, sched: Scheduler, running_batch: ScheduleBatch) -> bool:
         """True when this pass can admit nobody and is planned already, on the last idle scan, without sglang
@@ -221,21 +242,25 @@ class SchedulerPolicy:
             or sched.enable_priority_preemption
             or sched.is_hybrid_swa
             or sched.policy.policy is not CacheAgnosticPolicy.FCFS
-            or pass_exclusion(sched, running_batch) is not None
+            or sched.enable_hicache_storage  # `pass_exclusion`, without preemption (above)
+            or sched.enable_lmcache
             or sched.grammar_manager.has_waiting_grammars()
         ):
             return False
-        state = scan.state_without_adder(sched, running_batch, self.cfg)
-        if state is None or state.free_running_slots <= 0 or not scan.still_holds(sched, state, self.cfg):
+        figures = scan.figures_without_adder(sched, running_batch, self.cfg)
+        if figures is None:
             return False
-        if self._repeats_last_run(scan, state):
+        free_kv, engine = figures
+        if engine[0] <= 0 or not scan.holds(sched, self.cfg, free_kv, engine):
+            return False
+        if self._repeats_last_run(scan, sched.forward_ct, engine[1], engine[2]):
             self._run = self.last_run
             return True
         self._run = PassRun(sched, self.planner, scan, self.clock, self.short_index, self.trace is not None)
-        self._run.plan_without_adder(state)
+        self._run.plan_without_adder(scan.state_of(sched, free_kv, engine))
         return True
 
-    def _repeats_last_run(self, scan: IdleScan, state: EngineState) -> bool:
+    def _repeats_last_run(self, scan: IdleScan, pass_index: int, num_decoding: int, num_short: int) -> bool:
         """The last pass planned was planned on `scan` too, without an adder, and its plan holds for this pass
         (`PassPlanner.repeat_idle`): it stands as this pass's (`last_run` keeps its first pass's snapshot). Not
         when the pass trace is on: its records carry each pass's own figures."""
@@ -245,7 +270,7 @@ class SchedulerPolicy:
             and last.window is scan
             and last.adder is None
             and self.trace is None
-            and self.planner.repeat_idle(last.plan, state.pass_index, state.num_decoding, state.num_short_decoding)
+            and self.planner.repeat_idle(last.plan, pass_index, num_decoding, num_short)
         )
 
     def start_pass(self, sched: Scheduler) -> PassRun | None:
@@ -262,6 +287,7 @@ class SchedulerPolicy:
             self._idle_scan = None
             return None
         last = self._idle_scan if self.reuse_idle_scans else None
+        self.fit_current()  # the plan may size the pass from it
         self._run = PassRun(sched, self.planner, last, self.clock, self.short_index, self.trace is not None)
         return self._run
 
@@ -308,7 +334,13 @@ class SchedulerPolicy:
     def pass_landed(
         self, launched_s: float | None, figures: PassFigures | None, landed_s: float, forward_pass: int
     ) -> None:
-        """A pass's result was processed (`pass_timer`): time it, fit it, trace it."""
+        """A pass's result was processed (`pass_timer`): time it, fit it, trace it. Unless the trace or the
+        diagnostics read each pass's fit, the fit takes the pass later (`PassTimer.landed_later`): before anything
+        reads it (`fit_current`), so every read sees the fit it would have seen."""
+        assert self.timer is not None
+        if self.trace is None and not self.cfg.diagnostics:
+            self.timer.landed_later(launched_s, figures, landed_s, forward_pass)
+            return
         fits = self.pass_cost.num_fits
         timed = self.timer.landed(launched_s, figures, landed_s, forward_pass)
         if timed is None:
@@ -329,16 +361,23 @@ class SchedulerPolicy:
         if self.pass_cost.num_fits != fits:
             log_pass_cost(self.cfg, self.pass_cost.describe())
 
+    def fit_current(self) -> OnlinePassCost:
+        """The pass-cost fit, fed every pass that has landed."""
+        if self.timer is not None:
+            self.timer.catch_up()
+        return self.pass_cost
+
     def describe(self) -> dict[str, Any]:
         """The policy's live state (sglang's internal state: ``/server_info``): the targets, the pass-cost fit, the
         last pass planned (its size, what set it, the seconds allowed and predicted) and the passes the targets could
         not size as asked."""
+        fit = self.fit_current()
         last = self.last_run.plan if self.last_run is not None else None
         counters = self.planner.slo_counters
         return {
             "status": self.status,
             "targets": {"ttft_target_s": self.cfg.ttft_target_s, "tbt_target_s": self.cfg.tbt_target_s},
-            "pass_cost": self.pass_cost.describe(),
+            "pass_cost": fit.describe(),
             "timed_passes": self.timer.num_timed if self.timer is not None else 0,
             "planned_passes": self.num_planned_passes,
             "last_pass": None if last is None else last_pass(last),

@@ -74,6 +74,8 @@ def around_get_new_batch_prefill_raw(original: Original, sched: Scheduler, *args
     running_batch: ScheduleBatch = kwargs["running_batch"] if "running_batch" in kwargs else args[1]
     if policy.decode_due(running_batch):
         return None, running_batch  # no prefill this iteration: sglang runs the decode batch, as its interval does
+    if nothing_to_plan(sched):
+        return policy.unplanned_pass(original, sched, *args, **kwargs)
     policy.begin_pass(sched, running_batch)
     batch = None
     try:
@@ -83,6 +85,12 @@ def around_get_new_batch_prefill_raw(original: Original, sched: Scheduler, *args
         return batch, running_batch
     finally:
         policy.end_pass(batch)
+
+
+def nothing_to_plan(sched: Scheduler) -> bool:
+    """Upstream's call will return before it builds an adder: no request waits, none is half-prefilled, no grammar
+    is ready to join the queue (a lone stream decoding). The plugin then plans nothing either."""
+    return not sched.waiting_queue and sched.chunked_req is None and not sched.grammar_manager.has_waiting_grammars()
 
 
 def around_upstream_prefill_raw_clocked(original: Original, sched: Scheduler, *args: Any, **kwargs: Any) -> Any:
@@ -102,7 +110,7 @@ def around_run_batch(original: Original, sched: Scheduler, batch: ScheduleBatch,
     result = original(sched, batch, *args, **kwargs)
     policy = policy_of(sched)
     if policy is not None and policy.timer is not None:
-        policy.timer.run_returned(batch.forward_iter, time.monotonic())
+        policy.outside(policy.timer.run_returned, batch.forward_iter, time.monotonic())
     return result
 
 
@@ -113,9 +121,9 @@ def around_process_batch_result(
     if policy is None or policy.timer is None:
         return original(sched, batch, *args, **kwargs)
     # Read as launched: processing may change the batch.
-    figures = pass_figures(batch, policy.pass_cost.attention) if sched.is_generation else None
+    figures = policy.outside(pass_figures, batch, policy.pass_cost.attention) if sched.is_generation else None
     result = original(sched, batch, *args, **kwargs)
-    policy.pass_landed(batch.launch_ts, figures, time.monotonic(), batch.forward_iter)
+    policy.outside(policy.pass_landed, batch.launch_ts, figures, time.monotonic(), batch.forward_iter)
     return result
 
 

@@ -153,31 +153,36 @@ class IdleScan:
 
     def still_holds(self, sched: Scheduler, state: EngineState, cfg: PolicyConfig) -> bool:
         """True when a fresh scan now would judge the same requests with the same figures and admit nobody."""
+        return not state.continuing and self.holds(sched, cfg, state.free_kv_tokens, engine_key(state))
+
+    def holds(
+        self, sched: Scheduler, cfg: PolicyConfig, free_kv_tokens: int, engine: tuple[int, int, int, int]
+    ) -> bool:
+        """`still_holds` for a pass that continues nobody, its figures given as they are read (`engine_key`)."""
         queue = sched.waiting_queue
         return (
             queue is self.queue
             and len(queue) == self.queue_len
-            and state.free_kv_tokens < self.min_kv_to_fit
+            and free_kv_tokens < self.min_kv_to_fit
             and cfg is self.cfg
-            and not state.continuing
-            and engine_key(state) == self.engine
+            and engine == self.engine
             and cache_fingerprint(prefix_cache(sched)) == self.cache
             and queue[: len(self.examined)] == self.examined  # identity: `Req` has no __eq__
             and (self.short_index is None or self.short_index.version == self.short_index_version)
         )
 
-    def state_without_adder(
+    def figures_without_adder(
         self, sched: Scheduler, running_batch: ScheduleBatch, cfg: PolicyConfig
-    ) -> EngineState | None:
-        """The engine state for a pass that may skip sglang's adder, or None when only an adder can tell.
+    ) -> tuple[int, tuple[int, int, int, int]] | None:
+        """Free KV and the engine's figures (`engine_key`) for a pass that may skip sglang's adder, or None when only
+        an adder can tell. Read without building an `EngineState`: a pass that repeats the last needs nothing else.
 
         Free KV is bounded from above by the pool's free and evictable tokens (the adder subtracts the running
         requests' reservations from them); below the least free KV any judged request needs to fit, every judged
         request is still rejected whatever those reservations are now. Slots are read as the scan reads them."""
         if not self.plain_budget:
             return None
-        tree = prefix_cache(sched)
-        free_kv_bound = kv_allocator(sched).available_size() + tree.evictable_size() - 1
+        free_kv_bound = kv_allocator(sched).available_size() + prefix_cache(sched).evictable_size() - 1
         if free_kv_bound >= self.min_kv_to_fit:
             return None
         running = running_batch.reqs
@@ -186,13 +191,25 @@ class IdleScan:
         free_slots = sched.get_num_allocatable_reqs(len(running), running_batch=running_batch)
         if self.prefill_max_requests is not None:
             free_slots = min(free_slots, self.prefill_max_requests)
+        return free_kv_bound, (free_slots, len(running), num_short, self.engine[3])
+
+    def state_without_adder(
+        self, sched: Scheduler, running_batch: ScheduleBatch, cfg: PolicyConfig
+    ) -> EngineState | None:
+        """The engine state for a pass that may skip sglang's adder (`figures_without_adder`), or None."""
+        figures = self.figures_without_adder(sched, running_batch, cfg)
+        return None if figures is None else self.state_of(sched, *figures)
+
+    @staticmethod
+    def state_of(sched: Scheduler, free_kv_tokens: int, engine: tuple[int, int, int, int]) -> EngineState:
+        free_slots, num_decoding, num_short, granule = engine
         return EngineState(
-            free_kv_tokens=free_kv_bound,
+            free_kv_tokens=free_kv_tokens,
             free_running_slots=free_slots,
             continuing=(),
-            num_decoding=len(running),
+            num_decoding=num_decoding,
             num_short_decoding=num_short,
-            granule_tokens=self.engine[3],
+            granule_tokens=granule,
             pass_index=sched.forward_ct,
             admission_lag_passes=admission_lag_passes(sched),
             output_lag_passes=output_lag_passes(sched),

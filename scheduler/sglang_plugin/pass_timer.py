@@ -40,8 +40,7 @@ bounds the next pass's start.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
@@ -52,9 +51,13 @@ if TYPE_CHECKING:
     from sglang.srt.managers.schedule_batch import ScheduleBatch
 
 
-@dataclass(frozen=True, slots=True)
-class PassFigures:
-    """What one pass ran, in `PassCost.pass_s`'s terms."""
+MAX_HELD = 64
+"""The most timed passes `PassTimer.landed_later` holds before it feeds them to the fit."""
+
+
+class PassFigures(NamedTuple):
+    """What one pass ran, in `PassCost.pass_s`'s terms. (A tuple: every pass builds one, and a frozen dataclass's
+    construction costs several times a tuple's.)"""
 
     prefill_tokens: int
     prefill_ctx_pairs: float
@@ -62,8 +65,7 @@ class PassFigures:
     decode_ctx_tokens: int
 
 
-@dataclass(frozen=True, slots=True)
-class TimedPass:
+class TimedPass(NamedTuple):
     forward_pass: int
     """sglang's ``forward_iter`` of the pass (its ``forward_ct`` when launched)."""
     figures: PassFigures
@@ -80,7 +82,7 @@ def pass_figures(batch: ScheduleBatch, work: AttentionWork = AttentionWork.QUERI
         return None
     if mode == ForwardMode.DECODE:
         seq_lens = batch.seq_lens_cpu
-        ctx = int(seq_lens.sum()) if seq_lens is not None else sum(r.seqlen for r in batch.reqs)
+        ctx = sum(seq_lens.tolist()) if seq_lens is not None else sum(r.seqlen for r in batch.reqs)  # one torch call
         return PassFigures(0, 0.0, len(batch.reqs), ctx)
     if mode != ForwardMode.EXTEND and mode != ForwardMode.MIXED:
         return None
@@ -111,6 +113,8 @@ class PassTimer:
         self.num_timed = 0
         self._returned_s: dict[int, float] = {}
         """Forward pass -> when ``run_batch`` returned, for passes whose results have not landed yet."""
+        self._held: list[tuple[int, PassFigures, float]] = []
+        """Passes timed by `landed_later` and not yet fed to the fit."""
 
     def run_returned(self, forward_pass: int, returned_s: float) -> None:
         """``run_batch`` of `forward_pass` returned at `returned_s` (``time.monotonic()``)."""
@@ -121,13 +125,43 @@ class PassTimer:
         self, launched_s: float | None, figures: PassFigures | None, landed_s: float, forward_pass: int
     ) -> TimedPass | None:
         """A pass launched at `launched_s` (``time.monotonic()``) had its result processed at `landed_s`; returns the
-        pass as timed and predicted, or None when it is not one the fit learns from."""
+        pass as timed and predicted, or None when it is not one the fit learns from. Passes held by `landed_later`
+        are fed to the fit first, in order."""
+        self.catch_up()
+        measured_s = self._measured(launched_s, figures, landed_s, forward_pass)
+        return None if measured_s is None else self._observe(forward_pass, figures, measured_s)
+
+    def landed_later(
+        self, launched_s: float | None, figures: PassFigures | None, landed_s: float, forward_pass: int
+    ) -> None:
+        """`landed`, the pass timed now and fed to the fit at the next `catch_up` (at most `MAX_HELD` passes later).
+        The fit then takes the same passes in the same order, so it is the same at every read that follows a
+        `catch_up`; meanwhile a decode-only iteration costs the scheduler loop a list append, and the fit's work runs
+        in batches whose code and data stay in the CPU's caches (a forward pass evicts them between two passes)."""
+        measured_s = self._measured(launched_s, figures, landed_s, forward_pass)
+        if measured_s is not None:
+            self._held.append((forward_pass, figures, measured_s))
+            if len(self._held) >= MAX_HELD:
+                self.catch_up()
+
+    def catch_up(self) -> None:
+        """Feed the fit the passes `landed_later` holds: call before anything reads the fit."""
+        if self._held:
+            held, self._held = self._held, []
+            for forward_pass, figures, measured_s in held:
+                self._observe(forward_pass, figures, measured_s)
+
+    def _measured(
+        self, launched_s: float | None, figures: PassFigures | None, landed_s: float, forward_pass: int
+    ) -> float | None:
         ended_s = self._ended(forward_pass, landed_s)
         previous, self.last_ended_s = self.last_ended_s, ended_s
         if figures is None or launched_s is None:
             return None
         started_s = launched_s if previous is None else max(launched_s, previous)
-        measured_s = ended_s - started_s
+        return ended_s - started_s
+
+    def _observe(self, forward_pass: int, figures: PassFigures, measured_s: float) -> TimedPass | None:
         predicted_s = self.fit.observe(
             figures.prefill_tokens,
             figures.prefill_ctx_pairs,

@@ -200,7 +200,7 @@ def decode_ctx_tokens(running_batch: ScheduleBatch) -> int:
     """The decoding streams' sequence lengths, summed: from the batch's CPU copy when it has one (no device sync)."""
     seq_lens = running_batch.seq_lens_cpu
     if seq_lens is not None and len(seq_lens) == len(running_batch.reqs):
-        return int(seq_lens.sum())
+        return sum(seq_lens.tolist())  # one torch call, not two
     return sum(r.seqlen for r in running_batch.reqs)
 
 

@@ -20,6 +20,7 @@ from sglang.srt.mem_cache.base_prefix_cache import InsertParams
 from sglang.srt.mem_cache.radix_cache import RadixKey
 
 from harness.sglang_classes import EngineSpec, Harness, PassRecord, ReqSpec
+from scheduler.sglang_plugin import hooks
 
 RATIO_DECAY = 0.01
 MIN_RATIO = 0.1
@@ -290,3 +291,39 @@ def test_random_queues_do_reuse_scans():
     _, reusing = run_pair(EngineSpec(pool_tokens=8192, chunk_tokens=1024, new_token_ratio=0.7), reqs, 40)
     assert reusing.policy.num_reused_scans >= 10
     assert reusing.kinds.count("repeat") >= 5
+
+
+def test_a_pass_with_nothing_waiting_decides_and_keeps_what_the_whole_pass_boundary_would(monkeypatch):
+    """`hooks.nothing_to_plan`: with no request waiting the plugin skips its pass boundary but for the short index's
+    refresh. Against a twin that runs the whole boundary: the same passes, state across passes and index, through
+    a queue emptied in place (an abort) with a short request indexed, and arrivals after it."""
+    reqs = [
+        *blocked_queue(2),
+        ReqSpec("q-long-output", 30, max_new_tokens=3000, arrive_pass=1),  # short, indexed, never fits
+        ReqSpec("q-late", 30, arrive_pass=8),
+        ReqSpec("big-late", 2500, arrive_pass=9),
+    ]
+    whole, skipping = DecodingHarness(POOL, reqs), DecodingHarness(POOL, reqs)
+    real, boundary_skipped = hooks.nothing_to_plan, []
+
+    def counted(sched) -> bool:
+        skipped = real(sched)
+        boundary_skipped.append(skipped)
+        return skipped
+
+    def passes(h: DecodingHarness, n: int, skip: bool) -> list:
+        with monkeypatch.context() as m:
+            m.setattr(hooks, "nothing_to_plan", counted if skip else lambda sched: False)
+            return h.run(n)
+
+    assert passes(whole, 5, skip=False) == passes(skipping, 5, skip=True)
+    assert [r.rid for r in skipping.policy.short_index.reqs] == ["q-long-output"]
+    for h in (whole, skipping):
+        h.sched.waiting_queue.clear()  # aborted while waiting, removed from the same list
+    assert passes(whole, 3, skip=False) == passes(skipping, 3, skip=True)
+    assert skipping.policy.short_index.reqs == [] and sum(boundary_skipped) >= 3
+    assert passes(whole, 6, skip=False) == passes(skipping, 6, skip=True)
+    assert planner_state(skipping) == planner_state(whole)
+    assert skipping.policy.num_planned_passes == whole.policy.num_planned_passes
+    assert skipping.policy.short_index.version == whole.policy.short_index.version
+    assert [r.rid for r in skipping.policy.short_index.reqs] == [r.rid for r in whole.policy.short_index.reqs]

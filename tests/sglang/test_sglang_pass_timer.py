@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from types import SimpleNamespace
 
 import torch
@@ -10,7 +11,7 @@ from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
 from scheduler.pass_cost import AttentionWork, chunk_ctx_pairs
 from scheduler.pass_cost_fit import OnlinePassCost
-from scheduler.sglang_plugin.pass_timer import PassFigures, PassTimer, pass_figures
+from scheduler.sglang_plugin.pass_timer import MAX_HELD, PassFigures, PassTimer, pass_figures
 from scheduler.sglang_plugin.translate import admission_lag_passes, launch_is_synchronous, output_lag_passes
 
 NO_SPEC = SpeculativeAlgorithm.NONE
@@ -136,3 +137,51 @@ def test_the_overlap_loop_on_a_synchronous_device_sends_first_tokens_a_pass_late
         for o in (True, False)
     }
     assert lags == {("cpu", True): (0, 1), ("cuda", True): (1, 0), ("cpu", False): (0, 0), ("cuda", False): (0, 0)}
+
+
+def timed_stream(timer: PassTimer, later: bool, passes: int, seed: int) -> None:
+    """`passes` passes of a stream under the synchronous overlap loop: a document's chunks, then decode-only
+    passes, each landing after the next one's launch returned."""
+    rng = random.Random(seed)
+    now = 10.0
+    for n in range(passes):
+        figures = PassFigures(256, chunk_ctx_pairs(256 * n, 256), 0, 0) if n < 12 else PassFigures(0, 0.0, 1, 3000 + n)
+        launched, now = now, now + rng.uniform(0.002, 0.3 if n < 12 else 0.004)
+        timer.run_returned(n, now)
+        land = timer.landed_later if later else timer.landed
+        land(launched, figures, now + 0.0001, n)
+
+
+def test_passes_held_for_later_feed_the_fit_as_passes_fed_at_once_would():
+    at_once, later = PassTimer(OnlinePassCost(), synchronous_launch=True), PassTimer(OnlinePassCost(), True)
+    timed_stream(at_once, later=False, passes=MAX_HELD - 1, seed=5)
+    timed_stream(later, later=True, passes=MAX_HELD - 1, seed=5)
+    assert later.fit.num_observed == 0 and later.num_timed == 0  # held: nothing read the fit yet
+    later.catch_up()
+    assert later.fit.num_observed == at_once.fit.num_observed == MAX_HELD - 1
+    assert later.fit.model == at_once.fit.model and later.fit.num_fits == at_once.fit.num_fits > 0
+    assert later.fit.describe() == at_once.fit.describe() and later.num_timed == at_once.num_timed
+
+
+def test_a_timer_holds_at_most_max_held_passes_and_a_landing_fed_at_once_feeds_the_held_ones_first():
+    timer, reference = PassTimer(OnlinePassCost(), True), PassTimer(OnlinePassCost(), True)
+    timed_stream(timer, later=True, passes=MAX_HELD + 5, seed=6)
+    assert timer.fit.num_observed == MAX_HELD  # fed at the 64th, then 5 held again
+    timed_stream(reference, later=False, passes=MAX_HELD + 5, seed=6)
+    timer.run_returned(MAX_HELD + 5, 50.0)
+    reference.run_returned(MAX_HELD + 5, 50.0)
+    assert timer.landed(49.9, PREFILL, 50.1, MAX_HELD + 5) == reference.landed(49.9, PREFILL, 50.1, MAX_HELD + 5)
+    assert timer.fit.describe() == reference.fit.describe()
+
+
+def test_the_policy_feeds_the_fit_before_anything_reads_it():
+    from scheduler.planner import PassPlanner
+    from scheduler.sglang_plugin.attach import SchedulerPolicy
+
+    fit = OnlinePassCost()
+    policy = SchedulerPolicy(PassPlanner(pass_cost=fit), pass_cost=fit, timer=PassTimer(fit))
+    for n in range(20):
+        policy.pass_landed(10.0 + n, PassFigures(0, 0.0, 1, 3000 + n), 10.003 + n, n)
+    assert fit.num_observed == 0  # no trace, no diagnostics: held
+    state = policy.describe()
+    assert fit.num_observed == 20 and state["timed_passes"] == 20 and state["pass_cost"]["observed_passes"] == 20

@@ -55,3 +55,30 @@ def test_with_the_plugin_off_the_clock_times_upstreams_call_and_changes_nothing(
     passes, _ = read_clock(path)
     assert len(passes) == 8
     assert all(p.kind is PassKind.NONE and p.ns == 0 and p.call_ns > 0 for p in passes)
+
+
+def test_work_outside_the_prefill_call_is_recorded_with_the_next_pass_boundary(tmp_path):
+    from scheduler.sglang_plugin.clock import PluginClock
+
+    clock = PluginClock(tmp_path / "clock.jsonl")
+    clock.begin_call()
+    clock.end_pass(PassKind.IDLE)  # a pass with no work outside the call before it
+    assert clock.timed_outside(sum, [1, 2]) == 3  # where a pass's result lands, between two calls
+    assert clock.timed_outside(max, [1, 2]) == 2
+    clock.begin_call()
+    assert clock.timed(min, [1, 2]) == 1
+    clock.end_pass(PassKind.IDLE)
+    clock.begin_call()
+    clock.end_pass(PassKind.IDLE)
+    clock.flush()
+    first, second, third = read_clock(clock.path)[0]
+    assert first.outside_ns == 0 and third.outside_ns == 0
+    assert second.outside_ns > 0 and second.ns > 0  # each in its own field: the call's sections are not in outside
+    assert second.call_ns >= second.ns
+
+
+def test_an_older_clocks_lines_read_as_not_timing_outside_the_call(tmp_path):
+    path = tmp_path / "clock.jsonl"
+    path.write_text('{"ns": [5], "call_ns": [9], "kind": [3]}\n')
+    (only,) = read_clock(path)[0]
+    assert only.outside_ns is None and only.kind is PassKind.IDLE

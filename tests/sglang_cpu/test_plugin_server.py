@@ -46,9 +46,14 @@ def trace_path(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(tiny_model_dir, trace_path, tmp_path_factory) -> Iterator[LocalServer]:
+def clock_path(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("clock") / "plugin-clock.jsonl"
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model_dir, trace_path, clock_path, tmp_path_factory) -> Iterator[LocalServer]:
     # Empty policy variables count as unset (defect 5: they killed the server or changed F before).
-    env = cpu_sglang_env(pass_trace=trace_path, mixed_decode="", max_running_requests="")
+    env = cpu_sglang_env(pass_trace=trace_path, plugin_clock=clock_path, mixed_decode="", max_running_requests="")
     log = tmp_path_factory.mktemp("server-on") / "sglang.log"
     with LocalServer(tiny_model_dir, SERVER_ARGS, env, log) as srv:
         yield srv
@@ -209,3 +214,13 @@ def test_switched_off_with_its_clock_on_upstreams_call_is_timed_and_no_output_ch
         passes = wait_for("the clock's first append", lambda: clock_passes(off, clock))
     assert all(p.kind is PassKind.NONE and p.ns == 0 and p.call_ns > 0 for p in passes)
     assert outputs == run_mixed_batch(server)
+
+
+def test_the_clock_times_the_plugins_work_in_every_iteration_decode_only_ones_included(server, clock_path):
+    Generation(server, "clocked", prompt_ids(100, seed=78), max_new_tokens=20).finish()
+    passes = wait_for("the clock's first append", lambda: clock_passes(server, clock_path))
+    assert all(p.outside_ns is not None for p in passes)
+    # Decode-only iterations plan nothing (sglang returns before building an adder), yet the plugin times each pass
+    # where its result lands and feeds the fit: that work is in the record.
+    decode_only = [p for p in passes if p.kind is PassKind.NONE]
+    assert len(decode_only) >= 19 and sum(p.outside_ns > 0 for p in decode_only) >= 19
