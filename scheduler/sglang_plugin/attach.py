@@ -256,6 +256,7 @@ class SchedulerPolicy:
         if self._repeats_last_run(scan, sched.forward_ct, engine[1], engine[2]):
             self._run = self.last_run
             return True
+        self.fit_current()  # the plan may size the pass from it
         self._run = PassRun(sched, self.planner, scan, self.clock, self.short_index, self.trace is not None)
         self._run.plan_without_adder(scan.state_of(sched, free_kv, engine))
         return True
