@@ -207,10 +207,10 @@ def _is_router(process: psutil.Process, port: str) -> bool:
 
 
 def sglang_role(process: psutil.Process) -> str:
+    """A stock server's process by its title: `scheduler` (the forward passes), `detokenizer`, or the server's own
+    HTTP and tokenizer process."""
     name = process.name()
-    if name.startswith("sglang::"):
-        return name.removeprefix("sglang::")
-    return "router" if "sglang_router" in " ".join(process.cmdline()) else "http+tokenizer"
+    return name.removeprefix("sglang::") if name.startswith("sglang::") else "http+tokenizer"
 
 
 @contextlib.contextmanager
@@ -229,15 +229,17 @@ def sglang_front(log_dir: Path) -> Iterator[Front]:
             assert server.proc is not None
             roots = [psutil.Process(server.proc.pid)]
             port = url.rsplit(":", 1)[1]
-            roots += [p for p in psutil.process_iter() if _is_router(p, port)]
+            routers = [p for p in psutil.process_iter() if _is_router(p, port)]
+            assert routers, "sglang-router's process was not found"
 
             def cpu() -> dict[str, float]:
                 out: dict[str, float] = {}
-                for root in roots:
+                for root in [*roots, *routers]:
                     for p in [root, *root.children(recursive=True)]:
                         with contextlib.suppress(psutil.NoSuchProcess):
                             t = p.cpu_times()
-                            out[sglang_role(p)] = out.get(sglang_role(p), 0.0) + t.user + t.system
+                            name = "router" if root in routers else sglang_role(p)
+                            out[name] = out.get(name, 0.0) + t.user + t.system
                 return out
 
             yield Front(
