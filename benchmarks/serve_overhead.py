@@ -48,7 +48,7 @@ from fastapi import FastAPI
 from fastapi.responses import StreamingResponse
 from ray import serve
 
-from harness.net import free_port
+from harness.net import free_port, listener
 from harness.results import records
 from harness.serve_run import REPO, ServeRun
 from serve_app.config.serve_path import FRONT_ENV, PYTHON_PROXY_ENV
@@ -199,13 +199,6 @@ def serve_fronts(run: ServeRun, mode: str, cfg: dict[str, Any]) -> list[Front]:
     ]
 
 
-def _is_router(process: psutil.Process, port: str) -> bool:
-    with contextlib.suppress(psutil.Error):
-        cmd = process.cmdline()
-        return "sglang_router.launch_router" in cmd and port in cmd
-    return False
-
-
 def sglang_role(process: psutil.Process) -> str:
     """A stock server's process by its title: `scheduler` (the forward passes), `detokenizer`, or the server's own
     HTTP and tokenizer process."""
@@ -228,9 +221,9 @@ def sglang_front(log_dir: Path) -> Iterator[Front]:
         with server, launch_router("round_robin", [f"http://127.0.0.1:{server.port}"], log_dir) as url:
             assert server.proc is not None
             roots = [psutil.Process(server.proc.pid)]
-            port = url.rsplit(":", 1)[1]
-            routers = [p for p in psutil.process_iter() if _is_router(p, port)]
-            assert routers, "sglang-router's process was not found"
+            router = listener(int(url.rsplit(":", 1)[1]))  # found by its socket: it retitles itself sglang::router
+            assert router is not None, "sglang-router's process was not found"
+            routers = [router]
 
             def cpu() -> dict[str, float]:
                 out: dict[str, float] = {}

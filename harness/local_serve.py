@@ -214,12 +214,8 @@ def haproxy_pids(manager_pid: int) -> list[int]:
 def listener(port: int) -> str:
     """The name of the process listening on TCP `port` ("" when none): `haproxy` under Serve's high-throughput
     front, Ray's `ProxyActor` under its Python proxy."""
-    import psutil
-
-    for conn in psutil.net_connections("tcp"):
-        if conn.status == psutil.CONN_LISTEN and conn.laddr.port == port and conn.pid is not None:
-            return psutil.Process(conn.pid).name()
-    return ""
+    process = net.listener(port)
+    return process.name() if process is not None else ""
 
 
 def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:

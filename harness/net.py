@@ -6,11 +6,21 @@ import http.client
 import json
 import socket
 
+import psutil
+
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def listener(port: int) -> psutil.Process | None:
+    """The process listening on TCP `port`, if any (found by its socket: some servers retitle themselves)."""
+    for conn in psutil.net_connections("tcp"):
+        if conn.status == psutil.CONN_LISTEN and conn.laddr.port == port and conn.pid is not None:
+            return psutil.Process(conn.pid)
+    return None
 
 
 def http_json(port: int, method: str, path: str, body: object | None = None, timeout_s: float = 60) -> object:
