@@ -48,6 +48,7 @@ from fastapi import FastAPI
 from fastapi.responses import StreamingResponse
 from ray import serve
 
+from harness.local_serve import with_free_haproxy_ports
 from harness.net import free_port, listener
 from harness.results import records
 from harness.serve_run import REPO, ServeRun
@@ -88,10 +89,8 @@ def serve_config(front_env: dict[str, str]) -> dict[str, Any]:
     """config.card12gb.yaml with `front_env` in both places, the engines at zero cost, and the echo beside it."""
     cfg = copy.deepcopy(yaml.safe_load(CONFIG_FILE.read_text()))
     cfg["http_options"]["port"] = free_port()
-    controller_env = cfg["controller_options"]["runtime_env"]["env_vars"]
-    # HAProxy's own ports, free ones: its defaults are fixed, and another Serve on the machine may hold them.
-    controller_env.update({**front_env, "RAY_SERVE_HAPROXY_STATS_PORT": str(free_port())})
-    controller_env["RAY_SERVE_HAPROXY_METRICS_PORT"] = str(free_port())
+    cfg["controller_options"]["runtime_env"]["env_vars"].update(front_env)
+    cfg["controller_options"] = with_free_haproxy_ports(cfg["controller_options"])
     app = cfg["applications"][0]
     app["runtime_env"]["env_vars"].update(front_env)
     engine = next(d for d in app["deployments"] if d["name"] == "Engine")
@@ -246,7 +245,7 @@ def front_cpu_ms(front: Front) -> float:
     return 1e3 * sum(s for r, s in runs["cpu_s"].items() if r not in front.engine_roles) / max(runs["ok"], 1)
 
 
-def report(fronts: list[Front], concurrency: int) -> None:
+def report(fronts: list[Front]) -> None:
     print(f"{'front':>22} {'req/s':>7} {'failed':>6} {'TTFT p50':>9} {'p99':>7} {'front CPU ms/req':>16}  by process")
     for f in fronts:
         runs = f.runs
@@ -266,11 +265,12 @@ def report(fronts: list[Front], concurrency: int) -> None:
         return runs["ok"] / max(runs["elapsed_s"], 1e-9)
 
     print("ratios (same run):")
-    for app in ("fairshare", "echo", *(f"embeddings/{{}}@{c}" for c in (1, 8, 64))):
-        ha, px = (app.format(mode) if "{}" in app else f"{app}/{mode}" for mode in ("haproxy", "proxy"))
+    for app in ("fairshare", "echo", "embeddings@1", "embeddings@8", "embeddings@64"):
+        name, _, clients = app.partition("@")
+        ha, px = (f"{name}/{mode}" + (f"@{clients}" if clients else "") for mode in ("haproxy", "proxy"))
         if ha in by_name and px in by_name:
             print(
-                f"  {app.format('*')}: haproxy / proxy requests/s {rps(ha) / rps(px):.2f}x, CPU per request "
+                f"  {app}: haproxy / proxy requests/s {rps(ha) / rps(px):.2f}x, CPU per request "
                 f"{front_cpu_ms(by_name[ha]) / front_cpu_ms(by_name[px]):.2f}x"
             )
     if "sglang-router" in by_name:
@@ -321,7 +321,7 @@ def main() -> None:
     )
     print("  load average (1/5/15 min): " + "/".join(f"{x:.1f}" for x in load_before) + " at start, "
           + "/".join(f"{x:.1f}" for x in load_after) + " after")  # fmt: skip
-    report([*chat, *(f for f, _ in embeddings)], args.concurrency)
+    report([*chat, *(f for f, _ in embeddings)])
 
 
 if __name__ == "__main__":

@@ -60,4 +60,3 @@ class CompletionsEndpoint:
 
 CHAT = ChatEndpoint()
 COMPLETIONS = CompletionsEndpoint()
-ENDPOINTS: dict[EngineKind, Endpoint] = {CHAT.name: CHAT, COMPLETIONS.name: COMPLETIONS}

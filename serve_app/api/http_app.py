@@ -33,7 +33,7 @@ api = FastAPI(title="fairshare-serve", docs_url=None, redoc_url=None)
 # Starlette runs the last added outermost: every answer, 401 and 413 included, carries a request id.
 api.add_middleware(RequestBodyGuard, max_body_bytes=lambda: api.state.max_body_bytes)
 api.add_middleware(ApiKeyMiddleware, expected_key=process_api_key)  # read in the replica, not where the app was built
-api.add_middleware(RequestIdMiddleware)  # behind Serve's proxy, which echoes the id in the response
+api.add_middleware(RequestIdMiddleware)  # the replica's own HTTP server, behind HAProxy, echoes the id
 
 
 @api.exception_handler(OpenAIError)

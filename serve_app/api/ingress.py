@@ -3,7 +3,7 @@
 Chat and completions run one path (`Ingress._respond`), whatever the backend: the ingress checks what does
 not depend on the engine (the body is a JSON object, the model, the session id), counts the prompt for routing
 (`endpoints`), and sends the client's body unchanged to an engine replica, whose backend validates it against
-what it implements and writes the OpenAI response (sglang: sglang's own serving classes; sim: `sim.serving`,
+what it implements and writes the OpenAI response (sglang: sglang's own serving classes; sim: `engines.sim.serving`,
 a documented subset of fields, a 400 naming any other). The ingress relays those bytes (`relay`): errors,
 cancellation and TTFT/ITL are handled there once. `/v1/embeddings` goes to the `Embedder` deployment, chosen
 by model name; `/v1/models` lists each model with its kind.

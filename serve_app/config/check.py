@@ -30,7 +30,7 @@ from serve_app.config import (
     engine_policy,
     validate,
 )
-from serve_app.config.serve_path import front_problems
+from serve_app.config.serve_path import env_vars_of, front_problems
 
 DEPLOYMENTS: dict[str, type[RoutingKnobs] | type[EngineKnobs] | None] = {
     "Ingress": RoutingKnobs,
@@ -56,10 +56,6 @@ def drain_problems(where: str, deployments: list[dict[str, Any]]) -> list[str]:
     return []
 
 
-def _app_env(app_raw: dict[str, Any]) -> dict[str, str] | None:
-    return (app_raw.get("runtime_env") or {}).get("env_vars")
-
-
 def problems(raw: dict[str, Any]) -> list[str]:
     try:
         schema = ServeDeploySchema.model_validate(raw)
@@ -74,7 +70,7 @@ def problems(raw: dict[str, Any]) -> list[str]:
             out.append(str(e))
             cfg = AppConfig()
         out += drain_problems(where, app_raw.get("deployments", []))
-        out += [f"{where}: {p}" for p in front_problems(raw.get("controller_options"), _app_env(app_raw))]
+        out += [f"{where}: {p}" for p in front_problems(raw.get("controller_options"), env_vars_of(app_raw))]
         for d in app_raw.get("deployments", []):
             name = d.get("name")
             if name not in DEPLOYMENTS:

@@ -62,14 +62,15 @@ def front_of(env_vars: Mapping[str, str] | None) -> str:
     return "mixed"
 
 
-def _env_vars(block: Mapping[str, Any] | None) -> dict[str, str]:
+def env_vars_of(block: Mapping[str, Any] | None) -> dict[str, str]:
+    """A config block's `runtime_env.env_vars` (the controller's options, an application)."""
     return dict(((block or {}).get("runtime_env") or {}).get("env_vars") or {})
 
 
 def front_problems(controller_options: Mapping[str, Any] | None, app_env_vars: Mapping[str, str] | None) -> list[str]:
     """What a config gets wrong about its front (empty: nothing): the controller's environment and the
     application's must ask for the same one, wholly."""
-    controller, app = front_of(_env_vars(controller_options)), front_of(app_env_vars)
+    controller, app = front_of(env_vars_of(controller_options)), front_of(app_env_vars)
     if controller == app != "mixed":
         return []
     wanted = ", ".join(f"{k}={v!r}" for k, v in FRONT_ENV.items())
@@ -87,7 +88,7 @@ def serve_path_problems(env_vars: Mapping[str, str] | None) -> list[str]:
 
 def controller_problems(controller_options: Mapping[str, Any] | None) -> list[str]:
     """What a config's top-level `controller_options` gets wrong about the controller's loop (empty: nothing)."""
-    env = _env_vars(controller_options)
+    env = env_vars_of(controller_options)
     return [
         f"controller_options.runtime_env.env_vars.{k}: {env.get(k)!r}, expected {v!r}"
         for k, v in CONTROLLER_ENV.items()

@@ -21,8 +21,8 @@ import openai
 import pytest
 import yaml
 
-from harness.local_serve import CARD12GB_MODEL, CONFIG_FILE, deploy, deployment, listener, start_on_a_free_port
-from harness.net import free_port
+from harness.local_serve import CARD12GB_MODEL, CONFIG_FILE, deploy, deployment, start_on_a_free_port
+from harness.net import free_port, listener
 from serve_app.config.serve_path import CONTROLLER_OPTIONS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -87,7 +87,8 @@ def served() -> Iterator[ServeHandle]:
     try:
         assert cfg["proxy_location"] == "HeadOnly" and cfg["controller_options"] == CONTROLLER_OPTIONS
         deploy(cfg, timeout_s=DEPLOY_TIMEOUT_S)
-        assert listener(port) == "haproxy"  # the front the configs ship: Serve's high-throughput mode
+        front = listener(port)
+        assert front is not None and front.name() == "haproxy"  # the shipped front: Serve's high-throughput mode
         yield ServeHandle(
             f"http://127.0.0.1:{port}",
             CARD12GB_MODEL,
