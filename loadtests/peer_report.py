@@ -4,20 +4,29 @@ Requests are told apart by who sent them, the same way for every front (a stock 
 traffic classes): chats (chat users), documents (a document user's first request on a document) and follow-ups
 (its question on that document). Document prompt tokens/s: the documents' prompt tokens (less any reported as
 cached) over the time during which at least one document was between its send and its first token, as
-`report.long_prefill_tok_per_s` measures it.
+`report.long_prefill_tok_per_s` measures it. Engine prefix-cache hit rate: the prompt tokens the engines served
+from their cache over the prompt tokens they were sent, both the engines' own counts (each stream's
+`usage.prompt_tokens_details.cached_tokens` and `usage.prompt_tokens`, with sglang's `enable_cache_report`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from loadtests.recording import Sample
 from loadtests.report import long_prefill_tok_per_s, pct
 
+if TYPE_CHECKING:  # peers imports this module
+    from loadtests.peers import EngineSettings
+
 PEERS = ("cache_aware", "round_robin")
 """The fronts this app is judged against (`sglang-router` in front of stock sglang)."""
 APP = "fairshare"
+REFERENCE = "cache_aware"
+"""The peer each workload's headline figures are set against (`headline`): the one that routes by prefix."""
 TTFT_TARGET_S = 0.5
 TBT_TARGET_S = 0.3
 """The SLO's defaults: a chat meets it when its first token comes within TTFT_TARGET_S and no gap between its
@@ -41,6 +50,8 @@ class Front:
     """Cores each role used while the load ran (`loadtests.cpu_share`): engines, front, load generator."""
     cpu_waiting: dict[str, float] = field(default_factory=dict)
     """Cores-worth of each role's threads ready to run but waiting for a core (`CpuSampler.waiting_cores`)."""
+    kv_pool_tokens: list[int] = field(default_factory=list)
+    """Each engine's KV pool as sglang reports it (`max_total_num_tokens`); empty where the front does not say."""
 
     def __post_init__(self) -> None:
         self.figures = figures(self.samples)
@@ -73,6 +84,29 @@ def _attainment(samples: Sequence[Sample]) -> float | None:
     return 100.0 * sum(1 for s in chats if s.ok and meets_slo(s)) / len(chats) if chats else None
 
 
+def cache_counts(samples: Sequence[Sample]) -> tuple[int, int] | None:
+    """(cached, prompt) tokens summed over the answered requests whose usage gave both (the engines' counts);
+    None when none did (an engine without `enable_cache_report` gives no cached count)."""
+    counted = [s for s in samples if s.ok and s.prompt_tokens is not None and s.cached_tokens is not None]
+    if not counted:
+        return None
+    return sum(s.cached_tokens or 0 for s in counted), sum(s.prompt_tokens or 0 for s in counted)
+
+
+def hit_rate(samples: Sequence[Sample]) -> float | None:
+    """Engine prefix-cache hit rate, %: sum(cached_tokens) / sum(prompt_tokens)."""
+    counts = cache_counts(samples)
+    return 100.0 * counts[0] / counts[1] if counts and counts[1] else None
+
+
+def _count(counts: tuple[int, int] | None, i: int) -> float | None:
+    return None if counts is None else float(counts[i])
+
+
+def _hit_rate_of(kind: str) -> Callable[[Sequence[Sample]], float | None]:
+    return lambda xs: hit_rate([s for s in xs if _kind(s) == kind])
+
+
 def _doc_rate(samples: Sequence[Sample]) -> float | None:
     # Documents as the "long" class for the shared definition, whatever a front's header said.
     return long_prefill_tok_per_s([replace(s, traffic_class="long" if _kind(s) == "doc" else "other") for s in samples])
@@ -91,6 +125,12 @@ METRICS: list[tuple[str, str, str | None, Callable[[Sequence[Sample]], float | N
     ("document prompt tokens/s", "tok/s", "high", _doc_rate),
     ("follow-up TTFT p50", "s", "low", lambda xs: pct(_ttfts(xs, "followup"), 50)),
     ("follow-up TTFT p99", "s", "low", lambda xs: pct(_ttfts(xs, "followup"), 99)),
+    ("engine prefix-cache hit rate", "%", "high", hit_rate),
+    ("hit rate: chats", "%", "high", _hit_rate_of("chat")),
+    ("hit rate: documents", "%", "high", _hit_rate_of("doc")),
+    ("hit rate: follow-ups", "%", "high", _hit_rate_of("followup")),
+    ("prompt tokens (engines' count)", "", None, lambda xs: _count(cache_counts(xs), 1)),
+    ("cached prompt tokens (engines' count)", "", None, lambda xs: _count(cache_counts(xs), 0)),
     ("chats", "", None, lambda xs: float(len(_ok(xs, "chat")))),
     ("documents", "", None, lambda xs: float(len(_ok(xs, "doc")))),
     ("follow-ups", "", None, lambda xs: float(len(_ok(xs, "followup")))),
@@ -104,7 +144,7 @@ def figures(samples: Sequence[Sample]) -> dict[str, float | None]:
 
 
 def best_peer(fronts: Sequence[Front], label: str, better: str) -> float | None:
-    values = [f.figures[label] for f in fronts if f.name in PEERS and f.figures[label] is not None]
+    values = [v for f in fronts if f.name in PEERS and (v := f.figures[label]) is not None]
     if not values:
         return None
     return min(values) if better == "low" else max(values)
@@ -116,6 +156,10 @@ def _fmt(v: float | None, unit: str) -> str:
     if unit in ("tok/s", "") or abs(v) >= 100:
         return f"{v:,.0f}"
     return f"{v:.1f}" if unit == "%" else f"{v:.3g}"
+
+
+def ratio(mine: float | None, theirs: float | None) -> str:
+    return f"{mine / theirs:.2f}x" if mine is not None and theirs else "—"
 
 
 def front_cpu_ms(front: Front) -> float | None:
@@ -135,7 +179,7 @@ def table(fronts: Sequence[Front]) -> str:
         cells = [f"{label} ({unit})" if unit else label, *(_fmt(f.figures[label], unit) for f in fronts)]
         peer = best_peer(fronts, label, better) if better else None
         mine = app.figures[label] if app else None
-        cells.append(f"{mine / peer:.2f}x" if mine is not None and peer else "—")
+        cells.append(ratio(mine, peer))
         rows.append("| " + " | ".join(cells) + " |")
     cpu_rows: list[tuple[str, Callable[[Front], dict[str, float]]]] = [
         ("used", lambda f: f.cpu_cores),
@@ -145,6 +189,9 @@ def table(fronts: Sequence[Front]) -> str:
         for role in dict.fromkeys(r for f in fronts for r in of(f)):
             cells = [f"{of(f)[role]:.2f}" if role in of(f) else "—" for f in fronts]
             rows.append(f"| CPU cores {what}: {role} | " + " | ".join(cells) + " | |")
+    if any(f.kv_pool_tokens for f in fronts):
+        pools = [" / ".join(f"{t:,}" for t in f.kv_pool_tokens) or "—" for f in fronts]
+        rows.append("| KV pool per engine (tokens, sglang's count) | " + " | ".join(pools) + " | |")
     per_request = [front_cpu_ms(f) for f in fronts]
     rows.append("| front CPU ms per request | " + " | ".join(f"{ms:.1f}" if ms else "—" for ms in per_request) + " | |")
     loads = [f"{f.load_start:.1f} → {f.load_end:.1f}" for f in fronts]
@@ -184,24 +231,60 @@ RENICED = (
 )
 
 
+SESSIONS_WORKLOAD = (
+    "2 document users (10-14k-token document, one follow-up), 4 chat users (20-60-token questions, 16 output tokens)"
+)
+"""The default workload (`loadtests.locustfile`'s users, each conversation named by `X-Session-ID`)."""
+
+
 def markdown(
-    fronts: Sequence[Front], engine, chars_per_token: float, duration_s: float, seed: int, reniced: bool = False
+    fronts: Sequence[Front],
+    engine: EngineSettings,
+    chars_per_token: float,
+    duration_s: float,
+    seed: int,
+    reniced: bool = False,
+    workload: str = SESSIONS_WORKLOAD,
 ) -> str:
+    """The settings, the table and the verdict of one workload; `workload`: what its users send, in words."""
     settings = (
         f"Two CPU sglang 0.5.23 engines per front: context {engine.context_tokens}, chunked prefill "
         f"{engine.chunk_tokens}, max running requests {engine.max_running_requests}, KV {engine.max_total_tokens} "
         f"tokens, cache report on, OMP_NUM_THREADS=1, {RENICED if reniced else AS_SHIPPED}; "
         f"this app's class bound (short_request_tokens) {engine.short_request_tokens}. "
         f"Workload seed {seed}, {duration_s:.0f} s a front, "
-        f"closed loop: "
-        f"2 document users (10-14k-token document, one follow-up), 4 chat users (20-60-token questions, 16 output "
-        f"tokens), think 0.5-1.5 s; {chars_per_token:.2f} characters a token (the model's tokenizer). Chat SLO: TTFT "
-        f"≤ {TTFT_TARGET_S} s and no gap between tokens above {TBT_TARGET_S} s."
+        f"closed loop: {workload}, think 0.5-1.5 s; {chars_per_token:.2f} characters a token (the model's "
+        f"tokenizer). Chat SLO: TTFT ≤ {TTFT_TARGET_S} s and no gap between tokens above {TBT_TARGET_S} s."
     )
     return "\n".join([settings, "", table(fronts), "", "Acceptance:", *verdict(fronts), ""])
 
 
-def plot(fronts: Sequence[Front], path) -> None:
+HEADLINE = (
+    "engine prefix-cache hit rate",
+    "follow-up TTFT p50",
+    "follow-up TTFT p99",
+    "chat TTFT p99",
+    "document prompt tokens/s",
+    "failures",
+)
+"""The figures each workload is summed up by, this app against `REFERENCE`."""
+UNITS = {label: unit for label, unit, _, _ in METRICS}
+
+
+def headline(workloads: Sequence[tuple[str, Sequence[Front]]]) -> str:
+    """One row per workload and `HEADLINE` figure: this app's, `REFERENCE`'s, and the ratio of the two."""
+    rows = [f"| workload | figure | {APP} | {REFERENCE} | {APP} / {REFERENCE} |", "|" + " --- |" * 5]
+    for name, fronts in workloads:
+        by_name = {f.name: f for f in fronts}
+        for label in HEADLINE:
+            unit = UNITS[label]
+            mine, theirs = (by_name[n].figures[label] if n in by_name else None for n in (APP, REFERENCE))
+            figure = f"{label} ({unit})" if unit else label
+            rows.append(f"| {name} | {figure} | {_fmt(mine, unit)} | {_fmt(theirs, unit)} | {ratio(mine, theirs)} |")
+    return "\n".join(rows)
+
+
+def plot(fronts: Sequence[Front], path: Path) -> None:
     """Chat TTFT distribution per front, and document prompt tokens/s per front."""
     import matplotlib
 

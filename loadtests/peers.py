@@ -2,6 +2,8 @@
 
     python -m loadtests.peers                                          # the four fronts, 150 s each
     python -m loadtests.peers --duration-s 30 --fronts fairshare,round_robin   # a quick look
+    python -m loadtests.peers --workload followups                     # plain clients: no session id
+    python -m loadtests.peers --workload all --fronts fairshare,cache_aware     # every workload in turn
 
 Every front serves the same tiny random-weight Llama (`harness.tiny_model`, a 32,768-token context: a
 12,000-token document takes seconds to prefill on one core) on two CPU sglang 0.5.23 engines with the same
@@ -17,13 +19,21 @@ passes (the device), at niceness 15 and every other process at 0 under every fro
 - `cache_aware`, `round_robin`: `sglang-router` (the `bench` extra: `pip install -e '.[bench]'`) in front of
   two stock sglang servers (the plugin switched off).
 
-The workload (closed loop, streaming): 2 document users (a 10-14k-token document, then one follow-up question
-on it in the same session, then the next document) and 4 chat users (20-60-token questions, 4 a session, 16
-output tokens), each thinking 0.5-1.5 s between requests, for `--duration-s`; prompts are sized in the model's
-own tokens (characters per token measured on its tokenizer). The table (chat TTFT, ITL, document TTFT and
-prompt tokens/s, follow-up TTFT, SLO attainment, failures, the ratio of this app to the best peer, and the CPU
-cores the engines, the front and the load generator used while the load ran: `loadtests.cpu_share`) goes to
-docs/results/peers/ with a PNG beside it (`harness.results`; `FAIRSHARE_RESULTS_DIR` moves the folder).
+The default workload, `sessions` (closed loop, streaming): 2 document users (a 10-14k-token document, then one
+follow-up question on it in the same session, then the next document) and 4 chat users (20-60-token questions, 4
+a session, 16 output tokens), each thinking 0.5-1.5 s between requests, for `--duration-s`; every conversation is
+named by an `X-Session-ID` header (`loadtests.locustfile`). The plain workloads (`followups`, `multiturn`,
+`system_prompt`, `overflow`: `loadtests.workloads`, played by `loadtests.plain_users`) send no session id at all,
+as a plain OpenAI client does; `--workload all` runs every workload in turn, each front started afresh for each
+(cold caches). Prompts are sized in the model's own tokens (characters per token measured on its tokenizer).
+Every engine reports its cached prompt tokens (sglang's `enable_cache_report`), from which the table gives each
+front's prefix-cache hit rate.
+
+The result file (`harness.results`: docs/results/peers/, `FAIRSHARE_RESULTS_DIR` moves the folder) starts with
+each workload's headline figures, this app against `cache_aware` (`peer_report.headline`), then has a section a
+workload: its table (chat TTFT, ITL, document TTFT and prompt tokens/s, follow-up TTFT, SLO attainment, hit rates,
+failures, the ratio of this app to the best peer, and the CPU cores the engines, the front and the load generator
+used while the load ran: `loadtests.cpu_share`), with a PNG per workload beside it.
 """
 
 from __future__ import annotations
@@ -39,11 +49,11 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psutil
+import psutil  # type: ignore[import-untyped]
 import requests
 
 from harness import local_serve as sc
@@ -54,13 +64,19 @@ from harness.sglang_server import LocalServer
 from loadtests import prompts
 from loadtests.app import LocalApp, sglang_upstream_overrides
 from loadtests.cpu_share import CpuSampler
-from loadtests.peer_report import Front, markdown, plot
+from loadtests.peer_report import APP, REFERENCE, SESSIONS_WORKLOAD, Front, headline, markdown, plot
 from loadtests.recording import read_samples
+from loadtests.workloads import PLAIN, PlainWorkload, plain_workload
 from scheduler.sglang_plugin.env import PASS_TRACE_VAR
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "config.sglang-cpu.yaml"
 FRONTS = ("fairshare", "fairshare-off", "cache_aware", "round_robin")
+SESSIONS = "sessions"
+WORKLOADS = (SESSIONS, *PLAIN)
+"""`--workload`: the default names each conversation (`X-Session-ID`); the plain ones name none."""
+LOCUSTFILES = {SESSIONS: REPO / "loadtests" / "locustfile.py", "plain": REPO / "loadtests" / "plain_users.py"}
+TITLE = "This app beside sglang-router: chats and documents on two CPU engines"
 DEVICE_NICENESS = 15
 DEVICE_PROCESS = "sglang::scheduler"
 """The title of the processes whose niceness is `DEVICE_NICENESS`, under every front: sglang's schedulers, which run
@@ -110,6 +126,11 @@ class EngineSettings:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m loadtests.peers", description=__doc__.split("\n\n")[0])
     ap.add_argument("--fronts", default=",".join(FRONTS), help=f"Fronts to run, in order, from {list(FRONTS)}.")
+    ap.add_argument(
+        "--workload",
+        default=SESSIONS,
+        help=f"Workloads to run, in order, from {list(WORKLOADS)}, or `all`; each runs every front.",
+    )
     ap.add_argument("--duration-s", type=float, default=150.0, help="Length of each front's run (wall s).")
     ap.add_argument("--seed", type=int, default=23, help="Seed of the workload (the same for every front).")
     ap.add_argument("--model", type=Path, default=None, help="A tiny model built with the context (default: build).")
@@ -126,7 +147,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         ap.error(f"--fronts: unknown {bad}; choose from {list(FRONTS)}")
     if args.duration_s <= 0:
         ap.error(f"--duration-s {args.duration_s}: must be > 0")
-    args.fronts = fronts
+    workloads = list(WORKLOADS) if args.workload == "all" else [w for w in args.workload.split(",") if w]
+    unknown = [w for w in workloads if w not in WORKLOADS]
+    if unknown or not workloads:
+        ap.error(f"--workload: unknown {unknown}; choose from {list(WORKLOADS)} or all")
+    args.fronts, args.workloads = fronts, workloads
     return args
 
 
@@ -140,19 +165,56 @@ def chars_per_token(model: Path) -> float:
 
 
 def workload_flags(seed: int, cpt: float, duration_s: float) -> list[str]:
+    """The `sessions` workload's Locust flags (`loadtests.locustfile`)."""
     return [
         *("--chat-weight", "4", "--doc-weight", "2", "--doc-tokens", "10000:14000", "--doc-followups", "1"),
-        *("--question-tokens", "20:60", "--chat-turns", "4", "--think-s", "0.5:1.5"),
-        *("--chat-max-tokens", "16", "--doc-max-tokens", "16", "--request-timeout-s", "600"),
-        *("--chars-per-token", f"{cpt:.4f}", "--seed", str(seed)),
-        *("-u", "6", "-r", "100", "-t", f"{duration_s:.0f}s", "--stop-timeout", "240"),
+        *("--question-tokens", "20:60", "--chat-turns", "4", "--chat-max-tokens", "16", "--doc-max-tokens", "16"),
+        *loop_flags(seed, cpt, duration_s, users=6),
     ]
 
 
-def run_locust(url: str, name: str, flags: list[str], out: Path, duration_s: float) -> Front:
+def plain_flags(seed: int, cpt: float, duration_s: float, workload: PlainWorkload, workload_file: Path) -> list[str]:
+    """A plain workload's Locust flags (`loadtests.plain_users`): what its users send is in `workload_file`."""
+    return ["--workload-file", str(workload_file), *loop_flags(seed, cpt, duration_s, users=workload.users)]
+
+
+def loop_flags(seed: int, cpt: float, duration_s: float, users: int) -> list[str]:
+    """Every workload's pacing: `users` users at once, each thinking 0.5-1.5 s, for `duration_s`."""
+    return [
+        *("--think-s", "0.5:1.5", "--request-timeout-s", "600", "--chars-per-token", f"{cpt:.4f}", "--seed", str(seed)),
+        *("-u", str(users), "-r", "100", "-t", f"{duration_s:.0f}s", "--stop-timeout", "240"),
+    ]
+
+
+@dataclass(frozen=True)
+class Load:
+    """One workload as the load generator runs it."""
+
+    name: str
+    locustfile: Path
+    flags: list[str]
+    description: str
+    """What its users send, in words (the result file's settings)."""
+
+
+def load_of(name: str, seed: int, cpt: float, duration_s: float, engine: EngineSettings, out: Path) -> Load:
+    """The workload `name`; a plain one is written to `out`/workload.json, which its users read."""
+    if name == SESSIONS:
+        return Load(name, LOCUSTFILES[SESSIONS], workload_flags(seed, cpt, duration_s), SESSIONS_WORKLOAD)
+    # The overflow workload's documents outgrow both engines' pools together.
+    workload = plain_workload(name, seed, kv_pool_tokens=2 * engine.max_total_tokens)
+    path = out / "workload.json"
+    path.write_text(workload.model_dump_json(indent=2))
+    flags = plain_flags(seed, cpt, duration_s, workload, path)
+    return Load(name, LOCUSTFILES["plain"], flags, workload.describe())
+
+
+def run_locust(
+    url: str, name: str, flags: list[str], out: Path, duration_s: float, locustfile: Path = LOCUSTFILES[SESSIONS]
+) -> Front:
     samples = out / f"{name}.samples.jsonl"
     samples.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "locust", "-f", str(REPO / "loadtests" / "locustfile.py"), "--headless"]
+    cmd = [sys.executable, "-m", "locust", "-f", str(locustfile), "--headless"]
     cmd += ["--host", url, "--only-summary", "--samples-file", str(samples), *flags]
     load_start = os.getloadavg()[0]
     cpu = CpuSampler()
@@ -189,7 +251,7 @@ def front_of(name: str, samples: Path, load_start: float, locust_rc: int | None,
 
 def app_front(
     model: Path, engine: EngineSettings, upstream: bool, started: list[LocalApp] | None = None, renice: bool = False
-) -> Callable[[], contextlib.AbstractContextManager]:
+) -> Callable[[], contextlib.AbstractContextManager[tuple[str, str]]]:
     """This app on a local Ray + Serve; `upstream`: the plugin's upstream rules and Serve's default router;
     `started`: the running app is appended to it (a benchmark that changes its `user_config` live); `renice`: not as
     shipped, Ray's workers at 0 and the schedulers at `DEVICE_NICENESS`."""
@@ -257,14 +319,16 @@ def engine_replicas() -> list[psutil.Process]:
 def _config() -> dict[str, Any]:
     import yaml
 
-    return yaml.safe_load(CONFIG.read_text())
+    config: dict[str, Any] = yaml.safe_load(CONFIG.read_text())
+    return config
 
 
 def router_front(
-    model: Path, engine: EngineSettings, policy: str, out: Path, renice: bool = False
-) -> Callable[[], contextlib.AbstractContextManager]:
+    model: Path, engine: EngineSettings, policy: str, out: Path, renice: bool = False, pools: list[int] | None = None
+) -> Callable[[], contextlib.AbstractContextManager[tuple[str, str]]]:
     """`sglang-router` with `policy` in front of two stock sglang servers (the plugin off); `renice`: not as
-    shipped, their schedulers at `DEVICE_NICENESS`."""
+    shipped, their schedulers at `DEVICE_NICENESS`; `pools`: each server's KV pool (`kv_pool_tokens`) is
+    appended to it."""
 
     @contextlib.contextmanager
     def start() -> Iterator[tuple[str, str]]:
@@ -278,6 +342,8 @@ def router_front(
             if renice:
                 renice_devices([psutil.Process(s.proc.pid) for s in servers if s.proc], DEVICE_NICENESS)
             workers = [f"http://127.0.0.1:{s.port}" for s in servers]
+            if pools is not None:
+                pools.extend(kv_pool_tokens(w) for w in workers)
             with launch_router(policy, workers, out) as url:
                 yield url, model_id(workers[0])  # the router lists no models: a worker does
         finally:
@@ -317,7 +383,7 @@ def launch_router(policy: str, workers: list[str], out: Path, timeout_s: float =
 def warm_up(url: str, model: str, timeout_s: float = 300) -> None:
     """Requests through the front: every lazy path (tokenizer, first pass) is taken before the clock starts. A front
     may answer 503 until it has seen its engines healthy (sglang-router checks its workers): asked again."""
-    body = {"model": model, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 2}
+    body: dict[str, Any] = {"model": model, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 2}
     deadline, answered = time.monotonic() + timeout_s, 0
     while answered < 2:
         r = requests.post(f"{url}/v1/chat/completions", json=body, timeout=300)
@@ -330,49 +396,96 @@ def warm_up(url: str, model: str, timeout_s: float = 300) -> None:
 
 
 def model_id(url: str) -> str:
-    return requests.get(f"{url}/v1/models", timeout=60).json()["data"][0]["id"]
+    return str(requests.get(f"{url}/v1/models", timeout=60).json()["data"][0]["id"])
+
+
+def kv_pool_tokens(server_url: str) -> int:
+    """The tokens a stock sglang server's KV pool holds, as it reports them (`max_total_num_tokens`)."""
+    return int(requests.get(f"{server_url}/server_info", timeout=60).json()["max_total_num_tokens"])
+
+
+@dataclass
+class WorkloadResult:
+    """One workload's run: each front that ran, and why any other did not."""
+
+    load: Load
+    fronts: list[Front] = field(default_factory=list)
+    broken: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def clean(self) -> bool:
+        return not self.broken and all(f.failures == 0 for f in self.fronts)
+
+
+def run_workload(
+    load: Load, args: argparse.Namespace, model: Path, engine: EngineSettings, out: Path
+) -> WorkloadResult:
+    """Every front in turn, each started afresh (cold caches), under the workload `load`."""
+    pools: dict[str, list[int]] = {"cache_aware": [], "round_robin": []}
+    starts = {
+        "fairshare": app_front(model, engine, upstream=False, renice=args.renice),
+        "fairshare-off": app_front(model, engine, upstream=True, renice=args.renice),
+        **{p: router_front(model, engine, p, out, renice=args.renice, pools=pools[p]) for p in pools},
+    }
+    result = WorkloadResult(load)
+    for name in args.fronts:
+        print(f"{load.name} / {name}: starting", flush=True)
+        try:
+            with starts[name]() as (url, model_name):
+                warm_up(url, model_name)
+                print(f"{load.name} / {name}: {args.duration_s:.0f} s of load", flush=True)
+                flags = [*load.flags, "--model", model_name]
+                front = run_locust(url, name, flags, out, args.duration_s, load.locustfile)
+        except Exception as e:  # the other fronts still run; the result file says which one did not
+            result.broken[name] = f"{type(e).__name__}: {str(e)[:300]}"
+            print(f"{load.name} / {name}: did not run: {result.broken[name]}", flush=True)
+            continue
+        front.kv_pool_tokens = pools.get(name, [])
+        result.fronts.append(front)
+        print(f"{load.name} / {name}: {len(front.samples)} requests", flush=True)
+    return result
+
+
+def report(results: list[WorkloadResult], engine: EngineSettings, cpt: float, args: argparse.Namespace) -> str:
+    """The headline figures of every workload, then a section a workload (its settings, table and verdict)."""
+    summary = headline([(r.load.name, r.fronts) for r in results])
+    parts = [f"Each workload's headline figures, {APP} against {REFERENCE}:", "", summary, ""]
+    for r in results:
+        body = markdown(
+            r.fronts, engine, cpt, args.duration_s, args.seed, reniced=args.renice, workload=r.load.description
+        )
+        parts += [f"## Workload `{r.load.name}`", "", body]
+        if r.broken:
+            parts.append("Fronts that did not run:\n" + "".join(f"- {n}: `{why}`\n" for n, why in r.broken.items()))
+    return "\n".join(parts)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     run = BenchmarkRun("peers")
-    args.out.mkdir(parents=True, exist_ok=True)
     engine = EngineSettings()
+    results: list[WorkloadResult] = []
     with tempfile.TemporaryDirectory(prefix="peers-model-") as tmp:
         model = args.model or build_model(Path(tmp), engine.context_tokens)
         cpt = chars_per_token(model)
-        flags = workload_flags(args.seed, cpt, args.duration_s)
-        starts = {
-            "fairshare": app_front(model, engine, upstream=False, renice=args.renice),
-            "fairshare-off": app_front(model, engine, upstream=True, renice=args.renice),
-            "cache_aware": router_front(model, engine, "cache_aware", args.out, renice=args.renice),
-            "round_robin": router_front(model, engine, "round_robin", args.out, renice=args.renice),
-        }
-        results: list[Front] = []
-        broken: dict[str, str] = {}
-        for name in args.fronts:
-            print(f"{name}: starting", flush=True)
-            try:
-                with starts[name]() as (url, model_name):
-                    warm_up(url, model_name)
-                    print(f"{name}: {args.duration_s:.0f} s of load", flush=True)
-                    results.append(run_locust(url, name, [*flags, "--model", model_name], args.out, args.duration_s))
-            except Exception as e:  # the other fronts still run; the result file says which one did not
-                broken[name] = f"{type(e).__name__}: {str(e)[:300]}"
-                print(f"{name}: did not run: {broken[name]}", flush=True)
-                continue
-            print(f"{name}: {len(results[-1].samples)} requests", flush=True)
-    body = markdown(results, engine, cpt, args.duration_s, args.seed, reniced=args.renice)
-    if broken:
-        body += "\nFronts that did not run:\n" + "".join(f"- {n}: `{why}`\n" for n, why in broken.items())
+        for name in args.workloads:
+            out = args.out / name  # each workload's samples, workload file and logs
+            out.mkdir(parents=True, exist_ok=True)
+            load = load_of(name, args.seed, cpt, args.duration_s, engine, out)
+            results.append(run_workload(load, args, model, engine, out))
+    body = report(results, engine, cpt, args)
     print(body)
-    path = run.write("This app beside sglang-router: chats and documents on two CPU engines", body)
-    png = path.with_suffix(".png")
-    plot(results, png)
-    for written in (path, path.parent / LATEST_NAME):  # the picture beside the table, linked from both
-        written.write_text(written.read_text() + f"\n![chat TTFT and document throughput by front]({png.name})\n")
-    print(f"written: {path} and {png.name}")
-    return 0 if not broken and all(f.failures == 0 for f in results) else 1
+    title = TITLE if args.workloads == [SESSIONS] else f"{TITLE}, workloads {', '.join(args.workloads)}"
+    path = run.write(title, body)
+    links = []
+    for r in results:
+        png = path.with_name(f"{path.stem}-{r.load.name}.png")
+        plot(r.fronts, png)
+        links.append(f"\n![{r.load.name}: chat TTFT and document throughput by front]({png.name})\n")
+    for written in (path, path.parent / LATEST_NAME):  # the pictures after the tables, linked from both
+        written.write_text(written.read_text() + "".join(links))
+    print(f"written: {path} and {len(links)} PNG beside it")
+    return 0 if all(r.clean for r in results) else 1
 
 
 def build_model(directory: Path, context_tokens: int) -> Path:

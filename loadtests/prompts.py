@@ -48,3 +48,9 @@ def question(num_tokens: int, chars_per_token: float, rng: random.Random) -> str
     if len(q) >= target:
         return q[:target]
     return text_of_tokens(num_tokens, chars_per_token, rng, head=q + " Context: ")
+
+
+def system_prompt(num_tokens: int, chars_per_token: float, rng: random.Random) -> str:
+    """A long system prompt of about `num_tokens` tokens: instructions, then reference notes."""
+    head = "You are the analyst assistant of a reporting team. Answer briefly, from these notes only.\n"
+    return text_of_tokens(num_tokens, chars_per_token, rng, head=head)

@@ -244,6 +244,42 @@ def throughput_knee(slack: float, floor: int, tokens: int, seconds: Callable[[in
     return a
 
 
+def in_flight_bound_s(
+    ttft_target_s: float,
+    own_pass_s: float,
+    admission_lag_passes: int,
+    output_lag_passes: int = 0,
+    decode_pass_s: float = 0.0,
+) -> float:
+    """The longest a pass may last and a chat that arrives during it still keep `ttft_target_s`: the chat waits for the
+    rest of it and for `admission_lag_passes` more (planned before the engine sees the chat), then runs in its own
+    pass of `own_pass_s`, after which its first token waits `output_lag_passes` more, each as short as its own. What
+    the target leaves beside those is split evenly between the pass in flight and the passes planned ahead; each is
+    followed by a decode-only pass of `decode_pass_s` where short streams are owed one (mixed decode off). The sizer's
+    TTFT bound on every pass (`SloSizer.bounds`), and the bound routers predict a chat's wait with (`arrival_wait_s`).
+    Negative where even the chat's own passes break the target."""
+    after_s = output_lag_passes * own_pass_s
+    return (ttft_target_s - own_pass_s - after_s) / (1 + admission_lag_passes) - decode_pass_s
+
+
+def sizes_from_targets(cfg: PolicyConfig) -> bool:
+    """Whether the policy sizes passes from its targets (where the engine's pass-cost model can predict them)."""
+    return cfg.adaptive_pass and cfg.slo_sizing
+
+
+def arrival_wait_s(
+    cfg: PolicyConfig, own_pass_s: float | None, admission_lag_passes: int, output_lag_passes: int = 0
+) -> float:
+    """The longest pass a chat arriving now may wait for, in seconds, at an engine with no streams decoding: the TTFT
+    bound the sizer puts on every pass (`in_flight_bound_s`), with the chat's own pass `own_pass_s`
+    (`SloSizer.arrival_own_pass_s`) and the engine's lags. 0 where no seconds bound the pass: the policy does not size
+    passes from its targets, or the cost model cannot predict (`own_pass_s` None: the static knobs size passes), or
+    the chat's own passes alone break the target (the sizer then plans minimal passes)."""
+    if not sizes_from_targets(cfg) or own_pass_s is None:
+        return 0.0
+    return max(0.0, in_flight_bound_s(cfg.ttft_target_s, own_pass_s, admission_lag_passes, output_lag_passes))
+
+
 def long_floor_tokens(cfg: PolicyConfig, load: PassLoad) -> int:
     """The long prefill a pass keeps whatever bounds it (no size keeps a target, or chats lack running slots), so
     documents keep moving under chat overload; a pass that admits short requests is theirs, and the documents go
@@ -305,12 +341,28 @@ class SloSizer:
         by = SizedBy.CHUNK if tokens == load.limit_long_tokens else tightest.by
         return PassSize(tokens, by, tightest.seconds, minimal_s=minimal_s)
 
+    def own_pass_s(self, cost: PassCost, charge: float, rows: int = 0, rows_ctx: int = 0) -> float:
+        """The chat's own pass the TTFT bound leaves room for: one admitting a chat of `ChatPrompts.reserve_tokens`
+        beside `rows` decoding streams riding (contexts summed `rows_ctx`), charged `charge` times its prediction;
+        `UnusableCost` when the model cannot predict it."""
+        reserve = self.chat_prompts.reserve_tokens
+        return charge * predict(cost, reserve, chunk_ctx_pairs(0, reserve), rows, rows_ctx)
+
+    def arrival_own_pass_s(self, cost: PassCost | None) -> float | None:
+        """`own_pass_s` for a chat arriving at an engine with no streams decoding, charged with the model's stated
+        error; None without a model or when it cannot predict (the engine then sizes passes with the static knobs)."""
+        if cost is None:
+            return None
+        try:
+            return self.own_pass_s(cost, charge_of(cost))
+        except UnusableCost:
+            return None
+
     def bounds(self, cfg: PolicyConfig, cost: PassCost, load: PassLoad, charge: float) -> list[_Bound]:
         """The most seconds this pass may last, for each target that bounds it; every other pass they leave room for
         is predicted, and charged `charge` times its prediction (`charge_of`)."""
         ahead = 1 + load.admission_lag_passes
-        reserve = self.chat_prompts.reserve_tokens
-        own_s = charge * predict(cost, reserve, chunk_ctx_pairs(0, reserve), *load.riding)
+        own_s = self.own_pass_s(cost, charge, *load.riding)
         # Without mixed decode, short streams are owed a decode-only pass after each prefill pass: a chat that
         # arrives during this pass waits for it too, and so does each stream's next token.
         decode_pass_s = 0.0
@@ -318,7 +370,9 @@ class SloSizer:
             decode_pass_s = charge * predict(cost, 0, 0.0, load.num_decoding, load.decode_ctx_tokens)
         # The passes a chat's first token waits for after its own (`output_lag_passes`) are each kept as short as it.
         after_s = load.output_lag_passes * own_s
-        in_flight_s = (cfg.ttft_target_s - own_s - after_s) / ahead - decode_pass_s
+        in_flight_s = in_flight_bound_s(
+            cfg.ttft_target_s, own_s, load.admission_lag_passes, load.output_lag_passes, decode_pass_s
+        )
         bounds = [_Bound(in_flight_s, SizedBy.TTFT, Target.TTFT)]
         if load.short_tokens:
             waited_pass_s = self.last_pass_s if self.queued_s is None else self.queued_s

@@ -1,8 +1,9 @@
-"""Prompt rendering and token counting: at the ingress (routing needs the count before a replica is chosen),
-and in the sim backend (its engine's prompt size and `usage`).
+"""Prompt rendering and tokenization as the engine does them: at the ingress (routing needs the prompt's size and
+its prefix pages before a replica is chosen), and in the sim backend (its engine's prompt, cache and `usage`).
 
 `sim`: a deterministic approximate tokenizer (a token is `chars_per_token` characters), no downloads.
-`sglang`: the model's own tokenizer and chat template, loaded from the local model path.
+`sglang`: the model's own tokenizer and chat template, loaded from the local model path, used as sglang's serving
+classes use them (so the ingress's token ids, and the prefix pages hashed from them, are the engine's).
 """
 
 from __future__ import annotations
@@ -10,20 +11,36 @@ from __future__ import annotations
 import math
 from typing import Protocol
 
+import numpy as np
+
 from serve_app.config import AppConfig
+from serve_app.routing.prefix_pages import TokenIds
 
 
 class PromptTokenizer(Protocol):
     blocking: bool
-    """Rendering and counting take long enough on a long prompt to be moved off the event loop."""
+    """Rendering and tokenizing take long enough on a long prompt to be moved off the event loop."""
 
     def render_chat(self, messages: list[dict[str, str]]) -> str: ...
 
     def count(self, text: str) -> int: ...
 
+    def chat_ids(self, messages: list[dict[str, str]]) -> TokenIds:
+        """A chat's prompt token ids: rendered with the chat template (the generation prompt added), as the engine's
+        chat endpoint tokenizes it."""
+        ...
+
+    def text_ids(self, text: str) -> TokenIds:
+        """A completions prompt's token ids, as the engine's completions endpoint tokenizes it."""
+        ...
+
+
+_MIX = np.array([0x9E3779B1, 0x85EBCA77, 0xC2B2AE3D, 0x27D4EB2F, 0x165667B1, 0xD3A2646C, 0xFD7046C5, 0xB55A4F09])
+"""Odd multipliers, one per character position in a token: a token's id mixes its characters and their order."""
+
 
 class ApproxTokenizer:
-    blocking = False  # arithmetic on the text's length
+    blocking = False  # arithmetic on the text, vectorized
 
     def __init__(self, chars_per_token: float = 4.0) -> None:
         self.chars_per_token = chars_per_token
@@ -34,6 +51,21 @@ class ApproxTokenizer:
 
     def count(self, text: str) -> int:
         return max(1, math.ceil(len(text) / self.chars_per_token))
+
+    def chat_ids(self, messages: list[dict[str, str]]) -> TokenIds:
+        return self.text_ids(self.render_chat(messages))
+
+    def text_ids(self, text: str) -> TokenIds:
+        """`count(text)` ids: token `i` is the characters from `floor(i * chars_per_token)`, hashed."""
+        n = self.count(text)
+        codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32).astype(np.uint64)
+        if len(codes) == 0:
+            return np.zeros(1, dtype=np.int64)
+        starts = np.minimum(np.floor(np.arange(n) * self.chars_per_token).astype(np.int64), len(codes) - 1)
+        token_of = np.searchsorted(starts, np.arange(len(codes)), side="right") - 1
+        position = (np.arange(len(codes)) - starts[token_of]) % len(_MIX)
+        mixed = codes * _MIX[position].astype(np.uint64)
+        return (np.add.reduceat(mixed, starts) & np.uint64(0x7FFFFFFF)).astype(np.int64)
 
 
 class HFTokenizer:
@@ -53,6 +85,14 @@ class HFTokenizer:
 
     def count(self, text: str) -> int:
         return len(self._tok.encode(text, add_special_tokens=False))
+
+    def chat_ids(self, messages: list[dict[str, str]]) -> TokenIds:
+        # sglang renders the template to text and encodes it without adding special tokens (the template has them).
+        return list(self._tok.encode(self.render_chat(messages), add_special_tokens=False))
+
+    def text_ids(self, text: str) -> TokenIds:
+        # sglang encodes a completions prompt with the tokenizer's defaults (a BOS where the model has one).
+        return list(self._tok.encode(text))
 
 
 def make_tokenizer(cfg: AppConfig) -> PromptTokenizer:

@@ -46,7 +46,12 @@ CORE_TESTS = (
     "tests/test_interleave.py",
     "tests/test_traffic.py",
 )
-ROUTING_TESTS = ("tests/serve/test_routing.py", "tests/serve/test_placement.py")
+ROUTING_TESTS = (
+    "tests/serve/test_routing.py",
+    "tests/serve/test_placement.py",
+    "tests/serve/test_prefix_pages.py",
+    "tests/serve/test_sim_backend.py",
+)
 SLO_TESTS = ("tests/test_slo_sizing.py", "tests/test_slo.py")
 
 
@@ -61,6 +66,7 @@ class Mutant:
 
 
 PLACEMENT = "serve_app/routing/placement.py"
+PREFIXES = "serve_app/routing/prefix_pages.py"
 
 
 def _r(id: str, old: str, new: str, what: str, path: str = "serve_app/routing/lane_policy.py") -> Mutant:
@@ -115,7 +121,7 @@ MUTANTS = [
         "chat_spill=false ignored",
         PLACEMENT,
     ),
-    _r("R13", "v.stats_time_s <= rec.settled_s", "True", "stale estimate beats fresh stats", PLACEMENT),
+    _r("R13", "od.get(page, -1.0) >= published_s", "page in od", "what was sent outlives the engine's word", PREFIXES),
     _r(
         "R14",
         "else (not c.busy(pinned, pinned_cls) or not better)",
@@ -167,6 +173,26 @@ MUTANTS = [
         "by_load = (0.0,",
         "chats not placed by predicted TTFT",
         PLACEMENT,
+    ),
+    # -- placement by cached prefix ------------------------------------------------------------------------
+    _r("P1", "if held(pages[mid - 1]):", "if held(pages[0]):", "a prompt's held prefix misjudged", PREFIXES),
+    _r("P2", "for p in reversed(list(pages)):", "for p in pages:", "the sent record loses a prompt's start", PREFIXES),
+    _r(
+        "P3",
+        "if len(holders) == 1:",
+        "if holders:",
+        "a prefix every replica holds pins one",
+        "serve_app/routing/lane_policy.py",
+    ),
+    _r(
+        "P4", "self._sent.sent(d.replica_id, hint.prefix_pages)", "pass", "what was sent is not counted until published"
+    ),
+    _r(
+        "P5",
+        "self._held.move_to_end(page)\n            page = self._parent.get(page)",
+        "page = self._parent.get(page)",
+        "a bounded publication keeps a prefix without its start",
+        "serve_app/replica/held_prefixes.py",
     ),
     # -- the policy core -------------------------------------------------------------------------------
     _c(

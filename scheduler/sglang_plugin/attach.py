@@ -2,7 +2,8 @@
 
 The config is `PolicyConfig` from the ``FAIRSHARE_*`` environment, the simulator's variables, with the
 engine's own values where the environment is silent: ``max_running_requests`` (so F follows sglang's
-concurrency limit, the article's rule) and ``chunk_budget_tokens`` (sglang's ``chunked_prefill_size``).
+concurrency limit, the article's rule) and ``chunk_budget_tokens`` (sglang's ``chunked_prefill_size``), by
+`policy.plugin_policy`, the rules a launcher predicts the same policy with from its server arguments.
 Mixed decode and the decode interval are always what sglang resolved: their ``FAIRSHARE_*`` switches were
 written onto sglang's server arguments at launch (`server_args`), and the policy follows sglang's outcome
 (a warning says when sglang overrode the switch).
@@ -17,7 +18,9 @@ and pass sizing are off.
 
 The scheduler reports the policy's state in its start-up handshake (`init_info`), so the launcher can
 tell a scheduler that never loaded the plugin (sglang's Ray launcher does not call `load_plugins()`), and live in
-sglang's internal state (``/server_info``, ``Engine.get_server_info``): the online pass-cost fit and the last pass.
+sglang's internal state (``/server_info``, ``Engine.get_server_info``): the policy as this scheduler filled it (a
+launcher reads it back: sglang computes some of its values only as it starts), the wait bound routers predict a chat's
+wait with, the online pass-cost fit and the last pass.
 
 Every pass the engine runs is timed where its result lands (`pass_timer`) and fitted online
 (`scheduler.pass_cost_fit`): the planner sizes passes from that fit. Under tensor or pipeline parallelism each rank
@@ -32,17 +35,12 @@ import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sglang.srt.managers.schedule_policy import CacheAgnosticPolicy
 from sglang.srt.runtime_context import get_parallel
 
-from scheduler.config import (
-    PolicyConfig,
-    default_interactive_pass_tokens,
-    default_long_pass_floor_tokens,
-    env_var_name,
-)
+from scheduler.config import PolicyConfig, env_var_name
 from scheduler.diagnostics import log_pass_cost, pass_cost_line
 from scheduler.interleave import DecodeInterleave, short_decode_passes
 from scheduler.pass_cost import AttentionWork
@@ -59,9 +57,17 @@ from scheduler.sglang_plugin.env import (
 )
 from scheduler.sglang_plugin.idle_scan import IdleScan
 from scheduler.sglang_plugin.pass_timer import PassFigures, PassTimer
+from scheduler.sglang_plugin.policy import policy_config_for as policy_config_for  # tests import it from here
 from scheduler.sglang_plugin.server_args import POLICY_FIELD_TO_SERVER_ARG
 from scheduler.sglang_plugin.short_index import ShortIndex
-from scheduler.sglang_plugin.translate import finishing_rids, launch_is_synchronous, mixed_decode_rows
+from scheduler.sglang_plugin.translate import (
+    admission_lag_passes,
+    finishing_rids,
+    launch_is_synchronous,
+    mixed_decode_rows,
+    output_lag_passes,
+)
+from scheduler.slo_sizing import arrival_wait_s
 from scheduler.snapshot import PassPlan
 
 logger = logging.getLogger("fairshare.sglang_plugin")
@@ -76,31 +82,6 @@ SMALL_CAP_TOKENS = 128
 if TYPE_CHECKING:
     from sglang.srt.managers.schedule_batch import ScheduleBatch
     from sglang.srt.managers.scheduler import Scheduler
-
-
-def policy_config_for(sched: Scheduler) -> PolicyConfig:
-    """`PolicyConfig` for one scheduler (raises pydantic's ValidationError on a bad ``FAIRSHARE_*`` value)."""
-    explicit = explicit_policy_fields()
-    chunking = sched.chunked_prefill_size is not None
-    engine: dict[str, Any] = {
-        "mixed_decode": bool(sched.is_mixed_chunk),
-        "decode_steps_per_prefill": int(sched.prefill_decode_interval or 0),
-    }
-    if "max_running_requests" not in explicit:
-        engine["max_running_requests"] = sched.max_running_requests
-    if "chunk_budget_tokens" not in explicit:
-        engine["chunk_budget_tokens"] = sched.chunked_prefill_size if chunking else sched.max_prefill_tokens
-    # An explicit value is the field's own type (`env`: parsed as `PolicyConfig` declares it).
-    budget = cast(int, engine.get("chunk_budget_tokens") or explicit_policy_value("chunk_budget_tokens"))
-    if "interactive_pass_tokens" not in explicit:
-        engine["interactive_pass_tokens"] = default_interactive_pass_tokens(budget)
-    if "long_pass_floor_tokens" not in explicit:
-        engine["long_pass_floor_tokens"] = default_long_pass_floor_tokens(budget)
-    if sched.enable_priority_scheduling:
-        engine["skip_ahead"] = False  # overtaking by arrival would defeat priorities
-    if not chunking:
-        engine.update(fair_share=False, adaptive_pass=False)  # no chunk budget: nothing to share or size
-    return PolicyConfig(**engine)
 
 
 def fit_frozen_reason(sched: Scheduler) -> str | None:
@@ -173,6 +154,9 @@ class SchedulerPolicy:
     """The short waiting requests, so one queued past the lookahead is still found (issue 8)."""
     arrivals: ArrivalLog = field(default_factory=ArrivalLog)
     """With the pass trace on: which waiting requests each traced pass sees for the first time."""
+    admission_lag_passes: int = 0
+    output_lag_passes: int = 0
+    """The engine's lags (`translate`), fixed for its life: for the wait bound published to routers (`describe`)."""
     _queue_at_begin: list[str] = field(default_factory=list)
     _finishing_at_begin: list[str] = field(default_factory=list)
     _run: PassRun | None = None
@@ -368,16 +352,25 @@ class SchedulerPolicy:
             self.timer.catch_up()
         return self.pass_cost
 
+    def wait_pass_s(self) -> float:
+        """The longest pass a chat arriving now may wait for, in seconds, as this engine's sizer bounds it
+        (`scheduler.slo_sizing.arrival_wait_s` on the online fit; 0 while the fit cannot predict)."""
+        own_s = self.planner.sizer.slo.arrival_own_pass_s(self.fit_current())
+        return arrival_wait_s(self.cfg, own_s, self.admission_lag_passes, self.output_lag_passes)
+
     def describe(self) -> dict[str, Any]:
-        """The policy's live state (sglang's internal state: ``/server_info``): the targets, the pass-cost fit, the
-        last pass planned (its size, what set it, the seconds allowed and predicted) and the passes the targets could
-        not size as asked."""
+        """The policy's live state (sglang's internal state: ``/server_info``): the policy it runs (its values as this
+        scheduler filled them, which a launcher reads back), the targets, the wait bound routers predict a chat's
+        wait with, the pass-cost fit, the last pass planned (its size, what set it, the seconds allowed and
+        predicted) and the passes the targets could not size as asked."""
         fit = self.fit_current()
         last = self.last_run.plan if self.last_run is not None else None
         counters = self.planner.slo_counters
         return {
             "status": self.status,
+            "policy": self.cfg.model_dump(),
             "targets": {"ttft_target_s": self.cfg.ttft_target_s, "tbt_target_s": self.cfg.tbt_target_s},
+            "wait_pass_s": self.wait_pass_s(),
             "pass_cost": fit.describe(),
             "timed_passes": self.timer.num_timed if self.timer is not None else 0,
             "planned_passes": self.num_planned_passes,
@@ -431,7 +424,13 @@ def attach_policy(sched: Scheduler, missing_targets: list[str] | tuple[str, ...]
         frozen_reason=fit_frozen_reason(sched),
         attention=attention_work(sched),
     )
-    policy = SchedulerPolicy(PassPlanner(cfg, pass_cost=fit), inactive_reason=reason, pass_cost=fit)
+    policy = SchedulerPolicy(
+        PassPlanner(cfg, pass_cost=fit),
+        inactive_reason=reason,
+        pass_cost=fit,
+        admission_lag_passes=admission_lag_passes(sched),
+        output_lag_passes=output_lag_passes(sched),
+    )
     if reason is None:
         policy.timer = PassTimer(fit, synchronous_launch=launch_is_synchronous(sched))
     trace_path = pass_trace_path()

@@ -15,10 +15,11 @@ keeps short streams moving.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from scheduler.config import PolicyConfig, env_var_name
-from scheduler.sglang_plugin.env import explicit_policy_value
+from scheduler.sglang_plugin.env import explicit_policy_env
 
 logger = logging.getLogger("fairshare.sglang_plugin")
 
@@ -37,17 +38,25 @@ if TYPE_CHECKING:
     from sglang.srt.server_args import ServerArgs
 
 
+def policy_server_args(explicit: Mapping[str, object]) -> dict[str, tuple[object, str]]:
+    """sglang argument -> (value, where it comes from) that the plugin writes for the operator's `explicit` policy
+    values (`env.explicit_policy_env`): each switch the operator set, and the policy's default for
+    `POLICY_DEFAULT_FIELDS` left unset."""
+    written: dict[str, tuple[object, str]] = {}
+    for field, arg in POLICY_FIELD_TO_SERVER_ARG.items():
+        value, source = explicit.get(field), env_var_name(field)
+        if value is None and field in POLICY_DEFAULT_FIELDS:
+            value, source = PolicyConfig.model_fields[field].default, f"{source} unset, policy default"
+        if value is not None:
+            written[arg] = (value, source)
+    return written
+
+
 def apply_policy_env(server_args: ServerArgs) -> None:
     """BEFORE hook on `ServerArgs.resolve_once`: the record is still the operator's input here."""
     if getattr(server_args, "_resolution_finished", False) or getattr(server_args, "_resolution_failed", False):
         return  # already resolved (e.g. a copy pickled into a child process): the record is sealed
-    for field, arg in POLICY_FIELD_TO_SERVER_ARG.items():
-        value = explicit_policy_value(field)
-        source = env_var_name(field)
-        if value is None and field in POLICY_DEFAULT_FIELDS:
-            value, source = PolicyConfig.model_fields[field].default, f"{source} unset, policy default"
-        if value is None:
-            continue
+    for arg, (value, source) in policy_server_args(explicit_policy_env()).items():
         old = getattr(server_args, arg)
         if old != value:
             setattr(server_args, arg, value)

@@ -21,8 +21,8 @@ from sglang.srt.managers.schedule_policy import AddReqResult
 
 from scheduler.config import PolicyConfig
 from scheduler.pass_trace import ArrivalLog, PassTraceWriter, pass_record
-from scheduler.sglang_plugin.attach import policy_config_for
 from scheduler.sglang_plugin.env import pass_trace_path
+from scheduler.sglang_plugin.policy import policy_config_for
 from scheduler.sglang_plugin.translate import (
     EngineState,
     engine_state,

@@ -1,6 +1,6 @@
 """The two OpenAI endpoints an engine answers, as the ingress sees them: their names, the id prefix of their
 responses, the field of a streamed chunk that carries text (the stream metrics count it), and what routing reads of
-a request (`routing_prompt`). How the sim backend writes their responses is `engines.sim.formats`.
+a request (`prompt_ids`). How the sim backend writes their responses is `engines.sim.formats`.
 """
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from serve_app.replica.backend import EngineKind
+from serve_app.routing.prefix_pages import TokenIds
 from serve_app.tokenizer import PromptTokenizer
 
 
@@ -20,8 +21,9 @@ class Endpoint(Protocol):
     text_field: str
     """The field of a streamed chunk's choice that carries the generated text (`sse.token_events`)."""
 
-    def routing_prompt(self, raw: dict[str, Any], tokenizer: PromptTokenizer) -> str:
-        """The prompt's text as routing counts it, from a request the engine itself will validate."""
+    def prompt_ids(self, raw: dict[str, Any], tokenizer: PromptTokenizer) -> TokenIds:
+        """The prompt's token ids as the engine will make them (routing counts and hashes them), from a request the
+        engine itself will validate (what it will refuse is tokenized as best it can be)."""
         ...
 
 
@@ -40,12 +42,19 @@ class ChatEndpoint:
     prompt_param = "messages"
     text_field = "content"
 
-    def routing_prompt(self, raw: dict[str, Any], tokenizer: PromptTokenizer) -> str:
+    def prompt_ids(self, raw: dict[str, Any], tokenizer: PromptTokenizer) -> TokenIds:
         messages = raw.get("messages")
         if not isinstance(messages, list):
-            return ""
-        rendered = [{"role": "user", "content": _text(m.get("content"))} for m in messages if isinstance(m, dict)]
-        return tokenizer.render_chat(rendered) if rendered else ""
+            return ()
+        rendered = [
+            {"role": str(m.get("role")), "content": _text(m.get("content"))} for m in messages if isinstance(m, dict)
+        ]
+        if not rendered:
+            return ()
+        try:
+            return tokenizer.chat_ids(rendered)
+        except Exception:  # a template that refuses these messages: the engine will say why (400)
+            return tokenizer.chat_ids([{"role": "user", "content": m["content"]} for m in rendered])
 
 
 class CompletionsEndpoint:
@@ -54,8 +63,9 @@ class CompletionsEndpoint:
     prompt_param = "prompt"
     text_field = "text"
 
-    def routing_prompt(self, raw: dict[str, Any], tokenizer: PromptTokenizer) -> str:
-        return _text(raw.get("prompt"))
+    def prompt_ids(self, raw: dict[str, Any], tokenizer: PromptTokenizer) -> TokenIds:
+        text = _text(raw.get("prompt"))
+        return tokenizer.text_ids(text) if text else ()
 
 
 CHAT = ChatEndpoint()

@@ -1,10 +1,11 @@
-"""The OpenAI-compatible ingress: validate, count the prompt, read the session, route to the engine lanes, relay.
+"""The OpenAI-compatible ingress: validate, tokenize the prompt, read the session, route to the engine lanes, relay.
 
 Chat and completions run one path (`Ingress._respond`), whatever the backend: the ingress checks what does
-not depend on the engine (the body is a JSON object, the model, the session id), counts the prompt for routing
-(`endpoints`), and sends the client's body unchanged to an engine replica, whose backend validates it against
-what it implements and writes the OpenAI response (sglang: sglang's own serving classes; sim: `engines.sim.serving`,
-a documented subset of fields, a 400 naming any other). The ingress relays those bytes (`relay`): errors,
+not depend on the engine (the body is a JSON object, the model, the session id, if any), tokenizes the prompt as
+the engine will and hashes its prefix pages for routing (`endpoints`, `routing.prefix_pages`), and sends the
+client's body unchanged to an engine replica, whose backend validates it against what it implements and writes
+the OpenAI response (sglang: sglang's own serving classes; sim: `engines.sim.serving`, a documented subset of
+fields, a 400 naming any other). The ingress relays those bytes (`relay`): errors,
 cancellation and TTFT/ITL are handled there once. `/v1/embeddings` goes to the `Embedder` deployment, chosen
 by model name; `/v1/models` lists each model with its kind.
 
@@ -44,6 +45,7 @@ from serve_app.config import AppConfig, RoutingKnobs, validate
 from serve_app.metrics import IngressMetrics
 from serve_app.protocol.errors import OpenAIError
 from serve_app.replica.backend import SSE, OpenAIRequest
+from serve_app.routing.prefix_pages import TokenIds, page_hashes
 from serve_app.routing.records import RouteHint, RouteTicket
 from serve_app.tokenizer import make_tokenizer
 
@@ -54,11 +56,12 @@ CHAT_KIND, EMBEDDING_KIND = "chat", "embedding"
 
 # Module functions the Ingress class uses are defined above it: Serve pickles the class when it is
 # decorated, and a name defined below it would be missing in the replica.
-def _session_of(request: Request, user: Any) -> str:
-    """The session header, else the `user` field, else a fresh id."""
+def _session_of(request: Request, user: Any) -> str | None:
+    """The session header, else the `user` field, else none (placement follows the prompt's prefix; a session is a
+    hint)."""
     # A `user` that is not a string is the engine's to refuse: it names no session.
     user_session = parse_session_id(user, "user") if isinstance(user, str) else None
-    return parse_session_id(request.headers.get(SESSION_HEADER)) or user_session or f"sess-{uuid.uuid4().hex[:16]}"
+    return parse_session_id(request.headers.get(SESSION_HEADER)) or user_session
 
 
 @serve.deployment(name="Ingress")
@@ -154,16 +157,17 @@ class Ingress:
                 code="wrong_model_kind",
             )
 
-    async def _routing_tokens(self, endpoint: Endpoint, raw: dict[str, Any]) -> int:
-        """The prompt's token count for routing. The model's tokenizer runs on a worker thread: inline, it held this
-        replica's event loop, which serves every other stream here, for ~1 s on an 800k-character document."""
+    async def _routing_prompt(self, endpoint: Endpoint, raw: dict[str, Any]) -> tuple[TokenIds, tuple[int, ...]]:
+        """The prompt's token ids and prefix pages for routing. The model's tokenizer runs on a worker thread:
+        inline, it held this replica's event loop, which serves every other stream here, for ~1 s on an
+        800k-character document."""
         if self.tokenizer.blocking:
-            return await asyncio.to_thread(self._count_routing_prompt, endpoint, raw)
-        return self._count_routing_prompt(endpoint, raw)
+            return await asyncio.to_thread(self._read_prompt, endpoint, raw)
+        return self._read_prompt(endpoint, raw)
 
-    def _count_routing_prompt(self, endpoint: Endpoint, raw: dict[str, Any]) -> int:
-        prompt = endpoint.routing_prompt(raw, self.tokenizer)
-        return self.tokenizer.count(prompt) if prompt else 1
+    def _read_prompt(self, endpoint: Endpoint, raw: dict[str, Any]) -> tuple[TokenIds, tuple[int, ...]]:
+        ids = endpoint.prompt_ids(raw, self.tokenizer)
+        return ids, page_hashes(ids)
 
     async def _respond(self, endpoint: Endpoint, request: Request) -> Response:
         """Route the client's request as it came and relay the response the engine wrote (status, JSON or SSE
@@ -175,12 +179,17 @@ class Ingress:
             try:
                 raw = parsed_body(request)
                 self._check_model(raw.get("model"), CHAT_KIND)
-                prompt_tokens = await self._routing_tokens(endpoint, raw)
+                ids, pages = await self._routing_prompt(endpoint, raw)
+                prompt_tokens = max(1, len(ids))
                 session_id = _session_of(request, raw.get("user"))
                 rid = f"{endpoint.id_prefix}-{uuid.uuid4().hex}"
                 call = RoutedCall(session_id, received_s)
-                engine_request = OpenAIRequest(endpoint.name, raw, rid, session_id, prompt_tokens)
-                hint = RouteHint(session_id=session_id, prompt_tokens=prompt_tokens, knobs=self.knobs, request_id=rid)
+                # sglang takes the ids the ingress made (its own tokenizer and template): tokenized once.
+                passed_ids = list(ids) if self.cfg.backend == "sglang" and ids else None
+                engine_request = OpenAIRequest(
+                    endpoint.name, raw, rid, session_id, prompt_tokens, prompt_ids=passed_ids
+                )
+                hint = RouteHint(session_id, prompt_tokens, pages, self.knobs, request_id=rid)
                 stream, head, first, ticket = await start(
                     # A handle with `stream=True` answers with a generator.
                     lambda t: cast(EngineCall, self.engine_stream.respond.remote(engine_request, route=t)),

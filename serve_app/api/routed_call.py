@@ -10,7 +10,7 @@ from serve_app.routing.records import RouteDecision, RouteTicket
 
 
 class RoutedCall:
-    def __init__(self, session_id: str, received_s: float) -> None:
+    def __init__(self, session_id: str | None, received_s: float) -> None:
         self.session_id = session_id
         self.received_s = received_s
         """`time.perf_counter()` at receipt."""
@@ -49,11 +49,13 @@ class RoutedCall:
 
     def headers(self) -> dict[str, str]:
         d = self.decision
-        return {
+        headers = {
             "X-Lane": self.lane,
             "X-Replica": d.replica_id if d else "",
-            "X-Session-ID": self.session_id,
             "X-Route": d.reason.value if d else "",
             "X-Traffic-Class": self.traffic_class,
             "Server-Timing": self.server_timing(),
         }
+        if self.session_id:  # echoed where the client named one
+            headers["X-Session-ID"] = self.session_id
+        return headers

@@ -51,6 +51,9 @@ class SglangSettings(StrictConfig):
         if owned:
             hint = ", ".join(f"{a} -> policy.{SGLANG_ARGS_OWNED_BY_POLICY[a]}" for a in owned)
             raise ValueError(f"set these in Engine.user_config.policy instead ({hint})")
+        if "kv_events_config" in args:
+            # sglang has one KV event publisher per engine; the replica reads it to publish what the engine holds.
+            raise ValueError("kv_events_config: the replica sets it (a private endpoint it reads); remove it")
         return args
 
 

@@ -15,6 +15,7 @@ from pydantic import Field, ValidationError, model_validator
 from scheduler.config import PolicyConfig
 from serve_app.config.app_config import AppConfig
 from serve_app.config.config_model import ConfigError, StrictConfig, describe_validation_error
+from serve_app.config.sglang_engine import sglang_policy
 
 
 class EngineKnobs(StrictConfig):
@@ -38,11 +39,12 @@ class EngineKnobs(StrictConfig):
         "(`short_request_tokens`, also the routers' lanes) and mixed decode (`mixed_decode`, sglang's "
         "`enable_mixed_chunk`).",
     )
-    session_cache_sessions: int = Field(
-        4096, ge=0, description="sim only: sessions whose prefix the replica keeps cached (LRU, also bounded by KV)."
-    )
-    published_sessions: int = Field(
-        256, ge=0, description="Most recently used sessions whose cached tokens each replica publishes to routers."
+    published_prefix_pages: int = Field(
+        4096,
+        ge=0,
+        description="Most prefix pages (64 tokens each) a replica publishes to routers of what its engine's prefix "
+        "cache holds (`routing.prefix_pages`): routers place a request where most of its prompt is cached. The most "
+        "recently stored go first, each prefix whole from its start.",
     )
     stream_spacing_s: float = Field(
         0.05,
@@ -90,13 +92,14 @@ def policy_config(
 def engine_policy(cfg: AppConfig, overrides: dict[str, Any], where: str = "Engine.user_config.policy") -> PolicyConfig:
     """The policy an engine replica of this app runs with these overrides, validated before it starts.
 
-    sim: on top of the rule set's policy for its preset. sglang: on top of `PolicyConfig()` as the plugin
-    builds it in the replica's environment (`FAIRSHARE_*`); the plugin then fills what sglang's own
-    arguments set (chunk size, concurrency) unless the overrides name them.
+    sim: on top of the rule set's policy for its preset. sglang: the policy the plugin will run, by the plugin's own
+    rules (`sglang_engine.sglang_policy`): the overrides (its ``FAIRSHARE_*`` variables), then what sglang's
+    arguments set (chunk size, concurrency) where the overrides do not name it. What sglang computes only as it starts
+    keeps the policy's default here until the plugin reports it (`sglang_engine.reported_policy`).
     """
     if cfg.backend == "sim":
         return policy_config(cfg.sim.base_policy()[0], overrides, where)
-    return policy_config(PolicyConfig(), overrides, where)
+    return sglang_policy(cfg.sglang, overrides, where)
 
 
 class RoutingKnobs(StrictConfig):

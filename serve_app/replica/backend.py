@@ -44,9 +44,19 @@ class OpenAIRequest:
     """The prompt's size as routing counted it (the backend counts its own for usage)."""
     traffic_class: TrafficClass = TrafficClass.SHORT
     """The router's class for this request (set by the replica from the route decision)."""
+    cached_tokens: int = 0
+    """Prompt tokens the router counted as held by this replica's engine (set from the route decision)."""
+    prompt_ids: Sequence[int] | None = None
+    """The prompt's token ids as the ingress made them for routing (the engine's tokenizer and template), so the
+    engine need not tokenize again; None where the backend tokenizes itself."""
 
-    def routed_as(self, traffic_class: TrafficClass) -> OpenAIRequest:
-        return self if traffic_class is self.traffic_class else dataclasses.replace(self, traffic_class=traffic_class)
+    @property
+    def uncached_tokens(self) -> int:
+        return max(1, self.prompt_tokens - self.cached_tokens)
+
+    def routed_as(self, traffic_class: TrafficClass, uncached_tokens: int) -> OpenAIRequest:
+        cached = max(0, self.prompt_tokens - uncached_tokens)
+        return dataclasses.replace(self, traffic_class=traffic_class, cached_tokens=cached)
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,8 +228,9 @@ class EngineBackend(Protocol):
         """The scheduler policy in force (routers classify traffic with its `short_request_tokens`)."""
         ...
 
-    def recent_sessions(self, limit: int) -> dict[str, int]:
-        """Cached tokens of the `limit` most recently used sessions (published to routers)."""
+    def held_prefixes(self, limit: int) -> list[int]:
+        """Up to `limit` prefix pages the engine's prefix cache holds (`replica.held_prefixes`, from the engine's own
+        KV events), the most recently stored: published to routers."""
         ...
 
     def pending_requests(self, limit: int) -> dict[str, int]:

@@ -3,7 +3,7 @@
 By default every replica serves both lanes and the router gives each request the role the load needs
 (`serve_app.routing.lane_policy`); with static lanes (`long_lane_replicas` set) a replica's lane follows its Serve rank:
 ranks below it serve long documents, the others chats; a lone replica serves both. It publishes lane, load
-(with its pass cost and whether its engine is ready), recently cached sessions and its TTFT target through
+(with its pass cost and whether its engine is ready), the prefixes its engine holds and its TTFT target through
 `record_routing_stats`, which Serve forwards to every `LaneRouter`.
 """
 
@@ -96,6 +96,7 @@ class Engine:
         self._metrics = EngineMetrics()
         self.started_at_s = time.time()
         self.limits = BackpressureLimits()
+        self._limits_policy: PolicyConfig | None = None
         configure_logging()
 
     # -- Serve hooks -----------------------------------------------------------------------
@@ -106,9 +107,7 @@ class Engine:
         if await self.backend.restart_if_needed():
             logger.warning("replica %s: engine restarted for the new policy", self.replica_id)
         self.knobs = knobs
-        self.limits = backpressure_limits(
-            self.backend.capacity(), knobs, self.backend.policy, _serve_max_ongoing_requests()
-        )
+        self._size_limits()
         await self._ensure_started()
         logger.info("replica %s: lane=%s knobs=%s", self.replica_id, self.lane.value, knobs.model_dump())
 
@@ -122,14 +121,23 @@ class Engine:
         ctx = serve.get_replica_context()
         return lane_for(ctx.rank.rank, ctx.world_size, self.knobs.long_lane_replicas)
 
+    def _size_limits(self) -> None:
+        """Size the backpressure limits for the policy in force (sglang's plugin reports the values it filled from
+        sglang's own, once its engine runs: the limits follow)."""
+        policy = self.backend.policy
+        self.limits = backpressure_limits(self.backend.capacity(), self.knobs, policy, _serve_max_ongoing_requests())
+        self._limits_policy = policy
+
     def record_routing_stats(self) -> dict[str, Any]:
         policy = self.backend.policy
+        if policy is not self._limits_policy:
+            self._size_limits()
         stats = RoutingStats(
             lane=self.lane,
             load=self.backend.load(),
             short_request_tokens=policy.short_request_tokens,
             time_s=time.time(),
-            sessions=self.backend.recent_sessions(self.knobs.published_sessions),
+            prefixes=self.backend.held_prefixes(self.knobs.published_prefix_pages),
             pending=self.backend.pending_requests(PUBLISHED_PENDING),
             limits=self.limits,
             interactive_slo=SloTargets(ttft_s=policy.ttft_target_s, tbt_s=policy.tbt_target_s),
@@ -158,9 +166,8 @@ class Engine:
         await self._ensure_started()
         decision = route.decision if route is not None else None
         if decision is not None:
-            request = request.routed_as(decision.traffic_class)
-        uncached = decision.uncached_tokens if decision is not None else request.prompt_tokens
-        admission = decide({self.replica_id: self.backend.load()}, uncached, self.limits)
+            request = request.routed_as(decision.traffic_class, decision.uncached_tokens)
+        admission = decide({self.replica_id: self.backend.load()}, request.uncached_tokens, self.limits)
         if not isinstance(admission, Admit):
             # Over a limit: a 429 now, rather than a queue the client waits in until it times out.
             yield [EngineError(admission.status, admission.message, admission.code, admission.retry_after_s)]

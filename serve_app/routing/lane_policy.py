@@ -10,13 +10,16 @@ lane). The rules, in order (each is a method of `placement.Candidates`):
 0. **Ready replicas only.** A replica whose engine is loading or restarting (it publishes `ready: false`) gets
    nothing; with none ready the router chooses nothing and Serve asks again, so placement recovers as soon
    as one is up.
-1. **Traffic class from uncached work.** A request's uncached prompt is what its session does not already
-   hold on the replica: `prompt - cached(session, replica)`. The class is the policy core's
+1. **Traffic class from uncached work.** A request's uncached prompt is what the replica does not already hold of
+   it: `prompt - cached(prompt, replica)`, the prompt's longest prefix the replica's engine holds (`prefix_pages`:
+   the pages it published, and what this router sent it since). No session id is needed: a follow-up question on a
+   cached document is a chat on the replica that holds the document, and a document on any other. The class is the
+   policy core's
    (`scheduler.traffic.classify`) with the engines' `short_request_tokens` (published with their loads);
    a session classed long stays long until its uncached prompt falls below `short_request_tokens * (1 -
    class_hysteresis)`.
 2. **Lanes.** With static lanes, documents go to the long lane and chats to the chat lane; a chat may run
-   in the long lane where its session's cache is, or when every chat replica is busy (`chat_spill`).
+   in the long lane where its prefix is cached, or when every chat replica is busy (`chat_spill`).
 3. **Chats where their first token comes soonest.** Each replica's TTFT for this request is predicted from
    what it published (`ttft_prediction.predict_ttft_s`: outstanding prefill, pass cost, whether a short
    request overtakes queued prefill there). A chat replica is busy when, behind a document, that prediction
@@ -29,7 +32,8 @@ lane). The rules, in order (each is a method of `placement.Candidates`):
    among those, the one that drains soonest (`busy_prefill_tokens` bounds how much waits on one). A long
    lane is so reserved only when the SLO needs it: an engine whose chats wait behind its documents
    (upstream's first come, first served) keeps its documents off a replica chats need.
-5. **Affinity.** A session stays on the replica that holds its cache unless that replica is busy for this
+5. **Affinity.** A request goes to the replica that holds most of its prompt (where no replica holds any, the
+   replica of its session's last request, when the client named a session) unless that replica is busy for this
    request *and* another allowed replica is not, and is predicted faster (the class is recomputed there:
    a document's follow-up elsewhere is a whole document again, so it stays unless that is sooner). A chat
    behind a document (more than a chat's worth of prefill queued) moves to any replica not busy for it that
@@ -56,6 +60,7 @@ from serve_app.config import RoutingKnobs
 from serve_app.replica.backend import ReplicaLoad
 from serve_app.routing.backpressure import Shed
 from serve_app.routing.placement import Candidates, SessionRecord
+from serve_app.routing.prefix_pages import PAGE_TOKENS, SentPrefixes, held_pages
 from serve_app.routing.records import ReplicaView, RouteDecision, RouteHint, RouteReason, serving_lane
 from serve_app.routing.ttft_prediction import pass_s
 
@@ -73,6 +78,7 @@ class _InFlight:
     uncached_tokens: int
     decided_s: float
     short: bool
+    prefix_pages: tuple[int, ...]
 
 
 class LanePolicy:
@@ -85,6 +91,8 @@ class LanePolicy:
         """Engine request ids this router saw finish recently (published loads may still count them)."""
         self._chat_prompts = ChatPrompts()
         """The uncached prompts of the chats this router placed lately: the chat documents must leave room for."""
+        self._sent = SentPrefixes()
+        """The prefix pages this router sent each replica, until the replica's publications speak for them."""
         self._lock = threading.Lock()
 
     # -- bookkeeping -----------------------------------------------------------------------
@@ -97,18 +105,31 @@ class LanePolicy:
                 self._completed[entry.request_id] = now_s
             while self._completed and now_s - next(iter(self._completed.values())) > RECENTLY_COMPLETED_S:
                 self._completed.popitem(last=False)
-            if entry.session_id is None:
-                return
-            rec = self._sessions.get(entry.session_id)
-            if rec is not None and rec.replica_id == entry.replica_id:
-                # Its prompt (at least) is now cached there.
-                rec.cached_tokens = max(rec.cached_tokens, entry.prompt_tokens)
-                rec.settled_s = now_s
+            self._sent.finished(entry.replica_id, entry.prefix_pages, now_s)
 
     def session_replica(self, session_id: str) -> str | None:
         with self._lock:
             rec = self._sessions.get(session_id)
             return rec.replica_id if rec else None
+
+    def footprint(self) -> dict[str, int]:
+        """The sizes of what this router keeps (each bounded: sessions by `max_sessions`, in-flight requests by the
+        session TTL, sent pages per replica by `SentPrefixes.max_pages`)."""
+        with self._lock:
+            return {
+                "sessions": len(self._sessions),
+                "in_flight": len(self._in_flight),
+                "completed": len(self._completed),
+                "sent_pages": self._sent.size(),
+            }
+
+    def cached_tokens(self, pages: tuple[int, ...], view: ReplicaView) -> int:
+        """Tokens of a prompt (its `pages`) the replica holds: what it published, and what this router sent it
+        that no publication made since has denied (`SentPrefixes.holder`)."""
+        if not pages:
+            return 0
+        held = self._sent.holder(view.replica_id, view.prefixes, view.stats_time_s - ARRIVAL_MARGIN_S)
+        return held_pages(pages, held) * PAGE_TOKENS
 
     def effective_load(self, view: ReplicaView, now_s: float | None = None) -> ReplicaLoad:
         """The published load, corrected by what this router knows happened since it was published.
@@ -185,11 +206,13 @@ class LanePolicy:
         if not ready:
             return None
         usable = [v for v in ready if not v.full] or ready
+        self._sent.forget_others({v.replica_id for v in views})
         sid = hint.session_id
         rec = self._sessions.get(sid) if sid else None
-        pinned = self._pinned(sid, rec, usable)
+        cached = {v.replica_id: self.cached_tokens(hint.prefix_pages, v) for v in usable}
+        pinned = self._pinned(rec, usable, cached)
         loads = {v.replica_id: self.effective_load(v, now_s) for v in usable}
-        c = Candidates(hint, rec, usable, loads, self._chat_prompts.reserve_tokens)
+        c = Candidates(hint, rec, usable, loads, cached, self._chat_prompts.reserve_tokens)
         takers = [v for v in usable if c.takes(v)]
         if pinned is not None:
             pinned_cls = c.traffic_class(pinned)
@@ -214,16 +237,19 @@ class LanePolicy:
             return c.best_admitting(takers or usable, RouteReason.MOVED)
         return c.best_admitting(takers or usable, RouteReason.LEAST_LOADED)
 
-    def _pinned(self, sid: str | None, rec: SessionRecord | None, usable: Sequence[ReplicaView]) -> ReplicaView | None:
-        if not sid:
-            return None
-        if rec is not None:
-            for v in usable:
-                if v.replica_id == rec.replica_id:
-                    return v
-        # Unknown here (another ingress replica routed it, or this router restarted): where is it cached?
-        holders = [(v.sessions.get(sid, 0), v.replica_id, v) for v in usable if v.sessions.get(sid, 0) > 0]
-        return max(holders)[2] if holders else None
+    @staticmethod
+    def _pinned(rec: SessionRecord | None, usable: Sequence[ReplicaView], cached: dict[str, int]) -> ReplicaView | None:
+        """The replica holding most of the prompt (the named session's last replica among several that hold as much,
+        none when it is not one of them: a prefix every replica holds, a shared system prompt, pins nothing); where
+        none holds any, the named session's last replica."""
+        most = max(cached.values(), default=0)
+        holders = [v for v in usable if most > 0 and cached[v.replica_id] == most]
+        last = next((v for v in usable if v.replica_id == rec.replica_id), None) if rec is not None else None
+        if len(holders) == 1:
+            return holders[0]
+        if not holders or any(v is last for v in holders):
+            return last
+        return None
 
     def _record(self, request_id: str, hint: RouteHint, d: RouteDecision, now_s: float, knobs: RoutingKnobs) -> None:
         self._in_flight[request_id] = _InFlight(
@@ -234,19 +260,17 @@ class LanePolicy:
             d.uncached_tokens,
             now_s,
             d.traffic_class is TrafficClass.SHORT,
+            hint.prefix_pages,
         )
         if d.traffic_class is TrafficClass.SHORT:
             self._chat_prompts.record([d.uncached_tokens])
-        sid = d.session_id
-        if not sid or d.reason is RouteReason.TARGETED:
+        if d.reason is RouteReason.TARGETED:
             return
-        rec = self._sessions.get(sid)
-        if rec is None or rec.replica_id != d.replica_id:
-            cached = hint.prompt_tokens - d.uncached_tokens
-            self._sessions[sid] = SessionRecord(d.replica_id, d.traffic_class, cached, now_s, now_s)
-        else:
-            rec.traffic_class = d.traffic_class
-            rec.last_used_s = now_s
+        self._sent.sent(d.replica_id, hint.prefix_pages)
+        sid = d.session_id
+        if not sid:
+            return
+        self._sessions[sid] = SessionRecord(d.replica_id, d.traffic_class, now_s)
         self._sessions.move_to_end(sid)
         while len(self._sessions) > knobs.max_sessions:
             self._sessions.popitem(last=False)

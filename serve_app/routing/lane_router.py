@@ -37,6 +37,8 @@ class LaneRouter(RequestRouter):
     def initialize_state(self, **kwargs: Any) -> None:
         self.policy = LanePolicy()
         self._metrics = metrics.RouterMetrics()
+        self._prefixes: dict[str, tuple[float, frozenset[int]]] = {}
+        """Replica -> its last publication's time and prefix pages as a set (built once per publication)."""
 
     def _ensure_state(self) -> None:
         # `initialize_state` is Serve's hook; keep working if a Serve version skips it.
@@ -49,7 +51,11 @@ class LaneRouter(RequestRouter):
         stats = RoutingStats.from_dict(replica.routing_stats, lane)
         queue_len = self.replica_queue_len_cache.get(replica.replica_id)
         full = queue_len is not None and queue_len >= replica.max_ongoing_requests
-        return ReplicaView.from_stats(replica.replica_id.unique_id, stats, full)
+        rid = replica.replica_id.unique_id
+        known = self._prefixes.get(rid)
+        if known is None or known[0] != stats.time_s:
+            known = self._prefixes[rid] = (stats.time_s, frozenset(stats.prefixes))
+        return ReplicaView.from_stats(rid, stats, full, known[1])
 
     async def choose_replicas(
         self,
@@ -67,6 +73,8 @@ class LaneRouter(RequestRouter):
         ticket = pending_request.kwargs.get(ROUTE_KWARG)
         hint: RouteHint | None = ticket.hint if isinstance(ticket, RouteTicket) else None
         by_id = {r.replica_id.unique_id: r for r in candidate_replicas}
+        for gone in self._prefixes.keys() - by_id.keys():
+            del self._prefixes[gone]
         decision = self.policy.decide(
             pending_request.metadata.internal_request_id,
             hint,

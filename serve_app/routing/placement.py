@@ -1,9 +1,10 @@
 """One routing decision's view of the replicas: each placement rule of `lane_policy` as a named method.
 
 `Candidates` is built per decision from the usable replicas, their loads (published, corrected by the
-router), the request's hint and its session record. It answers: the request's class on a replica (its cache
-there), whether a replica admits it (backpressure), is busy for it, is its class's home, would keep the chat
-SLO if the request went there, and which candidate is best. TTFTs come from `ttft_prediction.predict_ttft_s`.
+router), the request's hint, the prompt tokens each replica holds (`cached`) and the session record, if the client
+named one. It answers: the request's class on a replica (its cache there), whether a replica admits it
+(backpressure), is busy for it, is its class's home, would keep the chat SLO if the request went there, and which
+candidate is best. TTFTs come from `ttft_prediction.predict_ttft_s`.
 """
 
 from __future__ import annotations
@@ -22,22 +23,12 @@ from serve_app.routing.ttft_prediction import predict_ttft_s, prefill_drain_s, w
 
 @dataclass(slots=True)
 class SessionRecord:
+    """A session the client named: where its last request went (a hint where no replica holds its prefix) and its
+    class (for the class's hysteresis)."""
+
     replica_id: str
     traffic_class: TrafficClass
-    cached_tokens: int
-    """The router's estimate of what the replica holds for the session."""
-    settled_s: float
-    """When the estimate was last made true (a request of the session finished there)."""
     last_used_s: float
-
-
-def cached_on(sid: str | None, rec: SessionRecord | None, v: ReplicaView) -> int:
-    if not sid:
-        return 0
-    if rec is not None and rec.replica_id == v.replica_id and v.stats_time_s <= rec.settled_s:
-        # Published stats predate the session's last finished request there: trust our own estimate.
-        return rec.cached_tokens
-    return v.sessions.get(sid, 0)
 
 
 def _agreed_threshold(views: Sequence[ReplicaView]) -> int:
@@ -62,6 +53,7 @@ class Candidates:
         rec: SessionRecord | None,
         usable: Sequence[ReplicaView],
         loads: Mapping[str, ReplicaLoad],
+        cached: Mapping[str, int],
         chat_tokens: int,
     ) -> None:
         self.hint = hint
@@ -69,6 +61,8 @@ class Candidates:
         self.rec = rec
         self.usable = usable
         self.loads = loads
+        self.cached = cached
+        """Replica -> tokens of the request's prompt it holds (`LanePolicy.cached_tokens`)."""
         self.short_request_tokens = _agreed_threshold(usable)
         self.chat_tokens = min(chat_tokens, self.short_request_tokens)
         """The chat a document must leave room for: the p99 of the chats routed lately (`ChatPrompts`), at most
@@ -84,7 +78,7 @@ class Candidates:
         self._keeps: dict[str, bool] = {}
 
     def uncached_tokens(self, v: ReplicaView) -> int:
-        return max(1, self.hint.prompt_tokens - cached_on(self.hint.session_id, self.rec, v))
+        return max(1, self.hint.prompt_tokens - self.cached.get(v.replica_id, 0))
 
     def traffic_class(self, v: ReplicaView) -> TrafficClass:
         """The class on this replica (its cache and the engines' threshold)."""

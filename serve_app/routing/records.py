@@ -7,7 +7,7 @@ publishes), `ReplicaView` (a replica as one decision sees it), and the lanes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import lru_cache
@@ -29,7 +29,7 @@ class Lane(StrEnum):
 
 
 class RouteReason(StrEnum):
-    AFFINITY = "affinity"  # the session's cache is on that replica
+    AFFINITY = "affinity"  # the request's prefix (or its named session's last request) is on that replica
     LEAST_LOADED = "least-loaded"  # no usable pin: least loaded replica of the class's lane
     GAVE_WAY = "gave-way"  # the pinned replica was busy; another allowed replica was not
     MOVED = "moved"  # the pinned replica's lane does not take the request's new class
@@ -47,7 +47,10 @@ class RouteHint:
     """What the ingress knows of a request before routing."""
 
     session_id: str | None
+    """The session the client named (None: it named none, and needs none: placement follows the prompt's prefix)."""
     prompt_tokens: int
+    prefix_pages: tuple[int, ...] = ()
+    """The prompt's chained page hashes (`prefix_pages.page_hashes`), matched against what replicas hold."""
     knobs: RoutingKnobs = field(default_factory=RoutingKnobs)
     target_replica: str | None = None
     request_id: str | None = None
@@ -98,8 +101,8 @@ class RoutingStats:
     """The replica's `PolicyConfig.short_request_tokens`: routers classify with the engine's own knob."""
     time_s: float
     """Wall time of publication."""
-    sessions: dict[str, int] = field(default_factory=dict)
-    """Cached tokens of recently used sessions."""
+    prefixes: list[int] = field(default_factory=list)
+    """Prefix pages the engine holds (`prefix_pages`), the most recently stored, bounded by the replica's knob."""
     pending: dict[str, int] = field(default_factory=dict)
     """Pending requests (no first token yet): request id -> uncached tokens still to prefill."""
     limits: BackpressureLimits | None = None
@@ -113,7 +116,7 @@ class RoutingStats:
             "load": self.load.to_dict(),
             "short_request_tokens": self.short_request_tokens,
             "time_s": self.time_s,
-            "sessions": dict(self.sessions),
+            "prefixes": self.prefixes,
             "pending": dict(self.pending),
             "limits": self.limits.model_dump() if self.limits is not None else None,
             "interactive_slo": [self.interactive_slo.ttft_s, self.interactive_slo.tbt_s],
@@ -128,7 +131,7 @@ class RoutingStats:
             load=ReplicaLoad.from_dict(d.get("load")),
             short_request_tokens=int(d.get("short_request_tokens", DEFAULT_SHORT_REQUEST_TOKENS)),
             time_s=float(d.get("time_s", 0.0)),
-            sessions=dict(d.get("sessions") or {}),
+            prefixes=list(d.get("prefixes") or ()),
             pending=dict(d.get("pending") or {}),
             limits=_limits_from(tuple(sorted(d["limits"].items()))) if d.get("limits") else None,
             interactive_slo=SloTargets(*(d.get("interactive_slo") or (None, None))),
@@ -148,8 +151,8 @@ class ReplicaView:
     load: ReplicaLoad
     stats_time_s: float = 0.0
     """Wall time of the published load (0 = nothing published yet)."""
-    sessions: Mapping[str, int] = field(default_factory=dict)
-    """Published cached tokens of recently used sessions."""
+    prefixes: Container[int] = frozenset()
+    """Published prefix pages the engine holds."""
     pending: Mapping[str, int] = field(default_factory=dict)
     """Published pending requests (no first token yet): request id -> uncached tokens still to prefill."""
     full: bool = False
@@ -169,13 +172,16 @@ class ReplicaView:
         return self.interactive_slo.ttft_s or DEFAULT_TTFT_TARGET_S
 
     @classmethod
-    def from_stats(cls, replica_id: str, stats: RoutingStats, full: bool = False) -> ReplicaView:
+    def from_stats(
+        cls, replica_id: str, stats: RoutingStats, full: bool = False, prefixes: Container[int] | None = None
+    ) -> ReplicaView:
+        """`prefixes`: the published pages as a set, when the caller keeps one (built once per publication)."""
         return cls(
             replica_id,
             stats.lane,
             stats.load,
             stats.time_s,
-            stats.sessions,
+            frozenset(stats.prefixes) if prefixes is None else prefixes,
             stats.pending,
             full,
             stats.short_request_tokens,

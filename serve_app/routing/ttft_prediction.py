@@ -16,9 +16,10 @@ queued prefill (`short_first`). The model is the one a pass cannot be interrupte
 (None): the rules then fall back to counts. Times are the engine's seconds (the simulator's clock on the `sim`
 backend, wall seconds on sglang), as the SLO targets are.
 
-What each backend publishes: `wait_pass_tokens`, `wait_pass_seconds`, `interactive_pass_tokens` and
-`overtakes_queued_prefill` read them from the policy in force, so the sim and sglang backends say the same thing
-for the same policy.
+What each backend publishes: `wait_pass_tokens`, `interactive_pass_tokens` and `overtakes_queued_prefill` read
+them from the policy in force, so the sim and sglang backends say the same thing for the same policy;
+`wait_pass_seconds` is the engine's SLO sizer's own bound (`scheduler.slo_sizing.arrival_wait_s`), with the engine's
+figures: the sim backend's from its planner and cost model, the sglang backend's as the plugin reports it.
 """
 
 from __future__ import annotations
@@ -27,10 +28,14 @@ import math
 from dataclasses import replace
 
 from scheduler.config import PolicyConfig
+from scheduler.slo_sizing import arrival_wait_s
 from serve_app.replica.backend import ReplicaLoad
 
 DEFAULT_TTFT_TARGET_S: float = PolicyConfig.model_fields["ttft_target_s"].default
 """The interactive TTFT target a replica is placed by until it publishes its policy's own."""
+OVERLAP_ADMISSION_LAG_PASSES = 1
+"""sglang's overlap scheduler on a GPU plans one pass before it sees a request that arrived during the pass in flight
+(`scheduler.sglang_plugin.translate.admission_lag_passes`); the simulator plans none (its snapshots count 0)."""
 
 
 def pass_s(load: ReplicaLoad, tokens: int) -> float:
@@ -87,12 +92,20 @@ def wait_pass_tokens(policy: PolicyConfig, chunk_budget_tokens: int) -> int:
     return chunk_budget_tokens
 
 
-def wait_pass_seconds(policy: PolicyConfig) -> float:
+def wait_pass_seconds(
+    policy: PolicyConfig,
+    own_pass_s: float | None = 0.0,
+    admission_lag_passes: int = OVERLAP_ADMISSION_LAG_PASSES,
+    output_lag_passes: int = 0,
+) -> float:
     """The longest pass a request arriving now may wait for, in seconds, where the policy sizes passes from its
-    targets (`scheduler.slo_sizing`); 0 where it does not. Each pass then leaves room for a chat arriving during it:
-    the TTFT target less the chat's own pass, split between the pass in flight and the one sglang's overlap
-    scheduler plans before it sees the chat, so at most half the target."""
-    return policy.ttft_target_s / 2 if policy.adaptive_pass and policy.slo_sizing else 0.0
+    targets; 0 where it does not. The engine's SLO sizer's own bound (`scheduler.slo_sizing.arrival_wait_s`): each
+    pass leaves room for a chat arriving during it, the TTFT target less the chat's own pass (`own_pass_s`, the
+    sizer's `SloSizer.arrival_own_pass_s`; None: the engine's cost model cannot predict it) and the passes its first
+    token waits for after it (`output_lag_passes`), split between the pass in flight and the `admission_lag_passes`
+    planned before the engine sees the chat. Without the engine's figures (the defaults): sglang's overlap scheduler
+    on a GPU and no own pass, half the target."""
+    return arrival_wait_s(policy, own_pass_s, admission_lag_passes, output_lag_passes)
 
 
 def interactive_pass_tokens(policy: PolicyConfig, chunk_budget_tokens: int) -> int:

@@ -1,12 +1,16 @@
 """A stand-in for `sglang.Engine` with the calls the sglang backend makes outside sglang's serving classes.
 
 It records the constructor's arguments and the `FAIRSHARE_*` environment the scheduler process would
-inherit at that moment, so tests see exactly what a real engine would have started with.
+inherit at that moment, so tests see exactly what a real engine would have started with. With `kv_events` set it
+also publishes KV events as sglang's scheduler does: sglang's own publisher, built from the `kv_events_config` it
+was given (sglang is imported only then: the import takes seconds).
 """
 
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 
@@ -29,12 +33,27 @@ class FakeSglangEngine:
     started: ClassVar[list[FakeSglangEngine]] = []
     policy_state: ClassVar[dict[str, Any]] = {}
     """What the plugin reports in the scheduler's internal state (`SchedulerPolicy.describe`)."""
+    kv_events: ClassVar[bool] = False
+    """Publish KV events (`publish_kv_events`) on the `kv_events_config` endpoint, with sglang's publisher."""
 
     def __init__(self, **kwargs: Any) -> None:
         self.kwargs = kwargs
         self.env = {k: v for k, v in os.environ.items() if k.startswith("FAIRSHARE_")}
         self.tokenizer_manager = FakeTokenizerManager()
+        self.publisher: Any = None
+        if FakeSglangEngine.kv_events and kwargs.get("kv_events_config"):
+            from sglang.srt.disaggregation.kv_events import EventPublisherFactory
+
+            self.publisher = EventPublisherFactory.create(kwargs["kv_events_config"])  # as sglang's scheduler
         FakeSglangEngine.started.append(self)
 
+    def publish_kv_events(self, events: Sequence[Any]) -> None:
+        """One scheduler pass's events (sglang's `BlockStored`, `BlockRemoved`, `AllBlocksCleared`), as one batch."""
+        from sglang.srt.disaggregation.kv_events import KVEventBatch
+
+        assert self.publisher is not None, "set FakeSglangEngine.kv_events before the engine starts"
+        self.publisher.publish(KVEventBatch(ts=time.time(), events=list(events)))
+
     def shutdown(self) -> None:
-        pass
+        if self.publisher is not None:
+            self.publisher.shutdown()

@@ -79,7 +79,9 @@ def test_first_user_config_policy_is_in_force_when_the_engine_starts() -> None:
     async def go():
         rep = replica()
         await rep.reconfigure({"policy": {"max_running_requests": 4, "mixed_decode": False}})
-        await rep.reconfigure({"policy": {"max_running_requests": 4, "mixed_decode": False}, "published_sessions": 8})
+        await rep.reconfigure(
+            {"policy": {"max_running_requests": 4, "mixed_decode": False}, "published_prefix_pages": 8}
+        )
         return rep
 
     rep = asyncio.run(go())
@@ -87,7 +89,7 @@ def test_first_user_config_policy_is_in_force_when_the_engine_starts() -> None:
     assert engine.env == {"FAIRSHARE_MAX_RUNNING_REQUESTS": "4", "FAIRSHARE_MIXED_DECODE": "False"}
     assert engine.kwargs["enable_mixed_chunk"] is False  # one switch: the policy's mixed_decode
     assert rep.backend.policy.max_running_requests == 4
-    assert rep.knobs.published_sessions == 8
+    assert rep.knobs.published_prefix_pages == 8
 
 
 @pytest.mark.parametrize(
@@ -327,7 +329,7 @@ def test_a_finished_stream_has_no_error_and_counts_as_200() -> None:
 
 
 class SlowTokenizer:
-    """Counts like the model's tokenizer would on a huge prompt: holding its thread for a while."""
+    """Tokenizes like the model's tokenizer would a huge prompt: holding its thread for a while."""
 
     blocking = True
 
@@ -335,11 +337,17 @@ class SlowTokenizer:
         return "".join(m["content"] for m in messages)
 
     def count(self, text: str) -> int:
+        return len(self.text_ids(text))
+
+    def chat_ids(self, messages: list[dict[str, str]]) -> list[int]:
+        return self.text_ids(self.render_chat(messages))
+
+    def text_ids(self, text: str) -> list[int]:
         time.sleep(0.3)
-        return len(text)
+        return [ord(c) for c in text]
 
 
-def test_counting_a_long_prompt_for_routing_leaves_the_event_loop_serving_other_streams() -> None:
+def test_tokenizing_a_long_prompt_for_routing_leaves_the_event_loop_serving_other_streams() -> None:
     ing = ingress()
     ing.tokenizer = SlowTokenizer()
     ticks = 0
@@ -354,9 +362,9 @@ def test_counting_a_long_prompt_for_routing_leaves_the_event_loop_serving_other_
         ticker = asyncio.create_task(other_stream())
         await asyncio.sleep(0)  # the other stream is running when the request arrives
         ticks_before = ticks
-        n = await ing._routing_tokens(CHAT, {"messages": [{"role": "user", "content": "a long document"}]})
+        ids, _ = await ing._routing_prompt(CHAT, {"messages": [{"role": "user", "content": "a long document"}]})
         ticker.cancel()
-        assert ticks > ticks_before  # inline counting would have held the loop: no tick during the count
-        return n
+        assert ticks > ticks_before  # inline tokenizing would have held the loop: no tick during it
+        return len(ids)
 
     assert asyncio.run(go()) == len("a long document")

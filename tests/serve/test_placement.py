@@ -18,6 +18,7 @@ from serve_app.replica.backend import ReplicaLoad
 from serve_app.replica.engine_replica import lane_for
 from serve_app.routing.backpressure import Shed, assess
 from serve_app.routing.lane_policy import LanePolicy
+from serve_app.routing.prefix_pages import PAGE_TOKENS
 from serve_app.routing.records import Lane, ReplicaView, RouteDecision, RouteHint, RouteReason, RoutingStats
 from serve_app.routing.ttft_prediction import (
     overtakes_queued_prefill,
@@ -28,6 +29,7 @@ from serve_app.routing.ttft_prediction import (
     with_request,
 )
 from tests.hypothesis_budget import examples
+from tests.serve.prefixes import held, pages
 from tests.serve.strategies import limits_st
 
 T0 = 1000.0
@@ -41,12 +43,14 @@ def load(prefill: int = 0, *, short_first: bool = True, pending: int | None = No
     return ReplicaLoad(num_waiting=waiting, prefill_tokens=prefill, **{**figures, **kw})
 
 
-def view(rid: str, ld: ReplicaLoad, sessions=None, lane: Lane = Lane.BOTH, **kw) -> ReplicaView:
-    return ReplicaView(rid, lane, ld, T0, sessions or {}, **{"short_request_tokens": 256, **kw})
+def view(rid: str, ld: ReplicaLoad, cached=None, lane: Lane = Lane.BOTH, **kw) -> ReplicaView:
+    """`cached`: the prompts the replica published it holds (name -> tokens)."""
+    return ReplicaView(rid, lane, ld, T0, held(cached), **{"short_request_tokens": 256, **kw})
 
 
-def hint(session: str | None, tokens: int) -> RouteHint:
-    return RouteHint(session_id=session, prompt_tokens=tokens, knobs=KNOBS)
+def hint(prompt: str | None, tokens: int, session: str | None = None) -> RouteHint:
+    """A request for the prompt named `prompt` (`tests.serve.prefixes`), naming `session` if given."""
+    return RouteHint(session, tokens, pages(prompt, tokens) if prompt else (), knobs=KNOBS)
 
 
 # -- the prediction ---------------------------------------------------------------------------------------------
@@ -249,38 +253,43 @@ def test_a_document_followup_keeps_its_cache_unless_elsewhere_is_sooner() -> Non
     p = LanePolicy()
     cached = {"doc": 12_000}
     # R1 holds the document and prefills another; R2 is idle but would prefill the whole document again.
-    views = [view("R1", load(10_000), sessions=cached), view("R2", load())]
+    views = [view("R1", load(10_000), cached=cached), view("R2", load())]
     d = p.decide("f", hint("doc", 12_050), views, T0)
     assert (d.replica_id, d.reason, d.traffic_class, d.uncached_tokens) == (
         "R1",
         RouteReason.AFFINITY,
         TrafficClass.SHORT,
-        50,
+        12_050 - 12_000 // PAGE_TOKENS * PAGE_TOKENS,
     )
     # Behind 60,000 queued tokens served in order, the whole document elsewhere is sooner: it moves.
-    views = [view("R1", load(60_000, short_first=False), sessions=cached), view("R2", load())]
+    views = [view("R1", load(60_000, short_first=False), cached=cached), view("R2", load())]
     d = p.decide("f2", hint("doc", 12_100), views, T0 + 1)
     assert (d.replica_id, d.reason, d.traffic_class) == ("R2", RouteReason.GAVE_WAY, TrafficClass.LONG)
 
 
 def test_a_chat_session_leaves_a_document_replica_for_a_sooner_first_token() -> None:
     p = LanePolicy()
-    assert p.decide("c1", hint("chat", 40), [view("R1", load()), view("R2", load(pending=1))], T0).replica_id == "R1"
+    assert (
+        p.decide(
+            "c1", hint("chat", 40, session="chat"), [view("R1", load()), view("R2", load(pending=1))], T0
+        ).replica_id
+        == "R1"
+    )
     p.on_completed("c1", T0 + 1)
     # A document arrived on R1: a chat there waits one pass (within the target), on R2 none. It moves.
-    views = [view("R1", load(12_000), sessions={"chat": 60}), view("R2", load())]
+    views = [view("R1", load(12_000), cached={"chat": 60}), view("R2", load())]
     assert predict_ttft_s(views[0].load, 40) <= views[0].ttft_target_s
-    d = p.decide("c2", hint("chat", 100), views, T0 + 2)
+    d = p.decide("c2", hint("chat", 100, session="chat"), views, T0 + 2)
     assert (d.replica_id, d.reason) == ("R2", RouteReason.GAVE_WAY)
     # With nothing queued where it is, it stays, even where a stale load still shows its last turn decoding.
     p.on_completed("c2", T0 + 3)
-    views = [view("R1", load()), view("R2", load(pending=0, num_decoding=1), sessions={"chat": 100})]
-    d = p.decide("c2b", hint("chat", 140), views, T0 + 3.5)
+    views = [view("R1", load()), view("R2", load(pending=0, num_decoding=1), cached={"chat": 100})]
+    d = p.decide("c2b", hint("chat", 140, session="chat"), views, T0 + 3.5)
     assert (d.replica_id, d.reason) == ("R2", RouteReason.AFFINITY)
     # Where its cache makes it sooner, it stays.
     p.on_completed("c2", T0 + 3)
-    views = [view("R1", load(), sessions={"chat": 60}), view("R2", load(), sessions={"chat": 5000})]
-    d = p.decide("c3", hint("chat", 5040), views, T0 + 4)
+    views = [view("R1", load(), cached={"chat": 60}), view("R2", load(), cached={"chat": 5000})]
+    d = p.decide("c3", hint("chat", 5040, session="chat"), views, T0 + 4)
     assert (d.replica_id, d.reason) == ("R2", RouteReason.AFFINITY)
 
 
@@ -291,11 +300,11 @@ def test_a_loading_replica_gets_nothing_and_placement_recovers_when_it_is_up() -
     # Only R2 is up: a document and a chat both land there, the chat session pinned.
     views = [view("R1", loading), view("R2", load())]
     assert p.decide("d", hint("doc", 12_000), views, T0).replica_id == "R2"
-    assert p.decide("c1", hint("chat", 40), views, T0).replica_id == "R2"
+    assert p.decide("c1", hint("chat", 40, session="chat"), views, T0).replica_id == "R2"
     p.on_completed("c1", T0 + 1)
     # R1 is up. R2's engine serves its queued document first: the chat session leaves for R1 ...
     views = [view("R1", load(short_first=False)), view("R2", load(12_000, short_first=False))]
-    d = p.decide("c2", hint("chat", 90), views, T0 + 2)
+    d = p.decide("c2", hint("chat", 90, session="chat"), views, T0 + 2)
     assert (d.replica_id, d.reason) == ("R1", RouteReason.GAVE_WAY)
     # ... and the next document joins the first, keeping R1 for chats.
     assert p.decide("d2", hint("doc2", 12_000), views, T0 + 2).replica_id == "R2"

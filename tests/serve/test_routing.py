@@ -13,6 +13,7 @@ from serve_app.config import RoutingKnobs
 from serve_app.replica.backend import ReplicaLoad
 from serve_app.routing.backpressure import BackpressureLimits, Shed, ShedReason, assess
 from serve_app.routing.lane_policy import ARRIVAL_MARGIN_S, LanePolicy
+from serve_app.routing.prefix_pages import PAGE_TOKENS
 from serve_app.routing.records import (
     DEFAULT_SHORT_REQUEST_TOKENS,
     Lane,
@@ -24,19 +25,28 @@ from serve_app.routing.records import (
     RoutingStats,
 )
 from tests.hypothesis_budget import examples
+from tests.serve.prefixes import held, pages
 from tests.serve.strategies import limits_st
 
 KNOBS = RoutingKnobs(class_hysteresis=0.5, busy_pending_requests=2, busy_prefill_tokens=16384)
 T0 = 1000.0
 
 
-def view(rid: str, lane: Lane, pending: int = 0, prefill: int = 0, sessions=None, stats_time=T0, full=False, **kw):
+def view(rid: str, lane: Lane, pending: int = 0, prefill: int = 0, cached=None, stats_time=T0, full=False, **kw):
+    """`cached`: the prompts the replica published it holds (name -> tokens)."""
     load = ReplicaLoad(num_waiting=pending, prefill_tokens=prefill, max_running_requests=10, **kw)
-    return ReplicaView(rid, lane, load, stats_time, sessions or {}, full=full)
+    return ReplicaView(rid, lane, load, stats_time, held(cached), full=full)
 
 
-def hint(session: str | None, tokens: int, **kw) -> RouteHint:
-    return RouteHint(session_id=session, prompt_tokens=tokens, knobs=kw.pop("knobs", KNOBS), **kw)
+def hint(prompt: str | None, tokens: int, session: str | None = None, **kw) -> RouteHint:
+    """A request for the prompt named `prompt` (`tests.serve.prefixes`), naming `session` if given."""
+    prefix = pages(prompt, tokens) if prompt else ()
+    return RouteHint(session, tokens, prefix, knobs=kw.pop("knobs", KNOBS), **kw)
+
+
+def page_floor(tokens: int) -> int:
+    """The tokens of a prompt's whole pages: what a replica can be known to hold of it."""
+    return tokens // PAGE_TOKENS * PAGE_TOKENS
 
 
 def two_lanes(**loads) -> list[ReplicaView]:
@@ -73,14 +83,15 @@ def test_session_affinity_and_class_from_uncached_work() -> None:
     p = LanePolicy()
     d1 = p.decide("r1", hint("doc", 50_000), two_lanes(), T0)
     p.on_completed("r1", T0 + 1)
-    # The follow-up resends the document: uncached only the new question, so a chat, kept where the cache is.
+    # The follow-up resends the document, with no session id: uncached only the new question (and the document's
+    # last partial page), so a chat, kept where the cache is.
     d2 = p.decide("r2", hint("doc", 50_100), two_lanes(), T0 + 2)
     assert d2.replica_id == d1.replica_id == "L"
     assert (d2.traffic_class, d2.reason, d2.lane, d2.uncached_tokens) == (
         TrafficClass.SHORT,
         RouteReason.AFFINITY,
         Lane.LONG,
-        100,
+        50_100 - page_floor(50_000),
     )
 
 
@@ -88,35 +99,37 @@ def test_published_cache_overrides_a_stale_estimate() -> None:
     p = LanePolicy()
     p.decide("r1", hint("s", 50_000), two_lanes(), T0)
     p.on_completed("r1", T0 + 1)
-    # Stats published after the request finished say the replica evicted the session's cache.
-    views = [view("L", Lane.LONG, sessions={}, stats_time=T0 + 5), *two_lanes()[1:]]
+    # Stats published after the request finished say the replica evicted the document.
+    views = [view("L", Lane.LONG, cached={}, stats_time=T0 + 5), *two_lanes()[1:]]
     d = p.decide("r2", hint("s", 50_100), views, T0 + 6)
     assert d.traffic_class is TrafficClass.LONG and d.uncached_tokens == 50_100
 
 
-def test_unknown_session_is_found_where_replicas_say_it_is_cached() -> None:
+def test_a_prompt_this_router_never_sent_is_found_where_replicas_say_it_is_cached() -> None:
     p = LanePolicy()
     views = two_lanes()
-    views[2] = view("C2", Lane.CHAT, sessions={"s": 900})
+    views[2] = view("C2", Lane.CHAT, cached={"s": 900})
     d = p.decide("r1", hint("s", 1000), views, T0)
-    assert (d.replica_id, d.reason, d.uncached_tokens) == ("C2", RouteReason.AFFINITY, 100)
+    assert (d.replica_id, d.reason, d.uncached_tokens) == ("C2", RouteReason.AFFINITY, 1000 - page_floor(900))
 
 
 def test_busy_pinned_replica_gives_way_within_its_lane() -> None:
     p = LanePolicy()
-    assert p.decide("r0", hint("s", 30), two_lanes(), T0).replica_id == "C1"
+    assert p.decide("r0", hint("s", 30, session="s"), two_lanes(), T0).replica_id == "C1"
     p.on_completed("r0", T0)
-    d = p.decide("r1", hint("s", 30), two_lanes(C1={"pending": 2}), T0 + 1)
+    d = p.decide("r1", hint("s", 30, session="s"), two_lanes(C1={"pending": 2}), T0 + 1)
     assert (d.replica_id, d.reason, d.lane) == ("C2", RouteReason.GAVE_WAY, Lane.CHAT)
-    # The session now lives on C2.
+    # The session (a short chat: no whole page to match; its name is the hint) now lives on C2.
     p.on_completed("r1", T0 + 1)
-    assert p.decide("r2", hint("s", 30), two_lanes(), T0 + 2).replica_id == "C2"
+    assert p.decide("r2", hint("s", 30, session="s"), two_lanes(), T0 + 2).replica_id == "C2"
 
 
 def test_busy_pinned_replica_stays_when_nothing_is_better() -> None:
     p = LanePolicy()
-    p.decide("r0", hint("s", 30), two_lanes(), T0)
-    d = p.decide("r1", hint("s", 30), two_lanes(C1={"pending": 3}, C2={"pending": 2}, L={"pending": 2}), T0 + 1)
+    p.decide("r0", hint("s", 30, session="s"), two_lanes(), T0)
+    d = p.decide(
+        "r1", hint("s", 30, session="s"), two_lanes(C1={"pending": 3}, C2={"pending": 2}, L={"pending": 2}), T0 + 1
+    )
     assert (d.replica_id, d.reason) == ("C1", RouteReason.AFFINITY)
 
 
@@ -190,9 +203,9 @@ def test_sessions_expire_and_are_bounded() -> None:
     knobs = RoutingKnobs(session_ttl_s=10, max_sessions=2)
     p = LanePolicy()
     for i in range(3):
-        p.decide(f"r{i}", hint(f"s{i}", 30, knobs=knobs), two_lanes(), T0)
+        p.decide(f"r{i}", hint(f"s{i}", 30, session=f"s{i}", knobs=knobs), two_lanes(), T0)
     assert p.session_replica("s0") is None and p.session_replica("s2") is not None
-    p.decide("r9", hint("x", 30, knobs=knobs), two_lanes(), T0 + 100)
+    p.decide("r9", hint("x", 30, session="x", knobs=knobs), two_lanes(), T0 + 100)
     assert p.session_replica("s2") is None
 
 
@@ -265,13 +278,13 @@ def test_the_engines_published_threshold_decides_the_class() -> None:
 
 
 def test_routing_stats_survive_serve_transport_and_default_before_publication() -> None:
-    stats = RoutingStats(Lane.CHAT, ReplicaLoad(num_waiting=3, kv_used_tokens=10), 512, T0, {"s": 40}, {"r": 9})
+    stats = RoutingStats(Lane.CHAT, ReplicaLoad(num_waiting=3, kv_used_tokens=10), 512, T0, [7, -40], {"r": 9})
     assert RoutingStats.from_dict(stats.to_dict()) == stats
     view_ = ReplicaView.from_stats("C9", stats, full=True)
-    assert (view_.lane, view_.short_request_tokens, view_.sessions, view_.pending, view_.full) == (
+    assert (view_.lane, view_.short_request_tokens, view_.prefixes, view_.pending, view_.full) == (
         Lane.CHAT,
         512,
-        {"s": 40},
+        {7, -40},
         {"r": 9},
         True,
     )
@@ -373,14 +386,14 @@ def test_a_replica_over_its_token_limit_is_skipped_for_one_under_it() -> None:
 def test_affinity_gives_way_to_the_limit_as_it_does_to_load() -> None:
     knobs = RoutingKnobs(busy_pending_requests=5)  # one waiting request is not busy for the load bound
     p = LanePolicy()
-    assert p.decide("r0", hint("s", 30, knobs=knobs), limited(two_lanes()), T0).replica_id == "C1"
+    assert p.decide("r0", hint("s", 30, session="s", knobs=knobs), limited(two_lanes()), T0).replica_id == "C1"
     p.on_completed("r0", T0)
     at_limit = limited(two_lanes(C1={"pending": 2}), LIMITS)  # max_queued_requests reached
-    d = p.decide("r1", hint("s", 60, knobs=knobs), at_limit, T0 + 1)
+    d = p.decide("r1", hint("s", 60, session="s", knobs=knobs), at_limit, T0 + 1)
     assert (d.replica_id, d.reason) == ("C2", RouteReason.GAVE_WAY)
     # Under the limit again, with the same one waiting request, the session stays.
     p.on_completed("r1", T0 + 1)
-    d = p.decide("r2", hint("s", 90, knobs=knobs), limited(two_lanes(C2={"pending": 1})), T0 + 2)
+    d = p.decide("r2", hint("s", 90, session="s", knobs=knobs), limited(two_lanes(C2={"pending": 1})), T0 + 2)
     assert (d.replica_id, d.reason) == ("C2", RouteReason.AFFINITY)
 
 

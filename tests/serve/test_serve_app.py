@@ -81,6 +81,18 @@ def test_user_field_is_the_session(served: ServeHandle) -> None:
     assert h2["x-route"] == "affinity"
 
 
+def test_a_followup_from_a_client_that_names_no_session_lands_where_its_document_is_cached(served: ServeHandle) -> None:
+    document = [{"role": "user", "content": doc(6000, seed="plain-client")}]
+    h1, r1 = chat(served, document, max_tokens=2)
+    assert "x-session-id" not in h1 and h1["x-traffic-class"] == "long"
+    # A plain OpenAI client re-sends the conversation: the document, the answer, then its question.
+    answer = {"role": "assistant", "content": r1.choices[0].message.content}
+    followup = [*document, answer, {"role": "user", "content": "And the second point?"}]
+    h2, r2 = chat(served, followup, max_tokens=2)
+    assert (h2["x-replica"], h2["x-route"], h2["x-traffic-class"]) == (h1["x-replica"], "affinity", "short")
+    assert r2.usage.prompt_tokens_details.cached_tokens >= 5900  # the engine served the document from its cache
+
+
 def test_chat_stream_with_include_usage(served: ServeHandle) -> None:
     with served.client.chat.completions.with_streaming_response.create(
         model=served.model,
@@ -125,8 +137,10 @@ def test_errors_are_openai_bodies(served: ServeHandle) -> None:
         c.chat.completions.create(model=served.model, messages=SHORT, temperature=3.5)
     assert e.value.body["param"] == "temperature"
     with pytest.raises(openai.BadRequestError) as e:
+        # Over the context window with its output, well under the replica's queued-token limit (262,144): a 400
+        # from the engine, not a 429, whatever earlier tests left queued.
         c.chat.completions.create(
-            model=served.model, messages=[{"role": "user", "content": doc(262_000)}], max_tokens=500
+            model=served.model, messages=[{"role": "user", "content": doc(200_000)}], max_tokens=70_000
         )
     assert e.value.body["code"] == "context_length_exceeded"
     for method, path, body in [
@@ -142,7 +156,9 @@ def test_errors_are_openai_bodies(served: ServeHandle) -> None:
 
 
 def test_long_document_takes_the_long_lane_and_its_followup_stays(served: ServeHandle) -> None:
-    document = [{"role": "user", "content": doc(12_000) + "\nSummarise."}]
+    # Its own text: a refused request that began with the same text would count as cached on the replica it was
+    # sent to until that replica's next publication (0.2 s here), making this document's first turn a chat there.
+    document = [{"role": "user", "content": doc(12_000, seed="long-lane") + "\nSummarise."}]
     h1, r1 = chat(served, document, session="doc-1", max_tokens=4)
     assert (h1["x-lane"], h1["x-traffic-class"]) == ("long", "long")
     assert r1.usage.prompt_tokens >= 12_000

@@ -12,9 +12,13 @@ from hypothesis import strategies as st
 
 from serve_app.config import AppConfig, ConfigError, EngineKnobs
 from serve_app.engines.sim.generation import GenerateRequest
-from serve_app.engines.sim.prefix_cache import SessionPrefixCache
+from serve_app.engines.sim.prefix_cache import BLOCK_TOKENS, PrefixCache
 from serve_app.engines.sim.sim_backend import SimBackend
 from serve_app.engines.sim.stop import StopMatcher
+from serve_app.replica.held_prefixes import BlockRemoved, BlockStored, HeldPrefixes
+from serve_app.routing.prefix_pages import PAGE_TOKENS, page_hashes
+from serve_app.tokenizer import ApproxTokenizer
+from tests.serve.prefixes import token_ids
 
 FAST = EngineKnobs(time_scale=0.0)
 CARD12GB = AppConfig(sim={"preset": "card12gb-27b"})
@@ -22,7 +26,7 @@ CARD12GB = AppConfig(sim={"preset": "card12gb-27b"})
 
 
 def req(rid: str, text: str, max_tokens: int = 4, session: str | None = None, **kw) -> GenerateRequest:
-    return GenerateRequest(rid, text, max(1, len(text) // 4), max_tokens, session_id=session, **kw)
+    return GenerateRequest(rid, text, ApproxTokenizer(4.0).text_ids(text), max_tokens, session_id=session, **kw)
 
 
 async def collect(backend: SimBackend, request: GenerateRequest) -> list:
@@ -74,29 +78,67 @@ def test_stop_sequence_ends_early_and_frees_kv() -> None:
     assert b.engine.kv_used_tokens == 0 and b.engine.idle
 
 
-def test_session_prefix_is_cached_for_the_next_turn() -> None:
+def test_a_prompt_is_cached_for_the_next_request_that_starts_with_it_whoever_sends_it() -> None:
     async def go():
         b = SimBackend(CARD12GB, FAST)
         await b.start()
-        first = "x" * 8000
+        first = "".join(f"line {i} of the document. " for i in range(400))
         out = await collect(b, req("r1", first, max_tokens=4, session="s"))
         answer = "".join(c.text for c in out)
         second = await collect(b, req("r2", first + answer + "next question", max_tokens=4, session="s"))
-        other = await collect(b, req("r3", first, max_tokens=4, session="t"))
-        return second[0], other[0]
+        other = await collect(b, req("r3", first + "another question", max_tokens=4))
+        fresh = await collect(b, req("r4", "a different document " * 200, max_tokens=4))
+        return first, second[0], other[0], fresh[0], b
 
-    second, other = run(go())
-    assert second.cached_tokens >= 1950  # 2000-token prompt, 64-token blocks
-    assert other.cached_tokens == 0  # the cache is per session
+    first, second, other, fresh, b = run(go())
+    whole_blocks = len(ApproxTokenizer(4.0).text_ids(first)) // BLOCK_TOKENS * BLOCK_TOKENS
+    assert second.cached_tokens >= whole_blocks  # the document and (the blocks of) its answer
+    assert other.cached_tokens == whole_blocks  # by content: no session needed
+    assert fresh.cached_tokens == 0
+    # What the replica publishes for the router: the document's pages, replayed from the cache's KV events.
+    published = set(b.held_prefixes(4096))
+    assert set(page_hashes(ApproxTokenizer(4.0).text_ids(first))) <= published
 
 
-def test_prefix_cache_is_bounded() -> None:
-    cache = SessionPrefixCache(4.0, max_sessions=2, max_tokens=1000)
-    for s in ("a", "b", "c"):
-        cache.store(s, "y" * 1200, 300)
-    assert cache.tokens("a") == 0 and cache.tokens("c") == 300
-    cache.store("d", "z" * 4000, 900)
+def test_prefix_cache_is_bounded_evicts_leaves_first_and_records_what_it_does() -> None:
+    cache = PrefixCache(max_tokens=1000)
+    doc = token_ids("doc", 640)
+    cache.store(doc)
+    cache.store(token_ids("doc", 704))  # a follow-up: one block more on the same chain
+    stored = cache.take_events()
+    assert [type(e) for e in stored] == [BlockStored, BlockStored]
+    assert stored[1].parent == stored[0].block_hashes[-1] and len(stored[1].block_hashes) == 704 // 16 - 640 // 16
+    cache.store(token_ids("other", 640))  # over the bound: the least recently used leaves go first
     assert cache.total_tokens <= 1000
+    evicted = [e for e in cache.take_events() if isinstance(e, BlockRemoved)]
+    assert evicted and set(evicted[0].block_hashes) <= set(stored[1].block_hashes) | set(stored[0].block_hashes)
+    assert cache.match(token_ids("other", 640)) == 640
+    held_of_doc = cache.match(doc)
+    assert held_of_doc % BLOCK_TOKENS == 0 and held_of_doc < 640  # what is left of it is a run from its start
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["a", "b", "c", "d"]), st.integers(1, 600), st.booleans()), min_size=1, max_size=30
+    ),
+    st.integers(64, 2000),
+)
+def test_the_replicas_published_pages_are_exactly_the_router_pages_the_sim_cache_holds(ops, max_tokens) -> None:
+    cache, held = PrefixCache(max_tokens), HeldPrefixes()
+    for name, tokens, is_store in ops:
+        ids = token_ids(name, tokens)
+        cache.store(ids) if is_store else cache.match(ids)
+        assert cache.total_tokens <= max_tokens
+        held.apply(cache.take_events())
+        # Every prompt: the router pages of what the cache holds of it are published, and no page past it.
+        published = set(held.published(10**6))
+        for other in ("a", "b", "c", "d"):
+            ids = token_ids(other, 600)
+            pages = page_hashes(ids)
+            expected = pages[: cache.holds(ids) // PAGE_TOKENS]
+            assert set(expected) <= published
+            assert not set(pages[len(expected) :]) & published
 
 
 def test_cancelled_stream_aborts_in_the_engine() -> None:

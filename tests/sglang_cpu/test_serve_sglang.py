@@ -266,6 +266,25 @@ def test_lanes_and_session_affinity(app: App) -> None:
     assert h2["x-route"] == "affinity"
 
 
+def test_a_follow_up_without_a_session_lands_where_its_document_is_cached(app: App) -> None:
+    """No session id, no `user`: the router finds the document's replica from what the engines publish they hold
+    (sglang's own KV events), as a follow-up question on a document does."""
+    doc = {"role": "user", "content": words(400, start=500)}
+    headers, _ = app.chat([doc])
+    holder = headers["x-replica"]
+    # The engine's word, not only the router's record of what it sent: the holder publishes the document's pages,
+    # and routers have read a publication made after the document finished (stats every 0.5 s) before the follow-up.
+    deadline = time.monotonic() + 60
+    while app.replica(holder)["held_prefixes"]["pages"] < 6:  # 400 words: at least 400 tokens, 6 whole pages
+        assert time.monotonic() < deadline, app.replica(holder)["held_prefixes"]
+        time.sleep(0.25)
+    time.sleep(3)
+    follow_up = [doc, {"role": "assistant", "content": "w7 w8"}, {"role": "user", "content": "w1 w2 w3"}]
+    headers, resp = app.chat(follow_up)
+    assert (headers["x-replica"], headers["x-route"]) == (holder, "affinity")
+    assert resp.choices
+
+
 def _wait_idle(app: App, replica_id: str, timeout_s: float = 90) -> dict[str, Any]:
     deadline = time.monotonic() + timeout_s
     while True:

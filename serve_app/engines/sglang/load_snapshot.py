@@ -10,7 +10,7 @@ been prefilled to measure it (a fresh engine), the configured prior stands in.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,6 +80,15 @@ class PendingPrefill:
         return dict(list(self.tokens_by_rid.items())[:limit])
 
 
+def reported_wait_pass_s(states: Sequence[Mapping[str, Any] | None]) -> float | None:
+    """The wait bound the plugin reports (``wait_pass_s`` in its state: its SLO sizer's own, on its online fit and
+    this engine's lags), the longest of its schedulers'; None before any has reported one."""
+    reported = [
+        s["wait_pass_s"] for s in states if isinstance(s, Mapping) and isinstance(s.get("wait_pass_s"), float | int)
+    ]
+    return float(max(reported)) if reported else None
+
+
 def replica_load(
     snaps: Sequence[Any],
     rate: PrefillRate,
@@ -87,10 +96,14 @@ def replica_load(
     policy: PolicyConfig,
     chunk_budget_tokens: int,
     pending: PendingPrefill | None = None,
+    plugin_states: Sequence[Mapping[str, Any] | None] = (),
 ) -> ReplicaLoad:
     """The load of an engine from its schedulers' `LoadSnapshot`s (one per data-parallel rank) and the replica's
     `pending` requests; `rate` observes their prefill counters. sglang's busy time includes each pass's
-    overhead, so no separate fixed cost."""
+    overhead, so no separate fixed cost. `plugin_states`: the plugin's state in each scheduler (``fairshare`` in
+    sglang's internal state), whose wait bound the load carries; until the plugin has reported one,
+    `wait_pass_seconds` without the engine's figures."""
+    wait_s = reported_wait_pass_s(plugin_states)
     rate.observe(
         now_s,
         sum(getattr(s, "total_prefill_uncached_tokens", 0) for s in snaps),
@@ -108,7 +121,7 @@ def replica_load(
         kv_total_tokens=sum(s.max_total_num_tokens for s in snaps),
         prefill_tok_per_s=rate.tok_per_s,
         pass_tokens=wait_pass_tokens(policy, chunk_budget_tokens),
-        wait_pass_s=wait_pass_seconds(policy),
+        wait_pass_s=wait_pass_seconds(policy) if wait_s is None else wait_s,
         interactive_pass_tokens=interactive_pass_tokens(policy, chunk_budget_tokens),
         short_first=overtakes_queued_prefill(policy),
     )

@@ -16,6 +16,13 @@ writes the response, this backend relays it. Besides them, kept to the calls che
 `LoadSnapshot`s (the published load, `load_snapshot`); `get_internal_state()` each scheduler's state, where the
 plugin's live state is ``fairshare`` (the pass-cost fit): the admin view's `scheduler_policy`. The engine is
 built and always called on its own loop (`EngineThread`), never on the replica's.
+
+What the engine's radix cache holds reaches the router from sglang's own KV events (`kv_events`): each engine
+start gets a fresh subscriber on a private `ipc://` endpoint, passed to sglang as `kv_events_config`; its thread
+replays the events into `held` (under a lock: `held_prefixes` reads it from the replica's loop). The replica owns
+that setting: one given in `sglang.engine_args` is refused when the config is validated, since sglang has one
+publisher per engine and the routing depends on reading it. Stopping the engine (a shutdown, a restart) stops the
+subscriber and clears `held`: a new engine starts empty.
 """
 
 from __future__ import annotations
@@ -25,14 +32,21 @@ import contextlib
 import itertools
 import logging
 import os
+import threading
 import time
-from collections import OrderedDict
 from collections.abc import AsyncGenerator, Callable
 from typing import TYPE_CHECKING, Any
 
 from scheduler.config import PolicyConfig, env_var_name
-from serve_app.config import AppConfig, EngineKnobs, engine_policy
+from serve_app.config import (
+    AppConfig,
+    EngineKnobs,
+    engine_policy,
+    reported_policy,
+    sglang_engine_kwargs,
+)
 from serve_app.engines.sglang.engine_thread import EngineThread
+from serve_app.engines.sglang.kv_events import KvEventStream
 from serve_app.engines.sglang.load_snapshot import PRIOR_PREFILL_TOK_PER_S, PendingPrefill, PrefillRate, replica_load
 from serve_app.engines.sglang.openai_serving import SglangOpenAI
 from serve_app.replica.backend import (
@@ -43,6 +57,7 @@ from serve_app.replica.backend import (
     ResponseBody,
     ResponsePart,
 )
+from serve_app.replica.held_prefixes import AllCleared, HeldPrefixes, KvEvent
 
 if TYPE_CHECKING:
     from sglang.srt.entrypoints.engine import Engine as SglangEngine
@@ -51,7 +66,6 @@ logger = logging.getLogger(__name__)
 
 LOAD_REFRESH_S = 0.25
 POLICY_STATE_POLLS = 8  # the plugin's state every 8th load poll (2 s): sglang assembles its whole internal state
-MAX_TRACKED_SESSIONS = 4096
 
 
 EngineFactory = Callable[..., "SglangEngine"]
@@ -82,24 +96,16 @@ class SglangBackend:
         self._policy_state: list[Any] = []
         self._load_task: asyncio.Task[None] | None = None
         self._active: set[str] = set()
-        self._sessions: OrderedDict[str, int] = OrderedDict()
+        self.held = HeldPrefixes()
+        """What the engine's radix cache holds, from its KV events (applied on the subscriber's thread)."""
+        self._held_lock = threading.Lock()
+        self._kv_events: KvEventStream | None = None
         self._counters = EngineCounters()
         self._restart_pending = False
         self.engine_starts = 0
 
     def engine_kwargs(self) -> dict[str, Any]:
-        s = self.cfg.sglang
-        kwargs: dict[str, Any] = {
-            "model_path": s.model_path,
-            "tp_size": s.tp_size,
-            "enable_mixed_chunk": self._policy.mixed_decode,
-            "log_level": "warning",
-        }
-        for name in ("mem_fraction_static", "context_length", "chunked_prefill_size", "max_running_requests"):
-            if getattr(s, name) is not None:
-                kwargs[name] = getattr(s, name)
-        kwargs.update(s.engine_args)
-        return kwargs
+        return sglang_engine_kwargs(self.cfg.sglang, self._policy.mixed_decode)
 
     async def start(self) -> None:
         if self._engine is not None:
@@ -108,11 +114,17 @@ class SglangBackend:
             os.environ.pop(env_var_name(field), None)
         for field, value in self._policy_overrides.items():
             os.environ[env_var_name(field)] = "none" if value is None else str(value)
-        kwargs = self.engine_kwargs()
+        # Subscribed before the engine binds its publisher: the engine's first events are not missed.
+        self._kv_events = KvEventStream(self._apply_kv_events)
+        kwargs = {**self.engine_kwargs(), "kv_events_config": self._kv_events.engine_config()}
         # Built on its own loop's thread: the constructor blocks while weights load (the replica's loop keeps
         # answering health checks), and sglang must later be called on the loop it was built with.
         self._loop = EngineThread()
-        engine = await self._loop.build(lambda: self._engine_factory(**kwargs))
+        try:
+            engine = await self._loop.build(lambda: self._engine_factory(**kwargs))
+        except BaseException:
+            await self._stop_kv_events()
+            raise
         self._engine = engine
         self._openai = await self._loop.build(lambda: SglangOpenAI(engine))
         self._load_task = asyncio.get_running_loop().create_task(self._poll_load())
@@ -129,6 +141,19 @@ class SglangBackend:
         if self._loop is not None:
             self._loop.stop()
             self._loop = None
+        await self._stop_kv_events()
+
+    def _apply_kv_events(self, events: list[KvEvent]) -> None:
+        """The subscriber's sink (its thread)."""
+        with self._held_lock:
+            self.held.apply(events)
+
+    async def _stop_kv_events(self) -> None:
+        if self._kv_events is not None:
+            await asyncio.to_thread(self._kv_events.stop)
+            self._kv_events = None
+        with self._held_lock:
+            self.held.apply([AllCleared()])
 
     def reconfigure(self, knobs: EngineKnobs) -> None:
         if dict(knobs.policy) == self._policy_overrides:
@@ -168,7 +193,7 @@ class SglangBackend:
         assert self._loop is not None and self._openai is not None, "respond before start"
         openai, rid = self._openai, request.rid
         self._active.add(rid)
-        self._pending.sent(rid, request.prompt_tokens - self._sessions.get(request.session_id or "", 0))
+        self._pending.sent(rid, request.uncached_tokens)
         finished = False
         try:
             # sglang writes one SSE event per output; what is ready together goes to the ingress as one stream item.
@@ -184,7 +209,6 @@ class SglangBackend:
             self._pending.answered(rid)
             if finished:
                 self._counters.num_finished += 1
-                self._remember(request.session_id, request.prompt_tokens)
             else:  # the client left: `SglangOpenAI.respond` aborted it in sglang
                 self._counters.num_aborted += 1
 
@@ -196,26 +220,22 @@ class SglangBackend:
             with contextlib.suppress(Exception):
                 if poll % POLICY_STATE_POLLS == 0:
                     self._policy_state = [s.get("fairshare") for s in await loop.call(tm.get_internal_state)]
+                    # What the plugin filled from sglang's own values (e.g. `max_running_requests` sized from memory).
+                    self._policy = reported_policy(self._policy_state, self._policy)
             with contextlib.suppress(Exception):
                 snaps = await loop.call(tm.get_loads)
                 chunk = self.cfg.sglang.chunked_prefill_size or self._policy.chunk_budget_tokens
-                self._load = replica_load(snaps, self._rate, time.monotonic(), self._policy, chunk, self._pending)
+                self._load = replica_load(
+                    snaps, self._rate, time.monotonic(), self._policy, chunk, self._pending, self._policy_state
+                )
             await asyncio.sleep(LOAD_REFRESH_S)
-
-    def _remember(self, session: str | None, tokens: int) -> None:
-        # sglang's radix cache is keyed by prefix, not session; this is the estimate routers need.
-        if not session:
-            return
-        self._sessions[session] = tokens
-        self._sessions.move_to_end(session)
-        while len(self._sessions) > MAX_TRACKED_SESSIONS:
-            self._sessions.popitem(last=False)
 
     def load(self) -> ReplicaLoad:
         return self._load
 
-    def recent_sessions(self, limit: int) -> dict[str, int]:
-        return dict(list(self._sessions.items())[-limit:]) if limit else {}
+    def held_prefixes(self, limit: int) -> list[int]:
+        with self._held_lock:
+            return self.held.published(limit)
 
     def pending_requests(self, limit: int) -> dict[str, int]:
         return self._pending.ids(limit)
@@ -234,4 +254,11 @@ class SglangBackend:
             "kv_used_tokens": self._load.kv_used_tokens,
             "counters": {"finished": self._counters.num_finished, "aborted": self._counters.num_aborted},
             "scheduler_policy": self._policy_state,
+            "held_prefixes": {
+                "pages": self.held.num_pages,
+                "engine_blocks": self.held.num_blocks,
+                "skipped_blocks": self.held.num_skipped,
+                "event_batches": 0 if self._kv_events is None else self._kv_events.num_batches,
+                "lost_event_batches": 0 if self._kv_events is None else self._kv_events.num_lost,
+            },
         }

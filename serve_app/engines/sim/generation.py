@@ -6,19 +6,20 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 
 from scheduler.sim.engine import SimEngine
 from scheduler.sim.request import SimRequest
 from scheduler.traffic import TrafficClass
 from serve_app.engines.sim.loop import EngineLoop
-from serve_app.engines.sim.prefix_cache import SessionPrefixCache
+from serve_app.engines.sim.prefix_cache import PrefixCache
 from serve_app.engines.sim.stop import StopMatcher
 from serve_app.engines.sim.streams import Streams, next_progress
 from serve_app.engines.sim.synthetic_text import synthetic_text
 from serve_app.protocol.openai_models import FinishReason
 from serve_app.replica.backend import EngineCounters
+from serve_app.routing.prefix_pages import TokenIds
 
 
 class RequestError(Exception):
@@ -35,12 +36,16 @@ class RequestError(Exception):
 class GenerateRequest:
     rid: str
     prompt_text: str
-    prompt_tokens: int
+    prompt_ids: TokenIds
     max_tokens: int
     session_id: str | None = None
     stop: tuple[str, ...] = ()
     traffic_class: TrafficClass = TrafficClass.SHORT
     """The router's class for this request, for the engine's records."""
+
+    @property
+    def prompt_tokens(self) -> int:
+        return len(self.prompt_ids)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +56,7 @@ class Chunk:
     num_tokens: int = 0
     """Output tokens this chunk carries."""
     cached_tokens: int | None = None
-    """Set on a stream's first chunk: prompt tokens served from the session's prefix cache."""
+    """Set on a stream's first chunk: prompt tokens served from the prefix cache."""
     finish_reason: FinishReason | None = None
     """Set on a stream's last chunk."""
     completion_tokens: int = 0
@@ -67,11 +72,14 @@ class SimGenerator:
         engine: SimEngine,
         loop: EngineLoop,
         streams: Streams,
-        cache: SessionPrefixCache,
+        cache: PrefixCache,
+        token_ids: Callable[[str], TokenIds],
         counters: EngineCounters,
         natural_output_tokens: int,
     ) -> None:
         self.engine, self.loop, self.streams, self.cache = engine, loop, streams, cache
+        self.token_ids = token_ids
+        """The engine's tokenizer: a finished request's context (prompt and answer) is cached as its token ids."""
         self.counters = counters
         self.natural_output_tokens = natural_output_tokens
 
@@ -83,7 +91,7 @@ class SimGenerator:
     def _admit(self, request: GenerateRequest) -> SimRequest:
         if request.rid in self.streams:
             raise RuntimeError(f"request id {request.rid!r} is already running")  # ids are unique: a bug
-        cached = min(self.cache.match(request.session_id, request.prompt_text), request.prompt_tokens - 1)
+        cached = min(self.cache.match(request.prompt_ids), request.prompt_tokens - 1)
         num_output, _ = self.output_plan(request.max_tokens)
         sim_req = SimRequest(
             rid=request.rid,
@@ -132,8 +140,7 @@ class SimGenerator:
             self.streams.close(request.rid)
             if completed:
                 self.counters.num_finished += 1
-                context = request.prompt_text + "".join(output)
-                self.cache.store(request.session_id, context, request.prompt_tokens + produced)
+                self.cache.store(self.token_ids(request.prompt_text + "".join(output)))
             elif self.engine.abort(request.rid):
                 # Client went away (or the replica is stopping): free the queue slot and the KV now.
                 self.counters.num_aborted += 1

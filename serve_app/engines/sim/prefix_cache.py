@@ -1,84 +1,90 @@
-"""Sessions' cached context on one replica, so a session's next prompt is matched as real prefix reuse.
+"""The sim engine's prefix cache: what it holds of past prompts and answers, by content, as sglang's radix cache.
 
-A session's last context (prompt + answer) is kept as chained block hashes; a new prompt of the
-session is matched block by block. LRU in sessions, bounded by the KV pool in tokens.
+Token ids are cut into blocks of `BLOCK_TOKENS`, each named by a chained hash (`routing.prefix_pages.page_hashes`:
+a block's hash covers every token before it), so any prompt that starts with cached blocks reuses them, whichever
+session or client sent it. Bounded by the KV pool in tokens; least recently used first, and always a block that no
+other block extends (a radix tree evicts leaves first), so what is held of any prompt is a run from its start.
+
+Like sglang's radix cache with `--kv-events-config`, it records its stores and evictions as KV events
+(`replica.held_prefixes`: `BlockStored` with the blocks' token ids and the block they follow, `BlockRemoved`),
+which the replica condenses for the router (`take_events`).
 """
 
 from __future__ import annotations
 
-import hashlib
-from collections import OrderedDict
+from collections import Counter, OrderedDict
+from collections.abc import Sequence
 
-CACHE_BLOCK_TOKENS = 64
+import numpy as np
+
+from serve_app.replica.held_prefixes import BlockRemoved, BlockStored, KvEvent
+from serve_app.routing.prefix_pages import TokenIds, held_pages, page_hashes
+
+BLOCK_TOKENS = 16
 
 
-class SessionPrefixCache:
-    """Per-session cached context as chained block hashes; LRU in sessions, bounded in tokens."""
-
-    def __init__(self, chars_per_token: float, max_sessions: int, max_tokens: int) -> None:
-        self.block_chars = max(1, round(CACHE_BLOCK_TOKENS * chars_per_token))
-        self.chars_per_token = chars_per_token
-        self.max_sessions = max_sessions
+class PrefixCache:
+    def __init__(self, max_tokens: int, block_tokens: int = BLOCK_TOKENS) -> None:
         self.max_tokens = max_tokens
-        self._blocks: OrderedDict[str, list[bytes]] = OrderedDict()
-        self._tokens: dict[str, int] = {}
-        self.total_tokens = 0
-
-    def _hashes(self, text: str, limit: int | None = None) -> list[bytes]:
-        out: list[bytes] = []
-        h = b""
-        n = len(text) // self.block_chars
-        for i in range(n if limit is None else min(n, limit)):
-            block = text[i * self.block_chars : (i + 1) * self.block_chars]
-            h = hashlib.blake2b(h + block.encode(), digest_size=16).digest()
-            out.append(h)
-        return out
-
-    def match(self, session: str | None, text: str) -> int:
-        """Tokens of `text`'s prefix that the session's cached context covers."""
-        if not session or session not in self._blocks:
-            return 0
-        cached = self._blocks[session]
-        self._blocks.move_to_end(session)
-        num = 0
-        for a, b in zip(self._hashes(text, len(cached)), cached, strict=False):
-            if a != b:
-                break
-            num += 1
-        return min(self._tokens[session], int(num * self.block_chars / self.chars_per_token))
-
-    def store(self, session: str | None, text: str, num_tokens: int) -> None:
-        if not session or self.max_sessions == 0:
-            return
-        self.drop(session)
-        num_tokens = min(num_tokens, self.max_tokens)
-        self._blocks[session] = self._hashes(text)
-        self._tokens[session] = num_tokens
-        self.total_tokens += num_tokens
-        while self._blocks and (len(self._blocks) > self.max_sessions or self.total_tokens > self.max_tokens):
-            self.drop(next(iter(self._blocks)))
-
-    def drop(self, session: str) -> None:
-        if self._blocks.pop(session, None) is not None:
-            self.total_tokens -= self._tokens.pop(session)
-
-    def tokens(self, session: str) -> int:
-        return self._tokens.get(session, 0)
+        self.block_tokens = block_tokens
+        self._blocks: OrderedDict[int, int | None] = OrderedDict()
+        """Block hash -> the block it extends (None: a prompt's first). Least recently used first, and every block
+        after the blocks that extend it, so the first is always one no block extends."""
+        self._extended_by: Counter[int] = Counter()
+        self._events: list[KvEvent] = []
 
     @property
-    def num_sessions(self) -> int:
-        return len(self._blocks)
+    def total_tokens(self) -> int:
+        return len(self._blocks) * self.block_tokens
 
-    def recent(self, limit: int) -> dict[str, int]:
-        """Cached tokens of the `limit` most recently used sessions."""
-        out: dict[str, int] = {}
-        for s in reversed(self._blocks):
-            if len(out) >= limit:
-                break
-            out[s] = self._tokens[s]
-        return out
+    def holds(self, token_ids: TokenIds) -> int:
+        """Tokens of the prompt's prefix the cache holds (whole blocks), leaving what is evicted next as it is."""
+        return held_pages(page_hashes(token_ids, self.block_tokens), self._blocks.__contains__) * self.block_tokens
 
-    def resize(self, max_sessions: int) -> None:
-        self.max_sessions = max_sessions
-        while len(self._blocks) > max_sessions:
-            self.drop(next(iter(self._blocks)))
+    def match(self, token_ids: TokenIds) -> int:
+        """Tokens of the prompt's prefix the cache holds (whole blocks); they count as used now."""
+        hashes = page_hashes(token_ids, self.block_tokens)
+        num = held_pages(hashes, self._blocks.__contains__)
+        self._touch(hashes[:num])
+        return num * self.block_tokens
+
+    def store(self, token_ids: TokenIds) -> None:
+        """Cache a finished request's context (prompt and answer): its whole blocks not held yet."""
+        hashes = page_hashes(token_ids, self.block_tokens)
+        if len(hashes) * self.block_tokens > self.max_tokens:
+            hashes = hashes[: self.max_tokens // self.block_tokens]
+        held = held_pages(hashes, self._blocks.__contains__)
+        parent = hashes[held - 1] if held else None
+        if held < len(hashes):
+            ids = np.asarray(token_ids, dtype=np.int64)
+            new = hashes[held:]
+            tokens = ids[held * self.block_tokens : len(hashes) * self.block_tokens]
+            self._events.append(BlockStored(list(new), parent, tokens.tolist(), self.block_tokens))
+            for h in new:
+                self._blocks[h] = parent
+                if parent is not None:
+                    self._extended_by[parent] += 1
+                parent = h
+        self._touch(hashes)
+        self._evict()
+
+    def _touch(self, hashes: Sequence[int]) -> None:
+        for h in reversed(hashes):  # a prompt's first block last: newer than every block that extends it
+            self._blocks.move_to_end(h)
+
+    def _evict(self) -> None:
+        removed: list[int] = []
+        while self.total_tokens > self.max_tokens:
+            h, parent = self._blocks.popitem(last=False)
+            assert not self._extended_by[h], "the least recently used block is always a leaf"
+            self._extended_by.pop(h, None)
+            if parent is not None:
+                self._extended_by[parent] -= 1
+            removed.append(h)
+        if removed:
+            self._events.append(BlockRemoved(removed))
+
+    def take_events(self) -> list[KvEvent]:
+        """The KV events recorded since the last call."""
+        events, self._events = self._events, []
+        return events

@@ -96,13 +96,13 @@ class SimServing:
     def _generate_request(self, fmt: ResponseFormat, body: SamplingRequest, request: OpenAIRequest) -> GenerateRequest:
         """The engine's request: the prompt rendered and counted, its output limit within the context window."""
         prompt = fmt.prompt(body, self.tokenizer)
-        prompt_tokens = self.tokenizer.count(prompt)
+        prompt_ids = self.tokenizer.text_ids(prompt)
         max_tokens = body.output_limit or self.default_max_tokens
-        check_context_window(prompt_tokens, max_tokens, self.context_limit_tokens, fmt.endpoint.prompt_param)
+        check_context_window(len(prompt_ids), max_tokens, self.context_limit_tokens, fmt.endpoint.prompt_param)
         return GenerateRequest(
             rid=request.rid,
             prompt_text=prompt,
-            prompt_tokens=prompt_tokens,
+            prompt_ids=prompt_ids,
             max_tokens=max_tokens,
             session_id=request.session_id,
             stop=body.stop_sequences,

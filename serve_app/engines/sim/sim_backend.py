@@ -20,10 +20,11 @@ from scheduler.sim.schedulers import PolicyScheduler
 from serve_app.config import AppConfig, EngineKnobs, policy_config
 from serve_app.engines.sim.generation import SimGenerator
 from serve_app.engines.sim.loop import EngineLoop
-from serve_app.engines.sim.prefix_cache import SessionPrefixCache
+from serve_app.engines.sim.prefix_cache import PrefixCache
 from serve_app.engines.sim.serving import SimServing
 from serve_app.engines.sim.streams import Streams
 from serve_app.replica.backend import EngineCapacity, EngineCounters, OpenAIRequest, ReplicaLoad, ResponsePart
+from serve_app.replica.held_prefixes import HeldPrefixes
 from serve_app.routing.ttft_prediction import (
     interactive_pass_tokens,
     overtakes_queued_prefill,
@@ -48,15 +49,21 @@ class SimBackend:
         self.engine = SimEngine(self.preset.cost, self.scheduler)
         self.streams = Streams()
         self.loop = EngineLoop(self.engine, self.streams, knobs.time_scale)
-        self.cache = SessionPrefixCache(
-            cfg.sim.chars_per_token, knobs.session_cache_sessions, self.preset.cost.kv_pool_tokens
-        )
+        self.cache = PrefixCache(self.preset.cost.kv_pool_tokens)
+        self.held = HeldPrefixes()
+        tokenizer = ApproxTokenizer(cfg.sim.chars_per_token)
         self.generator = SimGenerator(
-            self.engine, self.loop, self.streams, self.cache, self._counters, cfg.sim.natural_output_tokens
+            self.engine,
+            self.loop,
+            self.streams,
+            self.cache,
+            tokenizer.text_ids,
+            self._counters,
+            cfg.sim.natural_output_tokens,
         )
         self.serving = SimServing(
             self.model_id,
-            ApproxTokenizer(cfg.sim.chars_per_token),
+            tokenizer,
             cfg.context_limit_tokens,
             cfg.default_max_tokens,
             self.generator.generate,
@@ -76,7 +83,6 @@ class SimBackend:
         cfg = policy_config(self._base_policy, knobs.policy)  # raises ConfigError; nothing changed yet
         self.scheduler.reconfigure(cfg)
         self.loop.time_scale = knobs.time_scale
-        self.cache.resize(knobs.session_cache_sessions)
         logger.info("sim engine reconfigured: time_scale=%s %s", knobs.time_scale, cfg.describe_cap())
 
     @property
@@ -100,8 +106,11 @@ class SimBackend:
 
     # -- views -----------------------------------------------------------------------------
     def load(self) -> ReplicaLoad:
-        e, policy = self.engine, self.scheduler.cfg
+        e, policy, planner = self.engine, self.scheduler.cfg, self.scheduler.planner
         prefilling = [r for r in e.running if r.phase is Phase.PREFILLING]
+        # The sizer's own bound, on its cost model; the simulator plans no pass before it sees an arrival (its
+        # snapshots count no admission or output lag).
+        own_pass_s = planner.sizer.slo.arrival_own_pass_s(planner.pass_cost)
         return ReplicaLoad(
             num_waiting=len(e.waiting),
             num_prefilling=len(prefilling),
@@ -114,13 +123,14 @@ class SimBackend:
             prefill_tok_per_s=self.preset.cost.prefill_tok_per_s,
             pass_fixed_s=self.preset.cost.fixed_s,
             pass_tokens=wait_pass_tokens(policy, policy.chunk_budget_tokens),
-            wait_pass_s=wait_pass_seconds(policy),
+            wait_pass_s=wait_pass_seconds(policy, own_pass_s, admission_lag_passes=0, output_lag_passes=0),
             interactive_pass_tokens=interactive_pass_tokens(policy, policy.chunk_budget_tokens),
             short_first=overtakes_queued_prefill(policy),
         )
 
-    def recent_sessions(self, limit: int) -> dict[str, int]:
-        return self.cache.recent(limit)
+    def held_prefixes(self, limit: int) -> list[int]:
+        self.held.apply(self.cache.take_events())
+        return self.held.published(limit)
 
     def pending_requests(self, limit: int) -> dict[str, int]:
         e = self.engine
@@ -142,7 +152,6 @@ class SimBackend:
             "kv_used_tokens": self.engine.kv_used_tokens,
             "num_passes": self.engine.num_passes,
             "num_passes_by_kind": dict(self.loop.num_passes_by_kind),
-            "num_cached_sessions": self.cache.num_sessions,
             "cached_tokens_total": self.cache.total_tokens,
             "counters": {
                 "finished": self._counters.num_finished,

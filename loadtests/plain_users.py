@@ -1,0 +1,132 @@
+"""Locust users of the plain workloads (`loadtests.workloads`): OpenAI clients that name no session.
+
+    locust -f loadtests/plain_users.py --headless --host URL --workload-file W.json -u 6 -t 150s ...
+
+(`python -m loadtests.peers --workload NAME` writes the file and runs this.) The locustfile's options (think time,
+seed, characters per token, request timeout, samples file, model), its sample log and its stream timing are reused:
+importing it registers them. What differs is what is sent: each user's script's whole conversation, with no
+`X-Session-ID` header and no `user` field.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from locust import HttpUser, events, task
+from locust.env import Environment
+from pydantic import ValidationError
+
+# Registers the locustfile's options, sample log and model lookup; its own users are not this file's.
+from loadtests.locustfile import read_stream
+from loadtests.recording import SHED_STATUSES, Sample, fire_metrics
+from loadtests.settings import LoadSettings
+from loadtests.sse import SseParser, content_of
+from loadtests.workloads import PlainRequest, PlainWorkload, UserKind, script
+
+
+@events.init_command_line_parser.add_listener  # type: ignore[untyped-decorator]
+def _add_arguments(parser: Any) -> None:
+    parser.add_argument("--workload-file", default="", help="A plain workload (PlainWorkload as JSON).")
+
+
+@events.init.add_listener  # type: ignore[untyped-decorator]
+def _on_init(environment: Environment, **_: Any) -> None:
+    try:
+        workload = PlainWorkload.model_validate_json(
+            Path(getattr(environment.parsed_options, "workload_file", "")).read_text()
+        )
+    except (OSError, ValidationError) as e:
+        sys.stderr.write(f"loadtests: --workload-file: {e}\n")
+        sys.exit(2)
+    if environment.loadtest_settings.seed is None:  # type: ignore[attr-defined]
+        sys.stderr.write("loadtests: a plain workload needs --seed (its shared texts are drawn from it)\n")
+        sys.exit(2)
+    environment.plain_workload = workload  # type: ignore[attr-defined]
+    PlainChatUser.fixed_count, PlainDocumentUser.fixed_count = workload.chat_users, workload.doc_users
+
+
+class PlainUser(HttpUser):
+    """Plays its script: sends each request, gives the script the answer, thinks, sends the next."""
+
+    abstract = True
+    kind: UserKind = "chat"
+    started: itertools.count[int]
+
+    def on_start(self) -> None:
+        self.settings: LoadSettings = self.environment.loadtest_settings
+        workload: PlainWorkload = self.environment.plain_workload
+        index = next(self.started)
+        seed = self.settings.seed or 0  # set: checked at init
+        self.script = script(workload, self.kind, index, self.settings.chars_per_token, seed)
+        self.think_rng = random.Random(f"{seed}-{workload.name}-{self.kind}-{index}-think")
+        self.answer: str | None = None
+
+    def wait_time(self) -> float:
+        return self.settings.wall_s(self.think_rng.uniform(*self.settings.think_s))
+
+    @task
+    def turn(self) -> None:
+        request = self.script.send(self.answer)
+        self.answer = self.send(request)
+
+    def send(self, request: PlainRequest) -> str:
+        """Stream one request and record it; the answer's text (empty when it failed)."""
+        sent_at_s, sent = time.time(), time.perf_counter()
+        parser = SseParser()
+        with self.client.post(
+            request.path,
+            json=request.body(getattr(self.environment, "loadtest_model", self.settings.model)),
+            headers=request.headers(),
+            stream=True,
+            catch_response=True,
+            name=request.kind,
+            timeout=self.settings.request_timeout_s,
+        ) as resp:
+            meta = dict(
+                user=self.kind,
+                intent=request.intent,
+                traffic_class=resp.headers.get("X-Traffic-Class") or request.intent,
+                status=resp.status_code,
+                sent_at_s=sent_at_s,
+                lane=resp.headers.get("X-Lane", ""),
+                replica=resp.headers.get("X-Replica", ""),
+            )
+            if resp.status_code in SHED_STATUSES:
+                resp.request_meta["request_type"] = "SHED"  # its own row: load shed, not a failure
+                resp.success()
+                self._log(Sample(shed=True, **meta))
+                return ""
+            if resp.status_code != 200:
+                resp.failure(f"HTTP {resp.status_code}: {(resp.text or '')[:200]}")
+                self._log(Sample(error=f"HTTP {resp.status_code}", **meta))
+                return ""
+            sample = Sample.of(read_stream(resp, parser, sent), **meta)
+            if sample.error:
+                resp.failure(sample.error)
+            else:
+                resp.success()
+            self._log(sample)
+            fire_metrics(self.environment.events.request, sample)
+        return "".join(content_of(p) for ev in parser.events if (p := ev.json()))
+
+    def _log(self, sample: Sample) -> None:
+        self.environment.loadtest_log.write(sample)
+
+
+class PlainChatUser(PlainUser):
+    kind: UserKind = "chat"
+    started = itertools.count()
+
+    def on_start(self) -> None:
+        super().on_start()
+        self.wait()  # type: ignore[no-untyped-call]  # a person reads and thinks before the first question too
+
+
+class PlainDocumentUser(PlainUser):
+    kind: UserKind = "doc"
+    started = itertools.count()

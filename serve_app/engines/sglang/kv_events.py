@@ -1,0 +1,174 @@
+"""sglang's KV event stream as our events: what the engine's radix cache stores and evicts, for `HeldPrefixes`.
+
+sglang 0.5.23 publishes its radix cache's `BlockStored` / `BlockRemoved` / `AllBlocksCleared`
+(`sglang.srt.disaggregation.kv_events`) when `kv_events_config` is set: its scheduler process binds a ZeroMQ PUB
+socket and sends each pass's events as one msgpack-encoded `KVEventBatch`, a multipart message (topic, sequence
+number as 8 big-endian bytes, payload). `KvEventStream` is one engine start's subscriber: an `ipc://` endpoint of
+its own in this process's private temporary directory (mode 0700: no other user on the node can read the token ids,
+nothing can collide with it; sglang binds `ipc://` endpoints itself), a SUB socket connected to it before the
+engine starts (zmq reconnects until sglang binds), and a daemon thread that decodes each batch with sglang's own
+msgspec classes (`to_kv_events`) and hands our events to a sink. The replica's loop never waits on the socket.
+
+Only what the GPU pool holds counts: host and disk tiers (HiCache) are not prefixes the next request reuses
+without a load, and stores of a namespace the router's pages cannot name (a LoRA adapter, a `cache_salt`) are left
+out, and so, by `HeldPrefixes`' rule, is whatever extends them. sglang's token ids are ints except with EAGLE's
+bigram keys, whose batches do not decode as sglang's declared `list[int]`: such a batch counts as lost.
+
+A lost batch (a gap in the sequence numbers, or one that fails to decode) may have held an eviction: the sink then
+gets `AllCleared` first, so the replica under-reports (the router's own record of what it sent fills in) rather
+than keep publishing a prefix the engine dropped.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import logging
+import shutil
+import tempfile
+import threading
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import msgspec
+import zmq
+
+from serve_app.replica.held_prefixes import AllCleared, BlockRemoved, BlockStored, KvEvent
+
+if TYPE_CHECKING:
+    from sglang.srt.disaggregation.kv_events import KVEventBatch
+
+logger = logging.getLogger(__name__)
+
+TOPIC = "kv"
+GPU_MEDIUM = "GPU"  # sglang's `StorageMedium.GPU`; None from a sender that predates the field
+POLL_MS = 100
+"""How long the subscriber waits for a batch before it checks whether it was stopped."""
+RECONNECT_MS = 10
+"""How soon the SUB socket retries while sglang has not bound the endpoint yet (zmq's default: 100 ms)."""
+MAX_IPC_PATH = 80
+"""A Unix socket path's limit is 107 bytes; a longer temporary directory falls back to /tmp."""
+
+EventSink = Callable[[list[KvEvent]], None]
+
+_private_dir: Path | None = None
+_private_dir_lock = threading.Lock()
+
+
+def private_dir() -> Path:
+    """This process's directory for its engines' endpoints: one for the process's life (a replica killed hard leaves
+    one directory behind, not one per engine start), removed at exit."""
+    global _private_dir
+    with _private_dir_lock:
+        if _private_dir is None or not _private_dir.is_dir():
+            path = tempfile.mkdtemp(prefix="fairshare-kv-")
+            if len(path) > MAX_IPC_PATH:
+                Path(path).rmdir()
+                path = tempfile.mkdtemp(prefix="fairshare-kv-", dir="/tmp")
+            atexit.register(shutil.rmtree, path, ignore_errors=True)
+            _private_dir = Path(path)
+        return _private_dir
+
+
+def engine_kv_events_config(endpoint: str) -> str:
+    """sglang's `kv_events_config` for a publisher bound on `endpoint` (sglang binds `ipc://` endpoints)."""
+    return json.dumps({"publisher": "zmq", "endpoint": endpoint, "topic": TOPIC})
+
+
+def to_kv_events(batch: KVEventBatch) -> list[KvEvent]:
+    """sglang's events as ours: GPU-tier events of the default namespace, in order."""
+    from sglang.srt.disaggregation.kv_events import AllBlocksCleared
+    from sglang.srt.disaggregation.kv_events import BlockRemoved as SglangBlockRemoved
+    from sglang.srt.disaggregation.kv_events import BlockStored as SglangBlockStored
+
+    out: list[KvEvent] = []
+    for event in batch.events:
+        if isinstance(event, AllBlocksCleared):
+            out.append(AllCleared())
+        elif event.medium not in (None, GPU_MEDIUM):
+            continue
+        elif isinstance(event, SglangBlockRemoved):
+            out.append(BlockRemoved(event.block_hashes))
+        elif isinstance(event, SglangBlockStored):
+            if event.cache_salt is not None or event.lora_id is not None or event.lora_name is not None:
+                continue
+            out.append(BlockStored(event.block_hashes, event.parent_block_hash, event.token_ids, event.block_size))
+    return out
+
+
+class KvEventStream:
+    """Subscribes to one engine's KV events on a private endpoint; our events go to `sink` on its own thread.
+
+    Make it before the engine (pass `engine_config()` as sglang's `kv_events_config`), `stop()` it after."""
+
+    def __init__(self, sink: EventSink) -> None:
+        self._sink = sink
+        self._path = private_dir() / f"events-{uuid.uuid4().hex[:16]}"
+        self.endpoint = f"ipc://{self._path}"
+        self.num_batches = 0
+        self.num_lost = 0
+        """Batches missed (a gap in the sequence) or undecodable; each cleared what the sink held."""
+        self.next_seq = 0
+        """The sequence number of the batch expected next (sglang's publisher counts from 0)."""
+        self._stopping = threading.Event()
+        self._ctx = zmq.Context()
+        # Connected here, before the engine binds, so its first batch is not missed; used only by the thread after.
+        self._sub = self._ctx.socket(zmq.SUB)
+        self._sub.setsockopt(zmq.RECONNECT_IVL, RECONNECT_MS)
+        self._sub.setsockopt(zmq.SUBSCRIBE, TOPIC.encode())
+        self._sub.connect(self.endpoint)
+        self._thread = threading.Thread(target=self._run, name="sglang-kv-events", daemon=True)
+        self._thread.start()
+
+    def engine_config(self) -> str:
+        return engine_kv_events_config(self.endpoint)
+
+    def _run(self) -> None:
+        try:
+            # sglang imported here, not on the caller's loop: the first import takes seconds.
+            from sglang.srt.disaggregation.kv_events import KVEventBatch
+
+            decoder = msgspec.msgpack.Decoder(type=KVEventBatch)
+            while not self._stopping.is_set():
+                if self._sub.poll(POLL_MS):
+                    self._received(self._sub.recv_multipart(), decoder)
+        except Exception:
+            logger.exception("sglang KV event subscriber failed: this replica stops publishing what its engine holds")
+            with contextlib.suppress(Exception):
+                self._sink([AllCleared()])
+        finally:
+            self._sub.close(linger=0)
+
+    def _received(self, frames: list[bytes], decoder: msgspec.msgpack.Decoder[KVEventBatch]) -> None:
+        if len(frames) != 3 or frames[0] != TOPIC.encode():
+            return
+        seq = int.from_bytes(frames[1], "big")
+        events: list[KvEvent] = []
+        if seq != self.next_seq:
+            self._lost(f"batches {self.next_seq}..{seq - 1} missed")
+            events.append(AllCleared())
+        self.next_seq = seq + 1
+        try:
+            events += to_kv_events(decoder.decode(frames[2]))
+        except msgspec.DecodeError as e:  # includes a validation error: bigram token ids
+            self._lost(f"batch {seq} undecodable: {e}")
+            events.append(AllCleared())
+        self.num_batches += 1
+        self._sink(events)
+
+    def _lost(self, why: str) -> None:
+        self.num_lost += 1
+        logger.warning("sglang KV events: %s; the replica publishes nothing it held before", why)
+
+    def stop(self) -> None:
+        """Stop the thread and remove the endpoint (the engine is stopped or stopping)."""
+        self._stopping.set()
+        self._thread.join(timeout=5)
+        if self._thread.is_alive():  # stuck in the sink: close its socket from here
+            self._ctx.destroy(linger=0)
+        else:
+            self._ctx.term()
+        self._path.unlink(missing_ok=True)  # sglang's socket, left behind when its engine did not close it
