@@ -87,6 +87,29 @@ def _resolve_model(environment: Environment, **_: Any) -> None:
     environment.loadtest_model = model  # type: ignore[attr-defined]
 
 
+def record_stream(environment: Any, resp: Any, parser: SseParser, sent: float, meta: dict[str, Any]) -> str:
+    """Record one streamed answer (`resp`, read through `parser`, sent at `perf_counter` `sent`) as a `Sample` in the
+    run's log and Locust's stats: shed on its own row, an error as a failure. The answer's text (empty if none)."""
+    log = environment.loadtest_log
+    if resp.status_code in SHED_STATUSES:
+        resp.request_meta["request_type"] = "SHED"  # its own row: load shed, not a failure
+        resp.success()
+        log.write(Sample(shed=True, **meta))
+        return ""
+    if resp.status_code != 200:
+        resp.failure(f"HTTP {resp.status_code}: {(resp.text or '')[:200]}")
+        log.write(Sample(error=f"HTTP {resp.status_code}", **meta))
+        return ""
+    sample = Sample.of(read_stream(resp, parser, sent), **meta)
+    if sample.error:
+        resp.failure(sample.error)
+    else:
+        resp.success()
+    log.write(sample)
+    fire_metrics(environment.events.request, sample)
+    return "".join(content_of(p) for ev in parser.events if (p := ev.json()))
+
+
 class StreamingUser(HttpUser):
     """Sends streamed chat completions and records what each stream gave."""
 
@@ -144,26 +167,7 @@ class StreamingUser(HttpUser):
                 replica=resp.headers.get("X-Replica", ""),
                 session=self.session,
             )
-            if resp.status_code in SHED_STATUSES:
-                resp.request_meta["request_type"] = "SHED"  # its own row: load shed, not a failure
-                resp.success()
-                self._log(Sample(shed=True, **meta))
-                return ""
-            if resp.status_code != 200:
-                resp.failure(f"HTTP {resp.status_code}: {(resp.text or '')[:200]}")
-                self._log(Sample(error=f"HTTP {resp.status_code}", **meta))
-                return ""
-            sample = Sample.of(read_stream(resp, parser, sent), **meta)
-            if sample.error:
-                resp.failure(sample.error)
-            else:
-                resp.success()
-            self._log(sample)
-            fire_metrics(self.environment.events.request, sample)
-        return "".join(content_of(p) for ev in parser.events if (p := ev.json()))
-
-    def _log(self, sample: Sample) -> None:
-        self.environment.loadtest_log.write(sample)  # type: ignore[attr-defined]
+            return record_stream(self.environment, resp, parser, sent, meta)
 
     def question(self) -> str:
         n = self.settings.question_tokens.pick(next(self._questions), self.rng)

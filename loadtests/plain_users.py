@@ -22,10 +22,9 @@ from locust.env import Environment
 from pydantic import ValidationError
 
 # Registers the locustfile's options, sample log and model lookup; its own users are not this file's.
-from loadtests.locustfile import read_stream
-from loadtests.recording import SHED_STATUSES, Sample, fire_metrics
+from loadtests.locustfile import record_stream
 from loadtests.settings import LoadSettings
-from loadtests.sse import SseParser, content_of
+from loadtests.sse import SseParser
 from loadtests.workloads import PlainRequest, PlainWorkload, UserKind, script
 
 
@@ -96,26 +95,7 @@ class PlainUser(HttpUser):
                 lane=resp.headers.get("X-Lane", ""),
                 replica=resp.headers.get("X-Replica", ""),
             )
-            if resp.status_code in SHED_STATUSES:
-                resp.request_meta["request_type"] = "SHED"  # its own row: load shed, not a failure
-                resp.success()
-                self._log(Sample(shed=True, **meta))
-                return ""
-            if resp.status_code != 200:
-                resp.failure(f"HTTP {resp.status_code}: {(resp.text or '')[:200]}")
-                self._log(Sample(error=f"HTTP {resp.status_code}", **meta))
-                return ""
-            sample = Sample.of(read_stream(resp, parser, sent), **meta)
-            if sample.error:
-                resp.failure(sample.error)
-            else:
-                resp.success()
-            self._log(sample)
-            fire_metrics(self.environment.events.request, sample)
-        return "".join(content_of(p) for ev in parser.events if (p := ev.json()))
-
-    def _log(self, sample: Sample) -> None:
-        self.environment.loadtest_log.write(sample)
+            return record_stream(self.environment, resp, parser, sent, meta)
 
 
 class PlainChatUser(PlainUser):

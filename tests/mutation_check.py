@@ -121,7 +121,14 @@ MUTANTS = [
         "chat_spill=false ignored",
         PLACEMENT,
     ),
-    _r("R13", "od.get(page, -1.0) >= published_s", "page in od", "what was sent outlives the engine's word", PREFIXES),
+    _r(
+        "R13",
+        "od.get(page, UNFINISHED) >= published_s",
+        "page in od",
+        "what was sent outlives the engine's word",
+        PREFIXES,
+    ),
+    _r("P6", "od[p] = od.get(p, UNFINISHED)", "od[p] = 0.0", "a prompt in flight counts as cached", PREFIXES),
     _r(
         "R14",
         "else (not c.busy(pinned, pinned_cls) or not better)",

@@ -12,12 +12,11 @@ lane). The rules, in order (each is a method of `placement.Candidates`):
    as one is up.
 1. **Traffic class from uncached work.** A request's uncached prompt is what the replica does not already hold of
    it: `prompt - cached(prompt, replica)`, the prompt's longest prefix the replica's engine holds (`prefix_pages`:
-   the pages it published, and what this router sent it since). No session id is needed: a follow-up question on a
-   cached document is a chat on the replica that holds the document, and a document on any other. The class is the
-   policy core's
-   (`scheduler.traffic.classify`) with the engines' `short_request_tokens` (published with their loads);
-   a session classed long stays long until its uncached prompt falls below `short_request_tokens * (1 -
-   class_hysteresis)`.
+   the pages it published, and the finished requests this router sent it since). No session id is needed: a
+   follow-up question on a cached document is a chat on the replica that holds the document, and a document on any
+   other. The class is the policy core's (`scheduler.traffic.classify`) with the engines' `short_request_tokens`
+   (published with their loads); a named session classed long stays long until its uncached prompt falls below
+   `short_request_tokens * (1 - class_hysteresis)`.
 2. **Lanes.** With static lanes, documents go to the long lane and chats to the chat lane; a chat may run
    in the long lane where its prefix is cached, or when every chat replica is busy (`chat_spill`).
 3. **Chats where their first token comes soonest.** Each replica's TTFT for this request is predicted from

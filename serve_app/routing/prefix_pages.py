@@ -8,9 +8,10 @@ a prefix from its end (a radix tree evicts leaves first), so the held pages of a
 start: the longest held prefix is found by bisection.
 
 Published state is up to a stats period old. `SentPrefixes` is the router's own record of the pages it sent each
-replica since (as sglang-router's `cache_aware` builds its whole tree from what it sent): a request in flight counts
-as held where it was sent, and a finished one until a publication made after it says otherwise. Either way the
-engine's word wins once it has spoken.
+replica since (as sglang-router's `cache_aware` builds its whole tree from what it sent): a finished request's prompt
+counts as held where it was sent until a publication made after it says otherwise, the engine's word. A request still
+in flight does not count: its prompt is being prefilled, and a second copy of it sent now would wait for (sglang) or
+repeat (the sim engine, which caches a request when it ends) that work, so it is neither cheap nor within limits.
 
 The page size is the router's, not the engine's (sglang pages are 1 token on most backends, the sim engine's 16):
 the replica rebuilds these pages from the token ids the engine's events carry, so they stay in step with the engine
@@ -73,7 +74,7 @@ def held_tokens(pages: Sequence[int], published: Container[int], page_tokens: in
     return held_pages(pages, published.__contains__) * page_tokens
 
 
-IN_FLIGHT = float("inf")
+UNFINISHED = float("-inf")
 
 
 class SentPrefixes:
@@ -85,14 +86,14 @@ class SentPrefixes:
     def __init__(self, max_pages: int = 65_536) -> None:
         self.max_pages = max_pages
         self._by_replica: dict[str, OrderedDict[int, float]] = {}
-        """Replica -> page -> when the request that sent it finished (`IN_FLIGHT` until it does)."""
+        """Replica -> page -> when the last request that sent it finished (`UNFINISHED` until one does)."""
 
     def sent(self, replica_id: str, pages: Iterable[int]) -> None:
         od = self._by_replica.setdefault(replica_id, OrderedDict())
         # Newest last, a prompt's first page newest of all: the least recently sent go first, and a prompt's last
         # pages before its first, so what is left of a prompt is still a run from its start.
         for p in reversed(list(pages)):
-            od[p] = IN_FLIGHT
+            od[p] = od.get(p, UNFINISHED)
             od.move_to_end(p)
         while len(od) > self.max_pages:
             od.popitem(last=False)
@@ -102,19 +103,19 @@ class SentPrefixes:
         if od is None:
             return
         for p in pages:
-            if od.get(p) == IN_FLIGHT:
+            if p in od:
                 od[p] = now_s
 
     def holder(self, replica_id: str, published: Container[int], published_s: float) -> Callable[[int], bool]:
-        """Whether the replica holds a page: it published it, or this router sent it there and no publication
-        has been made since its request finished (one made after it is the engine's word: evicted, or never
+        """Whether the replica holds a page: it published it, or a request this router sent there with it has
+        finished and no publication has been made since (one made after it is the engine's word: evicted, or never
         stored)."""
         od = self._by_replica.get(replica_id)
         if not od:
             return published.__contains__
 
         def held(page: int) -> bool:
-            return page in published or od.get(page, -1.0) >= published_s
+            return page in published or od.get(page, UNFINISHED) >= published_s
 
         return held
 

@@ -44,12 +44,14 @@ def test_the_sent_record_counts_until_a_later_publication_speaks_and_stays_bound
     doc = pages("doc", 8 * PAGE_TOKENS)
     sent.sent("A", doc)
     held = sent.holder("A", frozenset(), published_s=T0)
-    assert held_pages(doc, held) == 8  # in flight: held whatever was published
+    assert held_pages(doc, held) == 0  # in flight: being prefilled, not cheap yet
     sent.finished("A", doc, T0 + 1)
     assert held_pages(doc, sent.holder("A", frozenset(), published_s=T0 + 0.5)) == 8  # published before it finished
     assert held_pages(doc, sent.holder("A", frozenset(), published_s=T0 + 2)) == 0  # published after: evicted
     assert held_pages(doc, sent.holder("A", frozenset(doc[:3]), published_s=T0 + 2)) == 3  # the engine's word
     # Over the bound, a prompt loses its last pages first: what is left is still a run from its start.
+    sent.sent("A", doc)  # sent again: what finished before still counts while the new copy is in flight
+    assert held_pages(doc, sent.holder("A", frozenset(), published_s=T0 + 0.5)) == 8
     sent.sent("A", pages("chat", 4 * PAGE_TOKENS))
     assert sent.size() == 10
     assert held_pages(doc, sent.holder("A", frozenset(), published_s=T0)) == 6

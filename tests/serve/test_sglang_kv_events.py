@@ -154,6 +154,10 @@ def test_a_missed_or_undecodable_batch_clears_what_was_held() -> None:
     assert not Path(stream.endpoint.removeprefix("ipc://")).exists()
 
 
+def subscribers() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name == "sglang-kv-events"}
+
+
 def backend(**engine_args) -> SglangBackend:
     args = {**SGLANG_ARGS, "sglang": {**SGLANG_ARGS["sglang"], "engine_args": engine_args}}
     return SglangBackend(validate(AppConfig, args, "args"), EngineKnobs(), engine_factory=FakeSglangEngine)
@@ -189,6 +193,7 @@ def store_doc(engine: FakeSglangEngine) -> None:
 
 
 def test_a_stored_chain_is_published_then_unpublished_as_it_is_evicted() -> None:
+    before = subscribers()  # other tests' backends, never shut down, may hold theirs
     pages = page_hashes(DOC)
     assert len(pages) == 3
 
@@ -214,10 +219,12 @@ def test_a_stored_chain_is_published_then_unpublished_as_it_is_evicted() -> None
             await b.shutdown()
 
     asyncio.run(go())
-    assert not [t for t in threading.enumerate() if t.name == "sglang-kv-events"]  # the subscriber stopped
+    assert not subscribers() - before  # the subscriber stopped
 
 
 def test_a_restart_starts_from_nothing_held_on_a_new_endpoint() -> None:
+    before = subscribers()  # other tests' backends, never shut down, may hold theirs
+
     async def go() -> None:
         b = backend()
         await b.start()
@@ -239,7 +246,7 @@ def test_a_restart_starts_from_nothing_held_on_a_new_endpoint() -> None:
         assert b.held_prefixes(10) == []
 
     asyncio.run(go())
-    assert not [t for t in threading.enumerate() if t.name == "sglang-kv-events"]
+    assert not subscribers() - before
 
 
 def test_a_users_kv_events_config_is_refused_by_name() -> None:

@@ -10,6 +10,9 @@ does not declare would be dropped silently by pydantic: it is a 400 naming the f
 An error sglang writes into a started stream (an abort: its status as the error's `code`) marks its body with
 that status (`stream_error_status`), so the ingress counts the request with it.
 
+A plain request's prompt is not tokenized again: sglang takes the token ids the ingress made with the model's
+own tokenizer and template (`respond(prompt_ids=...)`, `given_ids`); any other request is tokenized by sglang.
+
 sglang polls the Starlette `Request` it is given for a disconnect; ours is built from a scope whose
 `receive` reports one once the caller has gone. Cancelling the stream also aborts the request's ids
 (sglang suffixes `_<i>` to the id of each of `n` choices) so the scheduler frees their KV.
@@ -19,12 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
 from serve_app.api.request_rules import check_supported_fields, validation_error
+from serve_app.engines.sglang.given_ids import SCOPE_KEY, GivenPrompt, given_prompt, use_given_ids
 from serve_app.protocol.errors import OpenAIError
 from serve_app.replica.backend import JSON, SSE, ResponseBody, ResponsePart, ResponseStart, error_response
 
@@ -57,11 +61,14 @@ def serving_classes(engine: Engine) -> dict[OpenAIKind, OpenAIServingBase]:
     from sglang.srt.entrypoints.openai.serving_embedding import OpenAIServingEmbedding
 
     tm, templates = tokenizer_manager(engine), engine.template_manager
-    return {
+    serving: dict[OpenAIKind, OpenAIServingBase] = {
         "chat": tm.serving_chat_class(tm, templates),
         "completions": OpenAIServingCompletion(tm, templates),
         "embeddings": OpenAIServingEmbedding(tm, templates),
     }
+    for kind, one in serving.items():
+        use_given_ids(kind, one)  # takes the ingress's ids for a plain prompt
+    return serving
 
 
 def tokenizer_manager(engine: Engine) -> TokenizerManager:
@@ -112,13 +119,15 @@ def openai_error_of(status: int, body: bytes) -> OpenAIError:
 
 
 class DisconnectableRequest:
-    """A Starlette `Request` for sglang's `handle_request`, whose disconnect poll answers what `disconnect()` set."""
+    """A Starlette `Request` for sglang's `handle_request`, whose disconnect poll answers what `disconnect()` set;
+    it carries the ingress's prompt ids for a plain request (`given_ids`)."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, given: GivenPrompt | None = None) -> None:
         from starlette.requests import Request
 
         self._gone = asyncio.Event()
-        scope = {"type": "http", "method": "POST", "path": path, "headers": [], "query_string": b""}
+        scope: dict[str, Any] = {"type": "http", "method": "POST", "path": path, "headers": [], "query_string": b""}
+        scope[SCOPE_KEY] = given
         self.request = Request(scope, receive=self._receive)
 
     async def _receive(self) -> dict[str, Any]:
@@ -137,7 +146,11 @@ class SglangOpenAI:
         self._models: dict[OpenAIKind, type[SglangRequest]] = {}
         self._serving: dict[OpenAIKind, OpenAIServingBase] = {}
 
-    async def respond(self, kind: OpenAIKind, body: dict[str, Any], rid: str) -> AsyncIterator[ResponsePart]:
+    async def respond(
+        self, kind: OpenAIKind, body: dict[str, Any], rid: str, *, prompt_ids: Sequence[int] | None = None
+    ) -> AsyncIterator[ResponsePart]:
+        """sglang's answer to `body`; `prompt_ids`: the prompt's token ids as the ingress made them, which sglang
+        takes instead of tokenizing where the request is plain (`given_ids`)."""
         if not self._serving:  # built on first use, on the engine's loop, as sglang's HTTP server does at start
             self._models, self._serving = request_models(), serving_classes(self._engine)
         model = self._models[kind]
@@ -152,7 +165,7 @@ class SglangOpenAI:
             for item in error_response(validation_error(e.errors())):
                 yield item
             return
-        raw = DisconnectableRequest(f"/v1/{kind}")
+        raw = DisconnectableRequest(f"/v1/{kind}", given_prompt(kind, body, request, prompt_ids))
         done = False
         try:
             result = await self._serving[kind].handle_request(request, raw.request)

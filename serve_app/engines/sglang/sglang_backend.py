@@ -197,7 +197,9 @@ class SglangBackend:
         finished = False
         try:
             # sglang writes one SSE event per output; what is ready together goes to the ingress as one stream item.
-            batches = self._loop.batches(lambda: openai.respond(request.kind, request.body, rid))
+            batches = self._loop.batches(
+                lambda: openai.respond(request.kind, request.body, rid, prompt_ids=request.prompt_ids)
+            )
             async with contextlib.aclosing(batches):
                 async for batch in batches:
                     if any(isinstance(part, ResponseBody) for part in batch):
