@@ -57,3 +57,21 @@ class FakeSglangEngine:
     def shutdown(self) -> None:
         if self.publisher is not None:
             self.publisher.shutdown()
+
+
+def isolate_replica(monkeypatch: Any) -> None:
+    """Outside Serve: an `Engine` replica whose sglang is `FakeSglangEngine`; the `FAIRSHARE_*` variables the backend
+    exports for the policy stay inside the test."""
+    from types import SimpleNamespace
+
+    from serve_app.engines.sglang.sglang_backend import SglangBackend
+    from serve_app.replica import engine_replica
+
+    monkeypatch.setattr(os, "environ", {k: v for k, v in os.environ.items() if not k.startswith("FAIRSHARE_")})
+    FakeSglangEngine.started = []
+    FakeSglangEngine.policy_state = {}
+    ctx = SimpleNamespace(replica_tag="Engine#r0", rank=SimpleNamespace(rank=0), world_size=1)
+    monkeypatch.setattr(engine_replica.serve, "get_replica_context", lambda: ctx)
+    monkeypatch.setattr(
+        engine_replica, "make_backend", lambda cfg, knobs: SglangBackend(cfg, knobs, engine_factory=FakeSglangEngine)
+    )

@@ -31,13 +31,12 @@ from serve_app.config import (
     validate,
 )
 from serve_app.engines.sglang.load_snapshot import PrefillRate, replica_load
-from serve_app.engines.sglang.sglang_backend import SglangBackend
 from serve_app.replica import engine_replica as engine_module
 from serve_app.replica.backend import EngineCapacity
 from serve_app.replica.engine_replica import backpressure_limits
 from serve_app.routing.ttft_prediction import wait_pass_seconds
 from tests.hypothesis_budget import examples
-from tests.serve.fake_sglang import FakeSglangEngine
+from tests.serve.fake_sglang import FakeSglangEngine, isolate_replica
 
 pytestmark = pytest.mark.filterwarnings("ignore:coroutine .*__del__' was never awaited:RuntimeWarning")
 
@@ -74,15 +73,7 @@ def started_scheduler(kwargs: dict[str, Any], env: dict[str, str]) -> SimpleName
 
 @pytest.fixture
 def isolated(monkeypatch):
-    """A replica whose sglang is a stand-in; the `FAIRSHARE_*` variables it exports stay inside the test."""
-    monkeypatch.setattr(os, "environ", {k: v for k, v in os.environ.items() if not k.startswith("FAIRSHARE_")})
-    FakeSglangEngine.started = []
-    FakeSglangEngine.policy_state = {}
-    ctx = SimpleNamespace(replica_tag="Engine#r0", rank=SimpleNamespace(rank=0), world_size=1)
-    monkeypatch.setattr(engine_module.serve, "get_replica_context", lambda: ctx)
-    monkeypatch.setattr(
-        engine_module, "make_backend", lambda cfg, knobs: SglangBackend(cfg, knobs, engine_factory=FakeSglangEngine)
-    )
+    isolate_replica(monkeypatch)
 
 
 def started_replica(args: dict[str, Any], user_config: dict[str, Any]) -> Any:

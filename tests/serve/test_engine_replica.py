@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import time
-from types import SimpleNamespace
 
 import pytest
 
@@ -19,13 +17,12 @@ from serve_app.api.endpoints import CHAT, COMPLETIONS
 from serve_app.api.ingress import Ingress
 from serve_app.api.routed_call import RoutedCall
 from serve_app.config import AppConfig, ConfigError, validate
-from serve_app.engines.sglang.sglang_backend import SglangBackend
 from serve_app.engines.sim.generation import Chunk, RequestError
 from serve_app.engines.sim.serving import SimServing
 from serve_app.replica.backend import JSON, SSE, EngineError, OpenAIRequest, ReplicaLoad, ResponseBody, ResponseStart
 from serve_app.routing.records import Lane, RouteDecision, RouteHint, RouteReason, RouteTicket
 from serve_app.tokenizer import ApproxTokenizer
-from tests.serve.fake_sglang import FakeSglangEngine
+from tests.serve.fake_sglang import FakeSglangEngine, isolate_replica
 
 # Serve awaits a deployment's async `__del__`; outside Serve Python calls it and drops the coroutine.
 pytestmark = pytest.mark.filterwarnings("ignore:coroutine .*__del__' was never awaited:RuntimeWarning")
@@ -35,15 +32,7 @@ SGLANG_ARGS = {"backend": "sglang", "sglang": {"model_path": "/models/tiny-llama
 
 @pytest.fixture(autouse=True)
 def isolated(monkeypatch):
-    # The backend exports the policy as FAIRSHARE_* variables: keep them inside the test.
-    monkeypatch.setattr(os, "environ", {k: v for k, v in os.environ.items() if not k.startswith("FAIRSHARE_")})
-    FakeSglangEngine.started = []
-    FakeSglangEngine.policy_state = {}
-    ctx = SimpleNamespace(replica_tag="Engine#r0", rank=SimpleNamespace(rank=0), world_size=1)
-    monkeypatch.setattr(engine_module.serve, "get_replica_context", lambda: ctx)
-    monkeypatch.setattr(
-        engine_module, "make_backend", lambda cfg, knobs: SglangBackend(cfg, knobs, engine_factory=FakeSglangEngine)
-    )
+    isolate_replica(monkeypatch)
 
 
 def replica():
