@@ -113,7 +113,6 @@ def test_a_sim_replica_publishes_its_own_engines_bound(preset):
 
 
 def test_the_plugin_reports_its_sizers_bound_and_the_policy_it_runs():
-    pytest.importorskip("sglang")
     from scheduler.pass_cost_fit import LinearPassCost, OnlinePassCost
     from scheduler.sglang_plugin.attach import SchedulerPolicy
 

@@ -131,7 +131,8 @@ class RoutingStats:
             load=ReplicaLoad.from_dict(d.get("load")),
             short_request_tokens=int(d.get("short_request_tokens", DEFAULT_SHORT_REQUEST_TOKENS)),
             time_s=float(d.get("time_s", 0.0)),
-            prefixes=list(d.get("prefixes") or ()),
+            # Not copied: routers read every replica's stats on every decision, and keep a set per publication.
+            prefixes=d.get("prefixes") or [],
             pending=dict(d.get("pending") or {}),
             limits=_limits_from(tuple(sorted(d["limits"].items()))) if d.get("limits") else None,
             interactive_slo=SloTargets(*(d.get("interactive_slo") or (None, None))),

@@ -30,7 +30,7 @@ from serve_app.routing.ttft_prediction import (
 )
 from tests.hypothesis_budget import examples
 from tests.serve.prefixes import held, pages
-from tests.serve.strategies import limits_st
+from tests.serve.strategies import limits_st, loads_st
 
 T0 = 1000.0
 RATE = 10_000.0  # tokens/s: a 2048-token pass 0.2 s, a 12,000-token document 1.2 s
@@ -107,18 +107,6 @@ def test_the_chat_a_document_leaves_room_for_is_the_p99_of_the_chats_routed_late
         p.decide(f"small{i}", hint(f"s{i}", 100), views, T0 + 6 + i)
         p.on_completed(f"small{i}", T0 + 6 + i + 0.5)
     assert p.decide("d2", hint("doc2", 12_000), views, T0 + 200).replica_id == "R2"
-
-
-loads_st = st.builds(
-    ReplicaLoad,
-    num_waiting=st.integers(0, 8),
-    num_decoding=st.integers(0, 8),
-    prefill_tokens=st.integers(0, 200_000),
-    prefill_tok_per_s=st.floats(100, 100_000),
-    pass_fixed_s=st.floats(0, 0.1),
-    pass_tokens=st.integers(0, 16_384),
-    short_first=st.booleans(),
-)
 
 
 @settings(deadline=None, max_examples=examples(300))

@@ -14,6 +14,7 @@ from serve_app.routing.records import Lane, ReplicaView, RouteDecision, RouteHin
 from serve_app.routing.ttft_prediction import predict_ttft_s
 from tests.hypothesis_budget import examples
 from tests.serve.prefixes import held, pages, token_ids
+from tests.serve.strategies import loads_st
 
 T0 = 1000.0
 KNOBS = RoutingKnobs()
@@ -77,21 +78,9 @@ def test_a_followup_without_a_session_goes_where_its_document_is_cached() -> Non
     assert isinstance(d, RouteDecision) and d.reason is RouteReason.LEAST_LOADED
 
 
-loads = st.builds(
-    ReplicaLoad,
-    num_waiting=st.integers(0, 6),
-    num_decoding=st.integers(0, 8),
-    prefill_tokens=st.integers(0, 80_000),
-    prefill_tok_per_s=st.floats(500, 20_000),
-    pass_fixed_s=st.floats(0, 0.05),
-    pass_tokens=st.sampled_from([512, 2048, 8192]),
-    short_first=st.booleans(),
-)
-
-
 @settings(max_examples=examples(300), deadline=None)
 @given(
-    st.lists(loads, min_size=2, max_size=4),
+    st.lists(loads_st, min_size=2, max_size=4),
     st.integers(0, 3),
     st.integers(1, 30_000),
     st.integers(1, 30_000),
