@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SGLANG_STAMP := $(VENV)/.sglang-installed
 
-.PHONY: serve test test-fast typecheck test-sglang-cpu lint sim-reproduce sim-frontier sim-overload bench clean
+.PHONY: serve test test-fast typecheck test-sglang-cpu lint prometheus sim-reproduce sim-frontier sim-overload bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,10 +27,20 @@ $(SGLANG_STAMP): $(STAMP) requirements/sglang-cpu.txt requirements/sglang-serve-
 serve: $(STAMP)
 	$(BIN)/serve run config.yaml
 
-test: $(SGLANG_STAMP)
+test: $(SGLANG_STAMP) prometheus
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
+
+# Debian's `prometheus` package (prometheus and promtool) for the observability tests (tests/test_alert_rules.py,
+# tests/serve/test_prometheus.py), installed where this can (as root on Debian); elsewhere those tests are
+# skipped and say how to install it.
+prometheus:
+	@command -v promtool >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && { \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus >/dev/null 2>&1 || { \
+		apt-get update -q >/dev/null 2>&1 && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus >/dev/null 2>&1; }; }; } \
+		|| echo "prometheus is not installed: its tests will be skipped (apt-get install prometheus)"
 
 # The quick loop for policy, simulator, plugin and routing changes: no servers, no Ray, no sglang processes.
 # Policy core and simulator (tests/test_*.py), the plugin on sglang's classes (tests/sglang), routing.
@@ -55,13 +65,16 @@ lint: $(STAMP)
 sim-reproduce: $(STAMP)
 	$(BIN)/python -m scheduler.sim reproduce
 
+# Plots go to out/ (ignored), never the repository root.
 sim-frontier: $(STAMP)
-	$(BIN)/python -m scheduler.sim frontier --plot frontier.png
+	mkdir -p out
+	$(BIN)/python -m scheduler.sim frontier --plot out/frontier.png
 
 sim-overload: $(STAMP)
-	$(BIN)/python -m benchmarks.overload --plot overload.png
+	mkdir -p out
+	$(BIN)/python -m benchmarks.overload --plot out/overload.png
 
-bench: $(STAMP)
+bench: $(SGLANG_STAMP)
 	$(BIN)/python -m benchmarks.policy_decision_time
 
 clean:

@@ -182,28 +182,30 @@ def latest(name: str, results_dir: Path | None = None) -> Path | None:
     return found[-1] if found else None
 
 
+TABLE_HEADER = "| benchmark | newest result | what it measures |"
+DEFAULT_PREAMBLE = [
+    "# Benchmark results",
+    "",
+    "Written by the benchmarks themselves (`harness/results.py`): one file per run, with its command, commit,",
+    "date, machine and load average. The newest of each (also its folder's `latest.md`, which the docs link):",
+    "",
+]
+
+
 def write_index(results_dir: Path | None = None) -> Path:
-    """``README.md`` of the results folder: the newest result of each benchmark."""
+    """``README.md`` of the results folder: its prose as written (everything above the table), then the table of
+    the newest result of each benchmark."""
     results_dir = results_dir or results_dir_now()
+    index = results_dir / INDEX_NAME
+    old = index.read_text().splitlines() if index.exists() else []
+    preamble = old[: old.index(TABLE_HEADER)] if TABLE_HEADER in old else DEFAULT_PREAMBLE
     rows = []
     for folder in sorted(p for p in results_dir.iterdir() if p.is_dir()):
         newest = latest(folder.name, results_dir)
         if newest is not None:
             title = newest.read_text().splitlines()[0].removeprefix("# ")
             rows.append(f"| `{folder.name}` | [{newest.name}]({folder.name}/{LATEST_NAME}) | {title} |")
-    text = [
-        "# Benchmark results",
-        "",
-        "Written by the benchmarks themselves (`harness/results.py`): one file per run, with its command, commit,",
-        "date, machine and load average. The newest of each (also its folder's `latest.md`, which the docs link):",
-        "",
-        "| benchmark | newest result | what it measures |",
-        "| --- | --- | --- |",
-        *rows,
-        "",
-    ]
-    index = results_dir / INDEX_NAME
-    index.write_text("\n".join(text))
+    index.write_text("\n".join([*preamble, TABLE_HEADER, "| --- | --- | --- |", *rows, ""]))
     return index
 
 

@@ -402,6 +402,8 @@ class SloSizer:
 class SloCounters:
     """Passes the controller could not size as asked, for engines to export (the planner's `slo_counters`)."""
 
+    sized_passes: int = 0
+    """Passes the controller sized (committed plans): what the counts below are a share of."""
     missed_passes: dict[Target, int] = field(default_factory=lambda: dict.fromkeys(Target, 0))
     """Passes in which even the minimal pass breaks the target: the hardware cannot meet it there."""
     slot_passes: int = 0
@@ -412,6 +414,7 @@ class SloCounters:
 
     def record(self, cfg: PolicyConfig, size: PassSize, unusable: str | None) -> None:
         """Count one committed pass; the first of each kind of failure is logged."""
+        self.sized_passes += 1
         self.slot_passes += size.by is SizedBy.SLOTS
         for target in size.missed:
             self.missed_passes[target] += 1

@@ -5,6 +5,9 @@ Names start with `fairshare_`; Ray adds its `ray_` prefix on export.
 
 from __future__ import annotations
 
+import dataclasses
+
+from ray.serve import metrics as serve_metrics
 from ray.util import metrics as ray_metrics
 
 from scheduler.slo import NOT_JUDGED, SloTargets, meets_slo
@@ -116,34 +119,59 @@ class RouterMetrics:
 
 
 class EngineMetrics:
-    """Queue gauges are refreshed whenever the replica publishes its load (each routing-stats period)."""
+    """One engine replica's gauges and counters, refreshed whenever it publishes its load (each routing-stats
+    period). Serve's metric classes: each series carries the replica's `deployment`, `replica` and `application`."""
 
     def __init__(self) -> None:
         tags = ("lane",)
-        self.num_waiting = ray_metrics.Gauge("fairshare_engine_waiting_requests", "Not yet admitted.", tags)
-        self.num_prefilling = ray_metrics.Gauge("fairshare_engine_prefilling_requests", "Admitted, prefilling.", tags)
-        self.num_decoding = ray_metrics.Gauge("fairshare_engine_decoding_requests", "Decoding.", tags)
-        self.prefill_tokens = ray_metrics.Gauge(
+        self.ready = serve_metrics.Gauge(
+            "fairshare_engine_ready", "1 when the replica's engine serves, 0 while it starts (loads its model).", tags
+        )
+        self.num_waiting = serve_metrics.Gauge("fairshare_engine_waiting_requests", "Not yet admitted.", tags)
+        self.num_prefilling = serve_metrics.Gauge("fairshare_engine_prefilling_requests", "Admitted, prefilling.", tags)
+        self.num_decoding = serve_metrics.Gauge("fairshare_engine_decoding_requests", "Decoding.", tags)
+        self.prefill_tokens = serve_metrics.Gauge(
             "fairshare_engine_outstanding_prefill_tokens", "Uncached prompt tokens still to prefill.", tags
         )
-        self.kv_used = ray_metrics.Gauge("fairshare_engine_kv_used_tokens", "KV tokens held by requests.", tags)
-        self.skip_ahead = ray_metrics.Counter(
+        self.kv_used = serve_metrics.Gauge("fairshare_engine_kv_used_tokens", "KV tokens held by requests.", tags)
+        self.skip_ahead = serve_metrics.Counter(
             "fairshare_engine_skip_ahead_total", "Requests admitted past a request rejected for KV capacity.", tags
         )
-        self.aborted = ray_metrics.Counter(
+        self.aborted = serve_metrics.Counter(
             "fairshare_engine_aborted_total", "Requests aborted (client disconnect), queue and KV freed.", tags
+        )
+        self.sized_passes = serve_metrics.Counter(
+            "fairshare_engine_passes_total", "Passes the policy sized from its latency targets.", tags
+        )
+        self.passes_over_target = serve_metrics.Counter(
+            "fairshare_engine_passes_over_target_total",
+            "Sized passes in which even the smallest pass the policy can plan is predicted over the target (ttft, "
+            "tbt): the hardware cannot meet that target there.",
+            ("lane", "target"),  # type: ignore[arg-type]  # Serve annotates its tag keys as a 1-tuple
         )
         self._last = EngineCounters()
 
     def publish(self, lane: str, load: ReplicaLoad, counters: EngineCounters) -> None:
         tags = {"lane": lane}
+        self.ready.set(int(load.ready), tags=tags)
         self.num_waiting.set(load.num_waiting, tags=tags)
         self.num_prefilling.set(load.num_prefilling, tags=tags)
         self.num_decoding.set(load.num_decoding, tags=tags)
         self.prefill_tokens.set(load.prefill_tokens, tags=tags)
         self.kv_used.set(load.kv_used_tokens, tags=tags)
-        if counters.num_skip_ahead > self._last.num_skip_ahead:
-            self.skip_ahead.inc(counters.num_skip_ahead - self._last.num_skip_ahead, tags=tags)
-        if counters.num_aborted > self._last.num_aborted:
-            self.aborted.inc(counters.num_aborted - self._last.num_aborted, tags=tags)
-        self._last = EngineCounters(num_aborted=counters.num_aborted, num_skip_ahead=counters.num_skip_ahead)
+        last = self._last
+        _advance(self.skip_ahead, counters.num_skip_ahead, last.num_skip_ahead, tags)
+        _advance(self.aborted, counters.num_aborted, last.num_aborted, tags)
+        _advance(self.sized_passes, counters.sized_passes, last.sized_passes, tags)
+        for target, n in counters.passes_over_target.items():
+            tagged = {**tags, "target": target}
+            _advance(self.passes_over_target, n, last.passes_over_target.get(target, 0), tagged)
+        self._last = dataclasses.replace(counters, passes_over_target=dict(counters.passes_over_target))
+
+
+def _advance(counter: ray_metrics.Counter, count: int, last: int, tags: dict[str, str]) -> None:
+    """Carry a backend's monotonic `count` into `counter`, which last saw `last`. A count below `last` started
+    again (an engine restarted with a new policy): all of it is new."""
+    delta = count - last if count >= last else count
+    if delta > 0:
+        counter.inc(delta, tags=tags)

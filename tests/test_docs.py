@@ -72,3 +72,32 @@ def test_every_module_the_docs_run_exists():
 def test_the_docs_run_benchmarks_as_modules():
     for where, text in _documents().items():
         assert re.search(r"python3? (benchmarks|loadtests|harness)/\w+\.py", text) is None, where
+
+
+OPERATOR_PAGES = [
+    "glossary.md",
+    "install.md",
+    "deploy-gpu.md",
+    "kubernetes.md",
+    "tuning.md",
+    "observability.md",
+    "operations.md",
+    "troubleshooting.md",
+]
+HISTORY = re.compile(r"\bissues? #?\d+\b|\b20\d\d-\d\d-\d\d\b|\bthis session\b", re.IGNORECASE)
+"""What a lab notebook says and a page must not: issue numbers, dates, sessions (history: CHANGELOG.md and
+docs/results/)."""
+
+
+def test_the_docs_explain_and_leave_the_history_to_the_changelog():
+    for where, text in _documents().items():
+        assert HISTORY.search(text) is None, (where, HISTORY.search(text))
+    assert (REPO / "CHANGELOG.md").exists()
+
+
+def test_the_readme_lists_every_operator_page_in_order():
+    index = README.split("\n## Docs\n", 1)[1].split("\n## ", 1)[0]
+    links = re.findall(r"\(docs/([\w-]+\.md)\)", index)
+    assert links[: len(OPERATOR_PAGES)] == OPERATOR_PAGES
+    assert all((DOCS / page).exists() for page in OPERATOR_PAGES)
+    assert set(links) >= {p.name for p in DOCS.glob("*.md")}, "a page the README does not list"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.results import LATEST_NAME, command_line, git_commit, latest, recording, runs, write_result
+from harness.results import LATEST_NAME, TABLE_HEADER, command_line, git_commit, latest, recording, runs, write_result
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -43,6 +43,17 @@ def test_latest_is_the_newest_run_and_the_index_links_it(tmp_path):
     write_result("other", "Other", "two", argv=["x"], results_dir=tmp_path)
     index = (tmp_path / "README.md").read_text()
     assert f"[{second.name}](bench/{LATEST_NAME})" in index and "| `other` |" in index
+
+
+def test_the_index_keeps_its_prose_and_rewrites_its_table(tmp_path):
+    write_result("bench", "First", "one", argv=["x"], results_dir=tmp_path)
+    index = tmp_path / "README.md"
+    prose = "# Results\n\nHow a file is written, by hand.\n\n"
+    index.write_text(prose + index.read_text()[index.read_text().index(TABLE_HEADER) :])
+    write_result("other", "Second", "two", argv=["y"], results_dir=tmp_path)
+    text = index.read_text()
+    assert text.startswith(prose + TABLE_HEADER)
+    assert "| `bench` |" in text and "| `other` |" in text
 
 
 def test_module_commands_are_written_as_run_from_the_repository_root():

@@ -375,6 +375,7 @@ class SchedulerPolicy:
             "timed_passes": self.timer.num_timed if self.timer is not None else 0,
             "planned_passes": self.num_planned_passes,
             "last_pass": None if last is None else last_pass(last),
+            "sized_passes": counters.sized_passes,
             "missed_passes": {target.value: n for target, n in counters.missed_passes.items()},
             "slot_passes": counters.slot_passes,
             "unusable_cost_passes": counters.unusable_cost_passes,

@@ -26,7 +26,7 @@ from serve_app.config.app_config import (
 )
 from serve_app.config.config_model import ConfigError, StrictConfig, describe_validation_error, validate
 from serve_app.config.knobs import EngineKnobs, RoutingKnobs, engine_policy, policy_config
-from serve_app.config.sglang_engine import reported_policy, sglang_engine_kwargs
+from serve_app.config.sglang_engine import reported_passes, reported_policy, sglang_engine_kwargs
 from serve_app.engines.sim.settings import SimSettings
 
 __all__ = [
@@ -43,6 +43,7 @@ __all__ = [
     "describe_validation_error",
     "engine_policy",
     "policy_config",
+    "reported_passes",
     "reported_policy",
     "served_model_id",
     "sglang_engine_kwargs",

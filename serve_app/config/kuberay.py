@@ -11,7 +11,11 @@ Each kustomize overlay in `k8s/overlays/` serves one config file (`gpu`: `config
   `long_lane_replicas` serve documents), so the long lane keeps its size and added replicas join the chat lane.
 
 A generated config must pass `serve_app.config.check` (Serve's schema, our typed sections) before it is written.
-`--check` writes nothing and exits 1 when a patch is stale (the config file changed since it was written).
+
+It also writes `k8s/monitoring/prometheusrule.yaml`, the Prometheus Operator's form of the alert rules in
+`observability/prometheus/fairshare-alerts.yaml` (the one copy of the rules; the `gpu` overlay includes
+`k8s/monitoring/`). `--check` writes nothing and exits 1 when a generated file is stale (its source changed since
+it was written).
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ ENGINE = "Engine"
 CLUSTER_HOST = "0.0.0.0"  # inside a pod: the Service in front decides who reaches it
 RAY_SERVICE_NAME = "fairshare"
 PATCH_NAME = "serve-config.yaml"
+ALERT_RULES = Path("observability") / "prometheus" / "fairshare-alerts.yaml"
+PROMETHEUS_RULE = Path("k8s") / "monitoring" / "prometheusrule.yaml"
 
 
 class EngineScaling(BaseModel):
@@ -122,19 +128,38 @@ def patch_path(name: str, repo: Path = REPO) -> Path:
     return repo / "k8s" / "overlays" / name / PATCH_NAME
 
 
+def prometheus_rule_text(repo: Path = REPO) -> str:
+    """The alert rules file as a `PrometheusRule` (Prometheus Operator): its groups, as they are."""
+    rules = yaml.safe_load((repo / ALERT_RULES).read_text())
+    resource = {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": {"name": RAY_SERVICE_NAME, "labels": {"app.kubernetes.io/name": "fairshare-serve"}},
+        "spec": {"groups": rules["groups"]},
+    }
+    header = (
+        f"# Generated from {ALERT_RULES} by `python -m serve_app.config.kuberay`: edit that file and run it again.\n"
+    )
+    return header + yaml.safe_dump(resource, sort_keys=False, width=120)
+
+
+def generated(repo: Path = REPO) -> dict[Path, str]:
+    """Every file the generator writes, by path, with its text."""
+    files = {patch_path(name, repo): patch_text(name, overlay, repo) for name, overlay in OVERLAYS.items()}
+    files[repo / PROMETHEUS_RULE] = prometheus_rule_text(repo)
+    return files
+
+
 def main(argv: list[str] | None = None, repo: Path = REPO) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args not in ([], ["--check"]):
         print("usage: python -m serve_app.config.kuberay [--check]", file=sys.stderr)
         return 2
-    stale = []
-    for name, overlay in OVERLAYS.items():
-        text, path = patch_text(name, overlay, repo), patch_path(name, repo)
-        if path.exists() and path.read_text() == text:
-            continue
-        stale.append(path)
-        if not args:
-            path.write_text(text)
+    stale = [path for path, text in generated(repo).items() if not path.exists() or path.read_text() != text]
+    if not args:
+        for path, text in generated(repo).items():
+            if path in stale:
+                path.write_text(text)
     verb = "stale (run `python -m serve_app.config.kuberay`)" if args else "written"
     for path in stale:
         print(f"{path.relative_to(repo)}: {verb}")

@@ -77,3 +77,16 @@ def reported_policy(states: Sequence[Mapping[str, Any] | None], predicted: Polic
             return predicted
         return predicted if policy == predicted else policy
     return predicted
+
+
+def reported_passes(states: Sequence[Mapping[str, Any] | None]) -> tuple[int, dict[str, int]]:
+    """The passes the plugin sized and, by target, those over it (``sized_passes``, ``missed_passes`` in its state,
+    `SchedulerPolicy.describe`), summed over the schedulers that report them."""
+    sized, over = 0, dict[str, int]()
+    for state in states:
+        if not isinstance(state, Mapping):
+            continue
+        sized += int(state.get("sized_passes") or 0)
+        for target, n in (state.get("missed_passes") or {}).items():
+            over[target] = over.get(target, 0) + int(n)
+    return sized, over

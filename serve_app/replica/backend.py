@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import AsyncGenerator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from scheduler.config import PolicyConfig
@@ -193,6 +193,11 @@ class EngineCounters:
     num_aborted: int = 0
     num_skip_ahead: int = 0
     """Requests admitted ahead of an earlier request rejected for KV capacity."""
+    sized_passes: int = 0
+    """Passes the policy sized (`scheduler.slo_sizing.SloCounters.sized_passes`; 0 with the policy off)."""
+    passes_over_target: dict[str, int] = field(default_factory=dict)
+    """By target (`ttft`, `tbt`): sized passes in which even the smallest pass the policy can plan breaks it
+    (`SloCounters.missed_passes`): the hardware cannot meet that target there."""
 
 
 class EngineBackend(Protocol):

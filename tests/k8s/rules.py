@@ -288,3 +288,24 @@ def storage_problems(resources: list[dict[str, Any]]) -> list[str]:
 
 def _under(path: str, mount: str) -> bool:
     return path == mount or path.startswith(mount.rstrip("/") + "/")
+
+
+def monitoring_problems(resources: list[dict[str, Any]]) -> list[str]:
+    """Where a PodMonitor comes with the overlay: it selects every Ray pod, and each pod's Ray container has the
+    port it scrapes, the port Ray exports its metrics on (`metrics-export-port`)."""
+    monitors = [r for r in resources if r["kind"] == "PodMonitor"]
+    out = []
+    for monitor in monitors:
+        selector = monitor["spec"]["selector"]["matchLabels"]
+        for pod in ray_pods(ray_service(resources)):
+            labels = pod.template.get("metadata", {}).get("labels", {})
+            if any(labels.get(k) != v for k, v in selector.items()):
+                out.append(f"{pod.group}: not selected by PodMonitor {monitor['metadata']['name']}")
+            ports = {p["name"]: p["containerPort"] for p in pod.ray_container.get("ports", [])}
+            for endpoint in monitor["spec"]["podMetricsEndpoints"]:
+                port = ports.get(endpoint["port"])
+                if port is None:
+                    out.append(f"{pod.group}: no container port {endpoint['port']!r} to scrape")
+                elif str(port) != pod.ray_start_params.get("metrics-export-port"):
+                    out.append(f"{pod.group}: port {endpoint['port']!r} is not Ray's metrics-export-port")
+    return out

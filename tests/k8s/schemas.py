@@ -5,8 +5,9 @@ itself is vendored in `tests/k8s/crd/` so a test can check the extraction. A CRD
 otherwise (the API server prunes them silently), so every object schema that lists its properties is
 closed here with `additionalProperties: false`. The other kinds reuse the Kubernetes schemas the CRD
 embeds: a Job's pod template is the head group's pod template, a PVC's spec is the one inside an
-ephemeral volume's claim template, object metadata is the serve Service's. CEL rules
-(`x-kubernetes-validations`) are not evaluated.
+ephemeral volume's claim template, object metadata is the serve Service's. The Prometheus Operator's kinds
+(`monitoring.coreos.com/v1` PodMonitor and PrometheusRule) are written out here with just the fields `k8s/` uses,
+typed as the operator's CRDs type them. CEL rules (`x-kubernetes-validations`) are not evaluated.
 """
 
 from __future__ import annotations
@@ -87,9 +88,38 @@ def schemas() -> dict[str, dict[str, Any]]:
         "additionalProperties": False,
     }
     return {
+        **monitoring_schemas(metadata),
         "RayService": _resource("ray.io/v1", "RayService", metadata, spec),
         "PersistentVolumeClaim": _resource("v1", "PersistentVolumeClaim", metadata, claim_spec),
         "Job": _resource("batch/v1", "Job", metadata, job_spec),
+    }
+
+
+def _closed_object(required: list[str], properties: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "object", "required": required, "properties": properties, "additionalProperties": False}
+
+
+def monitoring_schemas(metadata: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """PodMonitor and PrometheusRule: the fields `k8s/monitoring/` uses; add one here (typed) before using it."""
+    text: dict[str, Any] = {"type": "string"}
+    labels = {"type": "object", "additionalProperties": text}
+    endpoint = _closed_object(["port"], {"port": text, "path": text, "interval": text})
+    pod_monitor = _closed_object(
+        ["selector", "podMetricsEndpoints"],
+        {
+            "selector": _closed_object(["matchLabels"], {"matchLabels": labels}),
+            "podMetricsEndpoints": {"type": "array", "minItems": 1, "items": endpoint},
+        },
+    )
+    rule = _closed_object(
+        ["alert", "expr"],
+        {"alert": text, "expr": text, "for": text, "labels": labels, "annotations": labels},
+    )
+    group = _closed_object(["name", "rules"], {"name": text, "rules": {"type": "array", "minItems": 1, "items": rule}})
+    prometheus_rule = _closed_object(["groups"], {"groups": {"type": "array", "minItems": 1, "items": group}})
+    return {
+        "PodMonitor": _resource("monitoring.coreos.com/v1", "PodMonitor", metadata, pod_monitor),
+        "PrometheusRule": _resource("monitoring.coreos.com/v1", "PrometheusRule", metadata, prometheus_rule),
     }
 
 

@@ -26,7 +26,11 @@ from tests.k8s.schemas import VENDORED, load_crd, schema_from_crd
 from tests.k8s.schemas import validate as validate_resource
 
 REPO = Path(__file__).resolve().parents[2]
-KINDS = {"base": {"RayService"}, "gpu": {"RayService", "PersistentVolumeClaim", "Job"}, "cpu-demo": {"RayService"}}
+KINDS = {
+    "base": {"RayService"},
+    "gpu": {"RayService", "PersistentVolumeClaim", "Job", "PodMonitor", "PrometheusRule"},
+    "cpu-demo": {"RayService"},
+}
 RULES = [
     rules.env_problems,
     rules.capacity_problems,
@@ -36,6 +40,7 @@ RULES = [
     rules.resource_problems,
     rules.service_problems,
     rules.storage_problems,
+    rules.monitoring_problems,
 ]
 
 
@@ -103,6 +108,13 @@ MUTATIONS: dict[str, tuple[str, Callable[[dict[str, Any]], None]]] = {
     "tolerations as a mapping": ("RayService", lambda r: _group(r)["template"]["spec"].update(tolerations={})),
     "wrong apiVersion": ("RayService", lambda r: r.update(apiVersion="ray.io/v1alpha1")),
     "claim size as a list": ("PersistentVolumeClaim", lambda r: r["spec"]["resources"].update(requests=[])),
+    "pod monitor endpoint field": (
+        "PodMonitor",
+        lambda r: _rename(r["spec"]["podMetricsEndpoints"][0], "port", "prot"),
+    ),
+    "pod monitor without endpoints": ("PodMonitor", lambda r: r["spec"].update(podMetricsEndpoints=[])),
+    "rule field": ("PrometheusRule", lambda r: _rename(r["spec"]["groups"][0]["rules"][0], "expr", "expression")),
+    "rule label as a number": ("PrometheusRule", lambda r: r["spec"]["groups"][0]["rules"][0]["labels"].update(x=1)),
 }
 
 
@@ -207,6 +219,13 @@ def test_checked_in_serve_config_patch_is_up_to_date(name: str) -> None:
     )
 
 
+def test_checked_in_prometheus_rule_is_the_alert_rules_file() -> None:
+    path = REPO / kuberay.PROMETHEUS_RULE
+    assert path.read_text() == kuberay.prometheus_rule_text(), f"{kuberay.PROMETHEUS_RULE} is stale"
+    rule = yaml.safe_load(path.read_text())
+    assert rule["spec"]["groups"] == yaml.safe_load((REPO / kuberay.ALERT_RULES).read_text())["groups"]
+
+
 def test_generator_refuses_a_config_that_fails_the_check(tmp_path: Path) -> None:
     raw = yaml.safe_load((REPO / "config.gpu.yaml").read_text())
     engine = next(d for d in raw["applications"][0]["deployments"] if d["name"] == kuberay.ENGINE)
@@ -218,16 +237,23 @@ def test_generator_refuses_a_config_that_fails_the_check(tmp_path: Path) -> None
 
 def test_generator_check_mode_reports_a_stale_patch(tmp_path: Path, capsys) -> None:
     shutil.copytree(K8S, tmp_path / "k8s")
+    shutil.copytree(REPO / "observability", tmp_path / "observability")
     for name in ("config.yaml", "config.gpu.yaml"):
         shutil.copy(REPO / name, tmp_path / name)
     assert kuberay.main([], tmp_path) == 0
     assert kuberay.main(["--check"], tmp_path) == 0
     config = tmp_path / "config.yaml"
     config.write_text(config.read_text().replace("default_max_tokens: 256", "default_max_tokens: 300"))
+    alerts = tmp_path / kuberay.ALERT_RULES
+    alerts.write_text(alerts.read_text().replace("for: 15m", "for: 20m"))
     assert kuberay.main(["--check"], tmp_path) == 1
-    assert "k8s/overlays/cpu-demo/serve-config.yaml: stale" in capsys.readouterr().out
+    assert capsys.readouterr().out.splitlines() == [
+        "k8s/overlays/cpu-demo/serve-config.yaml: stale (run `python -m serve_app.config.kuberay`)",
+        f"{kuberay.PROMETHEUS_RULE}: stale (run `python -m serve_app.config.kuberay`)",
+    ]
     assert kuberay.main([], tmp_path) == 0
     assert kuberay.main(["--check"], tmp_path) == 0
+    assert "for: 20m" in (tmp_path / kuberay.PROMETHEUS_RULE).read_text()
 
 
 @pytest.mark.parametrize(
@@ -367,6 +393,23 @@ BREAKAGES: dict[str, tuple[Callable, Callable[[list[dict[str, Any]]], None], str
             env=[{"name": "HF_TOKEN", "value": "hf_x"}]
         ),
         "HF_TOKEN",
+    ),
+    "a worker group without the metrics port": (
+        rules.monitoring_problems,
+        lambda r: _worker(rules.ray_service(r)).pop("ports"),
+        "no container port 'metrics'",
+    ),
+    "metrics exported on another port": (
+        rules.monitoring_problems,
+        lambda r: _group(rules.ray_service(r))["rayStartParams"].update({"metrics-export-port": "9090"}),
+        "not Ray's metrics-export-port",
+    ),
+    "a pod the monitor does not select": (
+        rules.monitoring_problems,
+        lambda r: _group(rules.ray_service(r))["template"]["metadata"]["labels"].update(
+            {"app.kubernetes.io/name": "other"}
+        ),
+        "not selected by PodMonitor",
     ),
 }
 

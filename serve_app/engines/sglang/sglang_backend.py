@@ -42,6 +42,7 @@ from serve_app.config import (
     AppConfig,
     EngineKnobs,
     engine_policy,
+    reported_passes,
     reported_policy,
     sglang_engine_kwargs,
 )
@@ -243,6 +244,7 @@ class SglangBackend:
         return self._pending.ids(limit)
 
     def counters(self) -> EngineCounters:
+        self._counters.sized_passes, self._counters.passes_over_target = reported_passes(self._policy_state)
         return self._counters
 
     def describe(self) -> dict[str, Any]:

@@ -138,7 +138,10 @@ class SimBackend:
         return {r.rid: r.extend_tokens for r in pending[:limit]}
 
     def counters(self) -> EngineCounters:
-        self._counters.num_skip_ahead = self.scheduler.planner.num_skip_ahead
+        planner = self.scheduler.planner
+        self._counters.num_skip_ahead = planner.num_skip_ahead
+        self._counters.sized_passes = planner.slo_counters.sized_passes
+        self._counters.passes_over_target = {t.value: n for t, n in planner.slo_counters.missed_passes.items()}
         return self._counters
 
     def describe(self) -> dict[str, Any]:
