@@ -8,9 +8,10 @@ follows the concurrency limit and is never configured twice.
 
 from __future__ import annotations
 
+import json
 from typing import Self
 
-from pydantic import Field, model_validator
+from pydantic import Field, PositiveFloat, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from scheduler.traffic import TrafficClass, classify
@@ -44,6 +45,16 @@ class PolicyConfig(BaseSettings):
         True,
         description="Share each pass max-min fairly among the requests that can run in it, none above F when "
         "contended (the article's min(F, budget / n)). Off = first come takes the budget (upstream).",
+    )
+    tenant_fairness: bool = Field(
+        True,
+        description="Share passes among tenants before requests: admission in virtual-token-counter order and "
+        "each pass's long tokens by tenant weight (scheduler.tenants). Off, or with one tenant: by request.",
+    )
+    tenant_weights: dict[str, PositiveFloat] = Field(
+        default_factory=dict,
+        description="Weight by tenant for requests that carry none (the plugin used on its own; the Serve app "
+        'sends each request\'s weight with it); a JSON object in the environment, e.g. {"acme": 2}. Unnamed: 1.',
     )
     full_budget_when_alone: bool = Field(
         True, description="A request that prefills alone, with nobody contending, gets the whole pass budget."
@@ -243,3 +254,13 @@ def default_long_pass_floor_tokens(chunk_budget_tokens: int) -> int:
 
 def env_var_name(field: str) -> str:
     return f"{ENV_PREFIX}{field.upper()}"
+
+
+def env_value(value: object) -> str:
+    """A knob's value as its environment variable holds it: ``none`` for None, JSON for a mapping (how pydantic's
+    settings read a complex field), else its text."""
+    if value is None:
+        return "none"
+    if isinstance(value, dict):
+        return json.dumps(value)
+    return str(value)

@@ -13,7 +13,7 @@ the model could not predict, for engines to export.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 from scheduler.admission import AdmissionScan, StarvationLedger, fits
@@ -24,6 +24,7 @@ from scheduler.pass_budget import PassBudget, PassSizer
 from scheduler.pass_cost import PassCost, attention_of, extend_pairs
 from scheduler.slo_sizing import PassLoad, SloCounters, UnusableCost, predict
 from scheduler.snapshot import Candidate, Grant, PassPlan, QueueSnapshot, Rejection
+from scheduler.tenants import TenantCounters, TenantRequest, tenant_fill, walk_order, weight_of
 
 RESCANS = 2
 """Re-scans after the pass could not run a request the scan admitted (bounds decision time)."""
@@ -37,6 +38,8 @@ class PassPlanner:
         self.ledger = StarvationLedger()
         self.sizer = PassSizer()
         self.slo_counters = SloCounters()
+        self.tenants = TenantCounters()
+        """Each tenant's virtual token counter (`scheduler.tenants`)."""
         self.num_skip_ahead = 0
         """Requests admitted by skip-ahead since start (for metrics)."""
         self.num_plans = 0
@@ -54,6 +57,8 @@ class PassPlanner:
     def plan(self, snap: QueueSnapshot) -> PassPlan:
         pass_index = self.num_plans if snap.pass_index is None else snap.pass_index
         self.num_plans += 1
+        if self.cfg.tenant_fairness:
+            self.tenants.observe(snap.tenants)
         deferred: list[str] = []
         longs: set[str] | None = None
         for attempt in range(RESCANS + 1):
@@ -72,6 +77,7 @@ class PassPlanner:
         self.num_skip_ahead += plan.num_skip_ahead
         self._predict(plan, snap, [*snap.continuing, *admitted])
         self._commit(plan, pass_index, [c.extend_tokens for c in shorts])
+        self._charge(plan, [*snap.continuing, *admitted])
         self.slo_counters.record(self.cfg, budget.size, budget.unusable_cost)
         log_plan(self.cfg, plan)
         return plan
@@ -258,7 +264,7 @@ class PassPlanner:
             demand_left -= self._want(cand)
             return True
 
-        for cand in snap.waiting:
+        for cand in self._walk(snap):
             if free_slots <= 0 or demand_left <= 0 or not scan.may_examine_next():
                 break
             examined.add(cand.rid)
@@ -273,6 +279,46 @@ class PassPlanner:
                     consider(cand, True)
         slot_wait = free_slots <= 0 and _short_left_waiting(snap, admitted, deferred, judged_shorts)
         return admitted, shorts, past_rejection, slot_wait
+
+    def _walk(self, snap: QueueSnapshot) -> Sequence[Candidate]:
+        """The waiting queue in the order admission judges it: by tenant (`tenants.walk_order`) when tenants share
+        the engine, else as queued."""
+        if not self.cfg.tenant_fairness or len(snap.tenants) < 2:
+            return snap.waiting
+        return walk_order(snap.waiting, self.tenants, self._weight)
+
+    def _weight(self, cand: Candidate) -> float:
+        return weight_of(cand, self.cfg.tenant_weights)
+
+    def _charge(self, plan: PassPlan, sharers: list[Candidate]) -> None:
+        """Bill each tenant the prompt tokens its requests are granted in the pass."""
+        if not self.cfg.tenant_fairness:
+            return
+        by_rid = {c.rid: c for c in sharers}
+        for g in plan.grants:
+            c = by_rid[g.rid]
+            self.tenants.charge(c.tenant, self._weight(c), prefill_tokens=g.tokens)
+
+    def charge_decode(self, decoded: Iterable[TenantRequest]) -> None:
+        """Bill each backlogged tenant an output token per request of its that decoded in a pass (engines call it
+        for each pass that decodes, planned or not). Only counters of tenants backlogged together are ever
+        compared (a tenant that becomes backlogged is lifted to them), so with fewer than two it is free."""
+        backlogged = self.tenants.backlogged
+        if not self.cfg.tenant_fairness or len(backlogged) < 2:
+            return
+        for r in decoded:
+            if r.tenant in backlogged:
+                self.tenants.charge(r.tenant, weight_of(r, self.cfg.tenant_weights), decode_tokens=1)
+
+    def _fill(self, wants: list[int], sharers: list[Candidate], budget: int, max_cut: int) -> list[int]:
+        """Max-min shares of `budget`: among tenants by weight first when shared by tenant (`tenants.tenant_fill`),
+        else among requests. A pass shared by tenants leaves one request of each cut: with room for one cut request
+        (sglang), tenants take turns by admission order instead (`_walk`), and the pass is shared by request."""
+        if not self.cfg.tenant_fairness or max_cut < 2:
+            return water_fill(wants, budget)
+        weights = {c.tenant: self._weight(c) for c in sharers}
+        demands = [c.extend_tokens if w else 0 for c, w in zip(sharers, wants, strict=True)]
+        return tenant_fill(wants, demands, [c.tenant for c in sharers], weights, budget)
 
     def _want(self, cand: Candidate) -> int:
         """What a request can take at most in a contended pass."""
@@ -290,15 +336,16 @@ class PassPlanner:
             cap = per_request_cap(self.cfg, budget, len(sharers))
             shares = self._shares(sharers, short_ids, budget, cap, snap, finish)
             grants = [Grant(c.rid, s, cut=s < c.extend_tokens) for c, s in zip(sharers, shares, strict=True) if s > 0]
-            extra = _first_over_cut_limit(grants, snap.max_cut_requests, snap.continuing)
+            extra = _over_cut_limit(grants, snap.max_cut_requests, snap.continuing)
             if extra is None and len(grants) == len(sharers):
                 return grants, cap
             if extra is not None and (done := _finishable(grants, budget, snap.continuing, finish)):
                 # Spare budget can finish a half-prefilled request, freeing the cut for the new one.
                 finish.add(done)
                 continue
-            # Re-share without the request that cannot run: its share goes to the others.
-            drop = extra or next(c.rid for c, s in zip(sharers, shares, strict=True) if s == 0)
+            # Re-share without the request that cannot run: its share goes to the others. Of those the pass gives
+            # nothing, the last in admission order goes first, so the first keep their turn.
+            drop = extra or next(c.rid for c, s in reversed(list(zip(sharers, shares, strict=True))) if s == 0)
             sharers = [c for c in sharers if c.rid != drop]
 
     def _shares(
@@ -318,11 +365,12 @@ class PassPlanner:
         whole = [c.rid in short_ids or c.rid in finish for c in sharers]
         wants = [d if w else min(d, cap) for d, w in zip(demands, whole, strict=True)]
         if not self.cfg.adaptive_pass:
-            return align(water_fill(wants, budget), demands, snap.granule_tokens)
+            return align(self._fill(wants, sharers, budget, snap.max_cut_requests), demands, snap.granule_tokens)
         # The pass was sized for the short requests it admits: they are served whole first (cut, one would be a
         # second cut request and sit the pass out), the long ones share what is left, then take what caps leave.
         first = water_fill([x if w else 0 for x, w in zip(wants, whole, strict=True)], budget)
-        rest = water_fill([0 if w else x for x, w in zip(wants, whole, strict=True)], budget - sum(first))
+        longs = [0 if w else x for x, w in zip(wants, whole, strict=True)]
+        rest = self._fill(longs, sharers, budget - sum(first), snap.max_cut_requests)
         shares = [a + b for a, b in zip(first, rest, strict=True)]
         top_up(shares, demands, budget, [i for i, w in enumerate(whole) if not w])
         return align(shares, demands, snap.granule_tokens)
@@ -349,15 +397,13 @@ def _finishable(grants: list[Grant], budget: int, continuing: Sequence[Candidate
     return None
 
 
-def _first_over_cut_limit(grants: list[Grant], max_cut: int, continuing: Sequence[Candidate]) -> str | None:
-    """The first newly admitted request that would be one half-prefilled request too many."""
+def _over_cut_limit(grants: list[Grant], max_cut: int, continuing: Sequence[Candidate]) -> str | None:
+    """The last newly admitted request of those that would be half-prefilled one too many: the requests admitted
+    first keep their place in the pass."""
     kept = {c.rid for c in continuing}
     granted = {g.rid for g in grants}
     num_cut = sum(c.rid not in granted for c in continuing)  # left out of the pass, still half-prefilled
-    for g in grants:
-        if not g.cut:
-            continue
-        num_cut += 1
-        if num_cut > max_cut and g.rid not in kept:
-            return g.rid
-    return None
+    num_cut += sum(g.cut for g in grants)
+    if num_cut <= max_cut:
+        return None
+    return next((g.rid for g in reversed(grants) if g.cut and g.rid not in kept), None)

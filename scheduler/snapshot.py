@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from scheduler.tenants import DEFAULT_TENANT
+
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
@@ -22,6 +24,10 @@ class Candidate:
     ctx_tokens: int = 0
     """Tokens already in the request's KV that its next chunk attends to (cached prefix and what is prefilled):
     what the pass-cost model charges its attention by."""
+    tenant: str = DEFAULT_TENANT
+    """Whom the request is billed to (`scheduler.tenants`)."""
+    tenant_weight: float | None = None
+    """Its tenant's weight as the request carries it (the Serve app's key table); None = the policy's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +62,9 @@ class QueueSnapshot:
     pass_index: int | None = None
     """The engine's forward-pass counter (sglang: ``forward_ct``; the simulator: its step count), which the
     policy's pass-counted knobs follow. None = the planner counts the passes it plans."""
+    tenants: frozenset[str] = frozenset()
+    """The tenants with requests waiting or prefilling, where the engine tracks them (`scheduler.tenants`); fewer
+    than two: the queue is walked as it is, and read no further than admission reads it."""
     waiting_short: Sequence[Candidate] | None = None
     """The short waiting requests in queue order, when the engine indexes them (the simulator does): a short
     request queued behind more than `lookahead` rejected documents is still found. None = the scan only."""

@@ -1,7 +1,7 @@
 import pytest
 from pydantic import ValidationError
 
-from scheduler.config import PolicyConfig, env_var_name
+from scheduler.config import PolicyConfig, env_value, env_var_name
 
 
 def test_f_is_derived_from_the_concurrency_limit_and_logged_in_the_seeds_wording():
@@ -31,14 +31,17 @@ def _other_valid_value(name: str, default: object) -> object:
         return 1024  # the optional token knobs: a pass size or a cap within the default chunk budget
     if name == "chunk_budget_tokens":
         return default * 2  # stays above the pass sizes it bounds
+    if name == "tenant_weights":
+        return {"acme": 2.0, "lab": 0.5}
+    assert isinstance(default, int | float), name
     return default + 1
 
 
 def test_every_knob_has_an_environment_override(monkeypatch):
     expected = {}
     for name, field in PolicyConfig.model_fields.items():
-        expected[name] = _other_valid_value(name, field.default)
-        monkeypatch.setenv(env_var_name(name), str(expected[name]))
+        expected[name] = _other_valid_value(name, field.get_default(call_default_factory=True))
+        monkeypatch.setenv(env_var_name(name), env_value(expected[name]))
     assert PolicyConfig().model_dump() == expected
     assert env_var_name("diagnostics") == "FAIRSHARE_DIAGNOSTICS"
 

@@ -7,7 +7,7 @@ import importlib.util
 import re
 from pathlib import Path
 
-from scheduler.config import PolicyConfig, env_var_name
+from scheduler.config import PolicyConfig, env_value, env_var_name
 from scheduler.sglang_plugin import env as plugin_env
 from scheduler.sglang_plugin.server_args import SGLANG_OWNED_FIELDS
 
@@ -58,7 +58,8 @@ def test_plugin_switch_defaults_match_the_code():
         elif info.default is None:
             assert default.startswith("unset"), field
         else:
-            assert default.split()[0] == f"`{str(info.default).lower()}`", field
+            value = env_value(info.get_default(call_default_factory=True))
+            assert default.split()[0] == f"`{value.lower()}`", field
 
 
 def test_every_module_the_docs_run_exists():

@@ -22,7 +22,7 @@ from pydantic_core import ErrorDetails, InitErrorDetails
 from pydantic_settings import EnvSettingsSource
 from pydantic_settings.sources.utils import parse_env_vars
 
-from scheduler.config import PolicyConfig, env_var_name
+from scheduler.config import PolicyConfig, env_value, env_var_name
 
 PLUGIN_ENABLED_VAR = "FAIRSHARE_PLUGIN_ENABLED"
 PLUGIN_FORCE_VAR = "FAIRSHARE_PLUGIN_FORCE"
@@ -71,7 +71,7 @@ class _PolicyEnvSource(EnvSettingsSource):
 def policy_env(overrides: Mapping[str, object]) -> dict[str, str]:
     """The ``FAIRSHARE_*`` variables that set these policy fields, as a launcher exports them for the plugin
     (``none`` for None)."""
-    return {env_var_name(f): "none" if v is None else str(v) for f, v in overrides.items()}
+    return {env_var_name(f): env_value(v) for f, v in overrides.items()}
 
 
 def explicit_policy_env(environ: Mapping[str, str] | None = None) -> dict[str, object]:

@@ -41,6 +41,7 @@ from sglang.srt.managers.schedule_policy import CLIP_MAX_NEW_TOKENS
 
 from scheduler.config import PolicyConfig
 from scheduler.snapshot import Candidate, QueueSnapshot
+from scheduler.tenants import DEFAULT_TENANT
 
 if TYPE_CHECKING:
     from sglang.srt.managers.schedule_batch import Req, ScheduleBatch
@@ -105,12 +106,15 @@ class CandidateWindow(Sequence["LazyCandidate"]):
 class LazyCandidate:
     """A `Candidate` whose request is matched on the first read of its token figures."""
 
-    __slots__ = ("_index", "_window", "rid")
+    __slots__ = ("_index", "_window", "rid", "tenant", "tenant_weight")
 
     def __init__(self, window: CandidateWindow, index: int, rid: str) -> None:
         self._window = window
         self._index = index
         self.rid = rid
+        # sglang's requests carry no tenant yet: every request is the default tenant's.
+        self.tenant = DEFAULT_TENANT
+        self.tenant_weight: float | None = None
 
     @property
     def extend_tokens(self) -> int:

@@ -15,12 +15,12 @@ from rich.console import Console
 from rich.table import Table
 
 from scheduler.sim.presets import CARD12GB, PRESETS
-from scheduler.sim.workload import OVERLOAD_SCENARIOS, SCENARIOS, load_workload, scenario
+from scheduler.sim.workload import OVERLOAD_SCENARIOS, SCENARIOS, TENANT_SCENARIOS, load_workload, scenario
 from scheduler.slo import SloTargets
 from scheduler.traffic import TrafficClass
 
 if TYPE_CHECKING:
-    from scheduler.sim.compare import Cell
+    from scheduler.sim.compare import Cell, Comparison
 
 console = Console()
 
@@ -69,12 +69,29 @@ def cmd_compare(args: argparse.Namespace) -> int:
         for label, cells in metrics.items():
             table.add_row(label, *(_cell(cells[s]) for s in args.policy))
         console.print(table)
+    if len(next(iter(comparison.tenants.values())).tenants) > 1:
+        console.print(_tenant_table(comparison))
     console.print(f"decode-only step: {comparison.decode_only_step_s:.3f} s")
     console.print(
         f"SLO (short requests): TTFT <= {chat.ttft_s:g} s and p99 of each stream's gaps <= {chat.tbt_s:g} s "
         "(scheduler.slo); long requests are not judged on latency"
     )
     return 0
+
+
+def _tenant_table(comparison: Comparison) -> Table:
+    """Per policy and tenant: tokens served, shares while backlogged, TTFT p99; Jain's index and the largest gap."""
+    table = Table(title=f"{comparison.workload}: tenants (scheduler.tenants; shares of the prefill while backlogged)")
+    columns = ("policy", "tenant", "weight", "tokens served", "share beside others", "share, all waiting", "TTFT p99")
+    for col in columns:
+        table.add_column(col, justify="left" if col in ("policy", "tenant") else "right")
+    for spec, report in comparison.tenants.items():
+        for name, t in report.tenants.items():
+            shares = (_fmt(t.share_while_backlogged), _fmt(t.share_while_all_backlogged))
+            table.add_row(spec, name, _fmt(t.weight), str(t.tokens_served), *shares, _fmt(t.ttft_p99_s))
+        gap = report.max_service_gap_tokens
+        table.add_row(spec, "Jain, gap", "", "", _fmt(report.jain_while_backlogged), _fmt(gap), "")
+    return table
 
 
 def _cell(c: Cell) -> str:
@@ -131,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     src = cmp_.add_mutually_exclusive_group(required=True)
     src.add_argument(
         "--scenario",
-        choices=sorted([*SCENARIOS, *OVERLOAD_SCENARIOS]),
+        choices=sorted([*SCENARIOS, *OVERLOAD_SCENARIOS, *TENANT_SCENARIOS]),
         help="a named workload (kv-burst, poisson-*, doc-flood are sized for the preset)",
     )
     src.add_argument("--workload", type=_existing_file, help="YAML or JSON workload file")

@@ -12,6 +12,7 @@ from scheduler.sim.experiments import run_spec
 from scheduler.sim.metrics import ClassMetrics, RunMetrics, measure
 from scheduler.sim.presets import Preset
 from scheduler.sim.runner import RunResult
+from scheduler.sim.tenant_metrics import TenantReport, tenant_report
 from scheduler.sim.workload import Workload
 from scheduler.slo import SloTargets
 from scheduler.traffic import TrafficClass
@@ -49,6 +50,8 @@ class Comparison(BaseModel):
     """class -> (TTFT target s, TBT target s) attainment is judged by, the same for every policy."""
     classes: dict[str, dict[str, dict[str, Cell]]]
     """class -> metric -> policy -> cell."""
+    tenants: dict[str, TenantReport]
+    """policy -> how its tenants shared the engine (`scheduler.sim.tenant_metrics`)."""
 
 
 def compare(
@@ -79,6 +82,7 @@ def compare(
         decode_only_step_s=measured[0].decode_only_step_s,
         slo=measured[0].slo,
         classes=classes,
+        tenants={spec: tenant_report(r) for spec, r in zip(specs, results, strict=True)},
     )
     return comparison, results
 

@@ -50,6 +50,8 @@ class StepResult:
     kind: PassKind
     num_prefill_tokens: int
     num_decode_rows: int
+    prefill: dict[str, int] = field(default_factory=dict)
+    """Prompt tokens each request prefilled in the pass."""
     emitted: list[tuple[str, int]] = field(default_factory=list)
     """(rid, tokens generated so far) for each request that produced a token this pass."""
     finished: list[str] = field(default_factory=list)
@@ -144,7 +146,7 @@ class SimEngine:
             decode_rows=len(decode),
             decode_ctx_tokens=sum(r.context_tokens for r in decode),
         )
-        result = StepResult(now_s, duration, plan.kind, sum(n for _, n in prefill), len(decode))
+        result = StepResult(now_s, duration, plan.kind, sum(n for _, n in prefill), len(decode), dict(plan.prefill))
         self.process_results()  # the last pass's results are processed once this pass is launched
         self._advance(prefill, decode, result)
         self.num_passes += 1

@@ -6,6 +6,7 @@ import itertools
 from dataclasses import dataclass, field
 from enum import Enum
 
+from scheduler.tenants import DEFAULT_TENANT
 from scheduler.traffic import TrafficClass
 
 
@@ -26,6 +27,9 @@ class SimRequest:
     traffic_class: TrafficClass = TrafficClass.SHORT
     cached_tokens: int = 0
     session: str | None = None
+    tenant: str = DEFAULT_TENANT
+    tenant_weight: float | None = None
+    """Its tenant's weight as the request carries it; None = the policy's (`scheduler.tenants`)."""
 
     phase: Phase = Phase.WAITING
     num_prefilled: int = 0

@@ -18,6 +18,7 @@ from scheduler.planner import PassPlanner
 from scheduler.sim.request import Phase, SimRequest
 from scheduler.sim.step_plan import StepPlan
 from scheduler.snapshot import Candidate, QueueSnapshot
+from scheduler.tenants import distinct_tenants
 
 if TYPE_CHECKING:
     from scheduler.sim.engine import SimEngine
@@ -45,7 +46,14 @@ class CandidateView(Sequence[Candidate]):
 
 
 def to_candidate(req: SimRequest) -> Candidate:
-    return Candidate(req.rid, req.extend_tokens, req.kv_need_tokens, req.cached_tokens + req.num_prefilled)
+    return Candidate(
+        req.rid,
+        req.extend_tokens,
+        req.kv_need_tokens,
+        req.cached_tokens + req.num_prefilled,
+        tenant=req.tenant,
+        tenant_weight=req.tenant_weight,
+    )
 
 
 class PolicyScheduler:
@@ -90,6 +98,7 @@ class PolicyScheduler:
         # and for the interleave), but they decode no more.
         batch = [*decoding_reqs, *engine.finishing]
         if self.interleave.decode_due(len(batch)):
+            self.planner.charge_decode(decoding_reqs)
             return StepPlan(PassKind.DECODE, decode=decoding)
         num_short_decoding = sum(self.cfg.is_short(r.prompt_tokens - r.cached_tokens) for r in batch)
         snap = QueueSnapshot(
@@ -103,10 +112,13 @@ class PolicyScheduler:
             max_cut_requests=self.max_cut_requests,
             pass_index=engine.num_passes,
             waiting_short=CandidateView(engine.waiting_short),
+            tenants=distinct_tenants([*engine.waiting, *(r for r in engine.running if r.phase is Phase.PREFILLING)]),
         )
         plan = self.planner.plan(snap)
         kind = self.interleave.next_kind(self.cfg, bool(plan.grants), len(batch), num_short_decoding)
         rows = decoding if kind in (PassKind.MIXED, PassKind.DECODE) else []
+        if rows:
+            self.planner.charge_decode(decoding_reqs)
         return StepPlan(kind, prefill={g.rid: g.tokens for g in plan.grants}, decode=rows)
 
 

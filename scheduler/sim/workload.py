@@ -13,6 +13,10 @@ File format::
         arrival_s: 0.0                 # first arrival; then every interval_s, or Poisson at rate_per_s
         interval_s: 10.0
         session: agent                 # optional session id ("{i}" is replaced by the index)
+        tenant: pipeline               # optional: whom the group's requests are billed to (scheduler.tenants)
+        weight: 2                      # optional: that tenant's weight (or in the top-level map below)
+    tenants:                 # optional: weight by tenant (a tenant named nowhere weighs 1)
+      pipeline: 2
 """
 
 from __future__ import annotations
@@ -24,10 +28,11 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, model_validator
 
 from scheduler.sim.presets import H100_8B, Preset
 from scheduler.sim.request import SimRequest
+from scheduler.tenants import DEFAULT_TENANT
 from scheduler.traffic import TrafficClass
 
 
@@ -56,6 +61,8 @@ class Group(BaseModel):
     interval_s: float | None = Field(None, ge=0)
     rate_per_s: float | None = Field(None, gt=0)
     session: str | None = None
+    tenant: str = DEFAULT_TENANT
+    weight: float | None = Field(None, gt=0, description="The tenant's weight (also settable in `tenants`).")
 
     @model_validator(mode="after")
     def _one_arrival_rule(self) -> Group:
@@ -70,9 +77,27 @@ class Workload(BaseModel):
     groups: list[Group] = Field(min_length=1)
     duration_s: float | None = Field(None, gt=0)
     seed: int = 0
+    tenants: dict[str, PositiveFloat] = Field(default_factory=dict, description="Weight by tenant.")
+
+    @model_validator(mode="after")
+    def _one_weight_per_tenant(self) -> Workload:
+        for g in self.groups:
+            named = self.weights().get(g.tenant)
+            if g.weight is not None and named is not None and g.weight != named:
+                raise ValueError(f"group {g.name}: tenant {g.tenant!r} weighs {g.weight} here and {named} elsewhere")
+        return self
+
+    def weights(self) -> dict[str, float]:
+        """Weight by tenant, from `tenants` and the groups' `weight` (validated to agree)."""
+        named = dict(self.tenants)
+        for g in self.groups:
+            if g.weight is not None:
+                named.setdefault(g.tenant, g.weight)
+        return named
 
     def requests(self) -> list[SimRequest]:
         rng = random.Random(self.seed)
+        weights = self.weights()
         out: list[SimRequest] = []
         for g in self.groups:
             t = g.arrival_s
@@ -87,6 +112,8 @@ class Workload(BaseModel):
                         arrival_s=t,
                         traffic_class=g.traffic_class,
                         session=g.session.replace("{i}", str(i)) if g.session else None,
+                        tenant=g.tenant,
+                        tenant_weight=weights.get(g.tenant),
                     )
                 )
                 if g.rate_per_s:
@@ -322,6 +349,65 @@ def doc_flood(preset: Preset) -> Workload:
     )
 
 
+TENANT_DOC_TOKENS = 8_000
+"""A tenant scenario's document: long (above the class bound), small enough that shares are measured over many."""
+
+
+def _tenant_docs(tenant: str, count: int, arrival_s: float = 0.0, weight: float | None = None) -> Group:
+    group = _docs(f"{tenant}-doc", TENANT_DOC_TOKENS, count=count, arrival_s=arrival_s)
+    return group.model_copy(update={"tenant": tenant, "weight": weight})
+
+
+def _tenant_chats(tenant: str, rate_per_s: float, duration_s: float) -> Group:
+    chats = _chats(rate_per_s).model_copy(update={"name": f"{tenant}-chat", "tenant": tenant})
+    return chats.model_copy(update={"count": max(1, round(rate_per_s * duration_s))})
+
+
+def tenant_flood(preset: Preset) -> Workload:
+    """A pipeline floods 20 documents; at the same moment a team sends one, queued behind them; people chat."""
+    span = 20 * TENANT_DOC_TOKENS / preset.cost.prefill_tok_per_s
+    return Workload(
+        name="tenant-flood",
+        groups=[
+            _tenant_docs("pipeline", 20),
+            _tenant_docs("team", 1),
+            _tenant_chats("people", _chat_rate(preset, 1.0), span),
+        ],
+    )
+
+
+def tenant_weights(preset: Preset) -> Workload:
+    """Three tenants weighted 1:2:4 flood documents at once, each more than the run serves while all wait."""
+    return Workload(
+        name="tenant-weights",
+        groups=[_tenant_docs(t, 40, weight=w) for t, w in (("bronze", 1.0), ("silver", 2.0), ("gold", 4.0))],
+    )
+
+
+def tenant_late(preset: Preset) -> Workload:
+    """A tenant arrives when another has been served alone for a while: it banks nothing, owes nothing."""
+    late = 10 * TENANT_DOC_TOKENS / preset.cost.prefill_tok_per_s
+    return Workload(name="tenant-late", groups=[_tenant_docs("early", 30), _tenant_docs("late", 10, arrival_s=late)])
+
+
+def tenant_chats(preset: Preset) -> Workload:
+    """A tenant that only chats beside a tenant flooding documents: its chats keep the chat targets."""
+    span = 20 * TENANT_DOC_TOKENS / preset.cost.prefill_tok_per_s
+    return Workload(
+        name="tenant-chats",
+        groups=[_tenant_docs("pipeline", 20), _tenant_chats("people", _chat_rate(preset, 2.0), span)],
+    )
+
+
+TENANT_SCENARIOS: dict[str, Callable[[Preset], Workload]] = {
+    "tenant-flood": tenant_flood,
+    "tenant-weights": tenant_weights,
+    "tenant-late": tenant_late,
+    "tenant-chats": tenant_chats,
+}
+"""Tenants sharing one engine (`scheduler.tenants`), sized for the preset they run on."""
+
+
 OVERLOAD_SCENARIOS: dict[str, Callable[[Preset], Workload]] = {
     "kv-burst": kv_burst,
     "poisson-50": poisson_load(0.50),
@@ -336,6 +422,8 @@ def scenario(name: str, preset: Preset) -> Workload:
     """A named scenario; the overload ones are sized for `preset`."""
     if name in OVERLOAD_SCENARIOS:
         return OVERLOAD_SCENARIOS[name](preset)
+    if name in TENANT_SCENARIOS:
+        return TENANT_SCENARIOS[name](preset)
     return SCENARIOS[name]()
 
 

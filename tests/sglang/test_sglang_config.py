@@ -28,6 +28,8 @@ SWITCH_VALUES = {
     "lookahead": ("3", 3),
     "max_skipped_passes": ("7", 7),
     "fair_share": ("false", False),
+    "tenant_fairness": ("false", False),
+    "tenant_weights": ('{"acme": 2}', {"acme": 2.0}),
     "full_budget_when_alone": ("false", False),
     "chunk_budget_tokens": ("4096", 4096),
     "max_running_requests": ("5", 5),

@@ -38,6 +38,7 @@ from collections.abc import AsyncGenerator, Callable
 from typing import TYPE_CHECKING, Any
 
 from scheduler.config import PolicyConfig, env_var_name
+from scheduler.sglang_plugin.env import policy_env
 from serve_app.config import (
     AppConfig,
     EngineKnobs,
@@ -113,8 +114,7 @@ class SglangBackend:
             return
         for field in PolicyConfig.model_fields:  # a field dropped from the overrides since the last start too
             os.environ.pop(env_var_name(field), None)
-        for field, value in self._policy_overrides.items():
-            os.environ[env_var_name(field)] = "none" if value is None else str(value)
+        os.environ.update(policy_env(self._policy_overrides))
         # Subscribed before the engine binds its publisher: the engine's first events are not missed.
         self._kv_events = KvEventStream(self._apply_kv_events)
         kwargs = {**self.engine_kwargs(), "kv_events_config": self._kv_events.engine_config()}
