@@ -1,24 +1,53 @@
 """The app's metrics, through Ray's metrics API (exported by Ray's Prometheus endpoint on each node).
 
-Names start with `fairshare_`; Ray adds its `ray_` prefix on export.
+Names start with `fairshare_`; Ray adds its `ray_` prefix on export. Series per tenant carry a `tenant` label of
+bounded cardinality (`TenantLabels`, the one cap every such metric goes through).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import threading
+from collections import Counter
+from collections.abc import Mapping
 
 from ray.serve import metrics as serve_metrics
 from ray.util import metrics as ray_metrics
 
 from scheduler.slo import NOT_JUDGED, SloTargets, meets_slo
+from serve_app.protocol.sse import usage_in
 from serve_app.replica.backend import EngineCounters, ReplicaLoad
 from serve_app.routing.records import RouteDecision
 
 LATENCY_BUCKETS_S = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0]
+OTHER_TENANTS = "other"
+"""The `tenant` label of every tenant past the cap."""
+DEFAULT_TENANT_LABELS = 100
+
+
+class TenantLabels:
+    """The `tenant` label of a tenant: its name for the first `cap` distinct tenants this process sees, `other`
+    for any later one. Tenant names come from clients (a header, `user`) where no key table names them: without a
+    cap each new name would be a new series in every per-tenant metric, for as long as Prometheus keeps them."""
+
+    def __init__(self, cap: int = DEFAULT_TENANT_LABELS) -> None:
+        self.cap = cap
+        self._named: set[str] = set()
+        self._lock = threading.Lock()  # Serve calls a replica from its event loop and from threads of its own
+
+    def __call__(self, tenant: str) -> str:
+        if tenant in self._named:
+            return tenant
+        with self._lock:
+            if len(self._named) < self.cap:
+                self._named.add(tenant)
+                return tenant
+        return OTHER_TENANTS
 
 
 class IngressMetrics:
-    def __init__(self) -> None:
+    def __init__(self, tenant_labels: TenantLabels | None = None) -> None:
+        self.tenant_label = tenant_labels or TenantLabels()
         self.ttft_s = ray_metrics.Histogram(
             "fairshare_ttft_seconds",
             description="Time to first token seen at the ingress, per lane and traffic class.",
@@ -38,8 +67,14 @@ class IngressMetrics:
         )
         self.shed = ray_metrics.Counter(
             "fairshare_shed_requests_total",
-            description="Requests refused for overload (429), by reason.",
-            tag_keys=("reason",),
+            description="Requests refused for overload (429, or 503 without a replica), by reason and tenant.",
+            tag_keys=("reason", "tenant"),
+        )
+        self.tenant_tokens = ray_metrics.Counter(
+            "fairshare_tenant_tokens_total",
+            description="Tokens served by tenant, from the usage of each response the ingress relayed (a stream's "
+            "when the client asked for it), by kind (prompt, completion).",
+            tag_keys=("tenant", "kind"),
         )
         self.slo = ray_metrics.Counter(
             "fairshare_slo_requests_total",
@@ -54,6 +89,15 @@ class IngressMetrics:
 
     def observe_itl(self, lane: str, cls: str, seconds: float) -> None:
         self.itl_s.observe(seconds, tags={"lane": lane, "traffic_class": cls})
+
+    def count_shed(self, reason: str, tenant: str) -> None:
+        self.shed.inc(tags={"reason": reason, "tenant": self.tenant_label(tenant)})
+
+    def count_served(self, tenant: str, prompt_tokens: int, completion_tokens: int) -> None:
+        label = self.tenant_label(tenant)
+        for kind, n in (("prompt", prompt_tokens), ("completion", completion_tokens)):
+            if n > 0:
+                self.tenant_tokens.inc(n, tags={"tenant": label, "kind": kind})
 
 
 class StreamTimer:
@@ -104,6 +148,25 @@ class StreamTimer:
             self._metrics.slo.inc(tags={"lane": lane, "traffic_class": cls, "target": target, "outcome": outcome})
 
 
+class ServedTokens:
+    """One response's tokens served, counted once for its tenant when it ends, from the last `usage` its bytes
+    carried (an engine may put one, the total so far, in every event of a stream). A stream whose client did not
+    ask for usage carries none and counts nothing."""
+
+    def __init__(self, metrics: IngressMetrics, tenant: str) -> None:
+        self._metrics = metrics
+        self._tenant = tenant
+        self._usage: tuple[int, int] | None = None
+
+    def seen(self, data: bytes) -> None:
+        self._usage = usage_in(data) or self._usage
+
+    def count(self) -> None:
+        if self._usage is not None:
+            self._metrics.count_served(self._tenant, *self._usage)
+            self._usage = None
+
+
 class RouterMetrics:
     def __init__(self) -> None:
         self.decisions = ray_metrics.Counter(
@@ -122,8 +185,9 @@ class EngineMetrics:
     """One engine replica's gauges and counters, refreshed whenever it publishes its load (each routing-stats
     period). Serve's metric classes: each series carries the replica's `deployment`, `replica` and `application`."""
 
-    def __init__(self) -> None:
+    def __init__(self, tenant_labels: TenantLabels | None = None) -> None:
         tags = ("lane",)
+        self.tenant_label = tenant_labels or TenantLabels()
         self.ready = serve_metrics.Gauge(
             "fairshare_engine_ready", "1 when the replica's engine serves, 0 while it starts (loads its model).", tags
         )
@@ -149,7 +213,13 @@ class EngineMetrics:
             "tbt): the hardware cannot meet that target there.",
             ("lane", "target"),  # type: ignore[arg-type]  # Serve annotates its tag keys as a 1-tuple
         )
+        self.tenant_queued = serve_metrics.Gauge(
+            "fairshare_engine_tenant_queued_prefill_tokens",
+            "Uncached prompt tokens still to prefill on the replica, by tenant.",
+            ("lane", "tenant"),  # type: ignore[arg-type]
+        )
         self._last = EngineCounters()
+        self._queued_labels: set[str] = set()
 
     def publish(self, lane: str, load: ReplicaLoad, counters: EngineCounters) -> None:
         tags = {"lane": lane}
@@ -167,6 +237,15 @@ class EngineMetrics:
             tagged = {**tags, "target": target}
             _advance(self.passes_over_target, n, last.passes_over_target.get(target, 0), tagged)
         self._last = dataclasses.replace(counters, passes_over_target=dict(counters.passes_over_target))
+
+    def publish_tenants(self, lane: str, queued_tokens: Mapping[str, int]) -> None:
+        """Each tenant's queued prefill tokens (tenant -> tokens; a tenant no longer queued goes back to 0)."""
+        by_label: Counter[str] = Counter()
+        for tenant, tokens in queued_tokens.items():
+            by_label[self.tenant_label(tenant)] += tokens
+        for label in self._queued_labels | by_label.keys():
+            self.tenant_queued.set(by_label[label], tags={"lane": lane, "tenant": label})
+        self._queued_labels = {label for label, n in by_label.items() if n > 0}
 
 
 def _advance(counter: ray_metrics.Counter, count: int, last: int, tags: dict[str, str]) -> None:

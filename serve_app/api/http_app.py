@@ -1,9 +1,9 @@
 """The ingress's FastAPI app: the middlewares in front of every route and the handlers that answer what no
 route did, each with OpenAI's error body.
 
-Plain ASGI middlewares (outermost first): the request id (`request_log`), the optional API key (`auth`), the
-body guard (`request_rules`: size, UTF-8, JSON). A request refused before a route ran is still counted in
-`fairshare_requests_total` (the routes count their own).
+Plain ASGI middlewares (outermost first): the request id (`request_log`), the optional API keys (`auth`: each
+names the request's tenant), the body guard (`request_rules`: size, UTF-8, JSON). A request refused before a route
+ran is still counted in `fairshare_requests_total` (the routes count their own).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from serve_app.api.auth import ApiKeyMiddleware, process_api_key
+from serve_app.api.auth import ApiKeyMiddleware, process_key_table
 from serve_app.api.endpoints import CHAT, COMPLETIONS
 from serve_app.api.request_log import RequestIdMiddleware
 from serve_app.api.request_rules import RequestBodyGuard, validation_error
@@ -32,7 +32,7 @@ ENDPOINT_BY_PATH = {CHAT_PATH: CHAT.name, COMPLETIONS_PATH: COMPLETIONS.name, EM
 api = FastAPI(title="fairshare-serve", docs_url=None, redoc_url=None)
 # Starlette runs the last added outermost: every answer, 401 and 413 included, carries a request id.
 api.add_middleware(RequestBodyGuard, max_body_bytes=lambda: api.state.max_body_bytes)
-api.add_middleware(ApiKeyMiddleware, expected_key=process_api_key)  # read in the replica, not where the app was built
+api.add_middleware(ApiKeyMiddleware, keys=process_key_table)  # read in the replica, not where the app was built
 api.add_middleware(RequestIdMiddleware)  # the replica's own HTTP server, behind HAProxy, echoes the id
 
 

@@ -27,7 +27,7 @@ from ray.serve.handle import DeploymentResponseGenerator
 from serve_app.api.endpoints import Endpoint
 from serve_app.api.request_count import counting
 from serve_app.api.routed_call import RoutedCall
-from serve_app.metrics import IngressMetrics, StreamTimer
+from serve_app.metrics import IngressMetrics, ServedTokens, StreamTimer
 from serve_app.protocol.errors import OpenAIError
 from serve_app.protocol.sse import token_events
 from serve_app.replica.backend import EngineError, ResponseBody, ResponseItem, ResponsePart, ResponseStart
@@ -77,21 +77,21 @@ def engine_error(item: EngineError) -> OpenAIError:
     return error
 
 
-def call_error(e: BaseException, metrics: IngressMetrics, what: str = "engine lanes") -> BaseException:
+def call_error(e: BaseException, metrics: IngressMetrics, tenant: str, what: str = "engine lanes") -> BaseException:
     """What the client hears when a call to a deployment (`what`) failed before answering: a shed request's 429,
-    503 without a replica, or `e` itself (a bug: 500)."""
+    503 without a replica, or `e` itself (a bug: 500). Sheds are counted against the request's `tenant`."""
     if isinstance(e, LanesFull):
-        metrics.shed.inc(tags={"reason": f"router-{e.shed.reason.value}"})
+        metrics.count_shed(f"router-{e.shed.reason.value}", tenant)
         return e.shed.error()
     if isinstance(e, BackPressureError):
-        metrics.shed.inc(tags={"reason": "backpressure"})
+        metrics.count_shed("backpressure", tenant)
         return OpenAIError.retry_later(429, f"The {what} are full; retry shortly.", RETRY_AFTER_S)
     if isinstance(e, DeploymentUnavailableError):
-        metrics.shed.inc(tags={"reason": "unavailable"})
+        metrics.count_shed("unavailable", tenant)
         message = "No engine replica is available." if what == "engine lanes" else f"No replica is available ({what})."
         return OpenAIError.retry_later(503, message, RETRY_AFTER_S)
     if isinstance(e, REPLICA_LOST):
-        metrics.shed.inc(tags={"reason": "replica-lost"})
+        metrics.count_shed("replica-lost", tenant)
         return replica_lost_error()
     if isinstance(e, StopAsyncIteration):
         return OpenAIError(500, "The engine closed the stream.", type="server_error")
@@ -103,6 +103,7 @@ async def start(
 ) -> tuple[EngineCall, ResponseStart, Sequence[ResponseItem], RouteTicket]:
     """Send the request to the engine lanes; return the stream, the response's head, its first item (the head
     and the bytes ready with it) and the ticket it was routed with."""
+    tenant = ticket.hint.tenant
     for attempt in range(1, START_ATTEMPTS + 1):
         stream: EngineCall | None = None
         try:
@@ -113,18 +114,18 @@ async def start(
             if stream is not None:
                 cancel(stream)
             if attempt == START_ATTEMPTS:
-                raise call_error(e, metrics) from None
+                raise call_error(e, metrics, tenant) from None
             logger.warning("engine replica lost before the first item (%s); routing again", type(e).__name__)
             ticket = RouteTicket(ticket.hint)
             continue
         except BaseException as e:
             if stream is not None:
                 cancel(stream)
-            raise call_error(e, metrics) from None
+            raise call_error(e, metrics, tenant) from None
         head = first[0] if first else None
         if isinstance(head, EngineError):
             if head.status == 429:
-                metrics.shed.inc(tags={"reason": "engine-limit"})
+                metrics.count_shed("engine-limit", tenant)
             raise engine_error(head)
         if not isinstance(head, ResponseStart):
             cancel(stream)
@@ -160,6 +161,7 @@ async def relay(
     """A streamed response's bytes as they come. A replica lost or an engine failure mid-stream ends it with an
     SSE error event and `[DONE]`; the client going away cancels the engine call."""
     timer = StreamTimer(metrics, call.lane, call.traffic_class, call.received_s, call.slo)
+    usage = ServedTokens(metrics, call.tenant)
     with counting(metrics, endpoint.name, unfinished="499") as outcome:
         try:
             status = 200
@@ -168,6 +170,7 @@ async def relay(
                 async with contextlib.aclosing(arrivals):
                     async for body, at_s in arrivals:
                         timer.tokens(token_events(body.data, endpoint.text_field), at_s)
+                        usage.seen(body.data)
                         status = body.error_status or status
                         yield body.data
             except REPLICA_LOST as e:
@@ -185,6 +188,7 @@ async def relay(
             if status == 200:
                 timer.finish()
         finally:
+            usage.count()
             if outcome.status == "499":
                 cancel(stream)
 
@@ -221,6 +225,9 @@ async def whole_body(
         timer = StreamTimer(metrics, call.lane, call.traffic_class, call.received_s, call.slo)
         timer.tokens(token_events(data, endpoint.text_field), arrived_s)
         timer.finish()
+        served = ServedTokens(metrics, call.tenant)
+        served.seen(data)
+        served.count()
     return data
 
 

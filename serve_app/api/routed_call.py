@@ -1,4 +1,4 @@
-"""One request on its way through the ingress: its session, its route once decided, its timing, and the
+"""One request on its way through the ingress: its session, its tenant, its route once decided, its timing, and the
 headers that tell the client about them."""
 
 from __future__ import annotations
@@ -6,13 +6,16 @@ from __future__ import annotations
 import time
 
 from scheduler.slo import NOT_JUDGED, SloTargets
+from scheduler.tenants import DEFAULT_TENANT
 from serve_app.routing.records import RouteDecision, RouteTicket
+from serve_app.tenants.tenancy import TENANT_HEADER
 
 
 class RoutedCall:
-    def __init__(self, session_id: str | None, received_s: float) -> None:
+    def __init__(self, session_id: str | None, received_s: float, tenant: str = DEFAULT_TENANT) -> None:
         self.session_id = session_id
         self.received_s = received_s
+        self.tenant = tenant
         """`time.perf_counter()` at receipt."""
         self.decision: RouteDecision | None = None
         self.routed_s: float | None = None
@@ -54,6 +57,7 @@ class RoutedCall:
             "X-Replica": d.replica_id if d else "",
             "X-Route": d.reason.value if d else "",
             "X-Traffic-Class": self.traffic_class,
+            TENANT_HEADER: self.tenant,
             "Server-Timing": self.server_timing(),
         }
         if self.session_id:  # echoed where the client named one

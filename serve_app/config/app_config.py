@@ -113,6 +113,12 @@ class AppConfig(StrictConfig):
         description="Largest request body accepted (413 above). Default: 16 bytes per context-window token "
         "(any prompt the window takes fits), at least 1 MiB.",
     )
+    tenant_metric_labels: int = Field(
+        100,
+        ge=1,
+        description="Distinct tenants a process names in its metrics' `tenant` label; later ones are counted as "
+        "`other`, so a client inventing names cannot grow the series without bound.",
+    )
 
     @model_validator(mode="after")
     def _backend_settings(self) -> Self:

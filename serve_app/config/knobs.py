@@ -1,7 +1,7 @@
 """The live knobs: each deployment's `user_config`, applied by `reconfigure()` without restarting replicas.
 
 - `EngineKnobs`: the `Engine` deployment's (scheduler policy, lane sizes, the simulator's time scale).
-- `RoutingKnobs`: the `Ingress` deployment's (traffic-class hysteresis, load bounds, spill); carried to
+- `RoutingKnobs`: the `Ingress` deployment's (traffic-class hysteresis, load bounds, spill, tenant limits); carried to
   the router with each request. The short/long threshold is not here: it is the engines'
   `PolicyConfig.short_request_tokens`, which replicas publish to routers.
 """
@@ -126,3 +126,11 @@ class RoutingKnobs(StrictConfig):
     chat_spill: bool = Field(True, description="Chats may go to the long lane when every chat replica is busy.")
     session_ttl_s: float = Field(3600.0, gt=0, description="A session's pin is forgotten after this long unused.")
     max_sessions: int = Field(100_000, ge=1, description="Most sessions the router remembers (LRU).")
+    tenant_max_queued_prefill_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="Most uncached prompt tokens one tenant may have queued for prefill, counted by the router from "
+        "what it sent; a request over it is answered 429 naming the tenant, so a flood is shed from the tenant that "
+        "floods. A tenant with nothing queued takes any one request. The key table may set a tenant's own. None "
+        "(default): no limit per tenant.",
+    )

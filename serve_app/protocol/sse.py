@@ -1,10 +1,12 @@
-"""Server-sent events of OpenAI's streams: writing one (`sse`, `EventTemplate` for the many deltas of a stream)
-and counting the ones that carry text in relayed bytes (`token_events`)."""
+"""Server-sent events of OpenAI's streams: writing one (`sse`, `EventTemplate` for the many deltas of a stream),
+counting the ones that carry text in relayed bytes (`token_events`) and reading the `usage` they carry
+(`usage_in`, which reads a whole JSON response's too)."""
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from pydantic import BaseModel
@@ -52,3 +54,38 @@ def token_events(data: bytes, text_field: str) -> int:
     the finish, usage and error events and `[DONE]` carry none. One event may carry several tokens (engines
     coalesce under load); the ingress cannot see how many without the tokenizer."""
     return len(_TOKEN_EVENT[text_field].findall(data))
+
+
+_USAGE = re.compile(rb'"usage": ?\{')
+
+
+def usage_in(data: bytes) -> tuple[int, int] | None:
+    """Prompt and completion tokens of the last `usage` object in relayed bytes (a JSON response, or SSE events),
+    None without one. A byte scan first: most stream items carry none (`"usage":null` is no object), and text
+    that quotes one is escaped, so only the events that carry one are decoded."""
+    if _USAGE.search(data) is None:
+        return None
+    found = None
+    for payload in _usage_payloads(data):
+        try:
+            event = json.loads(payload)
+        except ValueError:
+            continue
+        usage = event.get("usage") if isinstance(event, dict) else None
+        if isinstance(usage, dict):
+            found = (_tokens(usage, "prompt_tokens"), _tokens(usage, "completion_tokens"))
+    return found
+
+
+def _usage_payloads(data: bytes) -> Iterator[bytes]:
+    if not data.lstrip().startswith(b"data:"):
+        yield data  # a whole JSON response
+        return
+    for line in data.split(b"\n"):
+        if line.startswith(b"data:") and _USAGE.search(line) is not None:
+            yield line[5:]
+
+
+def _tokens(usage: dict[str, Any], field: str) -> int:
+    n = usage.get(field)
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 0

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from scheduler.config import PolicyConfig
+from scheduler.tenants import DEFAULT_TENANT
 from scheduler.traffic import TrafficClass
 from serve_app.config import EngineKnobs
 from serve_app.protocol.errors import OpenAIError
@@ -49,6 +50,10 @@ class OpenAIRequest:
     prompt_ids: Sequence[int] | None = None
     """The prompt's token ids as the ingress made them for routing (the engine's tokenizer and template), so the
     engine need not tokenize again; None where the backend tokenizes itself."""
+    tenant: str = DEFAULT_TENANT
+    """Whom the request is billed to (`serve_app.tenants`): the engine shares its passes among tenants."""
+    tenant_weight: float | None = None
+    """The tenant's weight from the key table; None: the engine policy's own weight for the tenant, else 1."""
 
     @property
     def uncached_tokens(self) -> int:

@@ -12,16 +12,17 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from ray import serve
 
 from scheduler.config import PolicyConfig
 from scheduler.slo import SloTargets
+from scheduler.tenants import DEFAULT_TENANT
 from serve_app.api.request_log import configure_logging
 from serve_app.config import AppConfig, EngineKnobs, validate
-from serve_app.metrics import EngineMetrics
+from serve_app.metrics import EngineMetrics, TenantLabels
 from serve_app.replica.backend import (
     EngineBackend,
     EngineCapacity,
@@ -34,12 +35,9 @@ from serve_app.replica.backend import (
 )
 from serve_app.replica.pacing import paced
 from serve_app.routing.backpressure import Admit, BackpressureLimits, decide, derive_limits
-from serve_app.routing.records import Lane, RouteTicket, RoutingStats
+from serve_app.routing.records import PUBLISHED_PENDING, Lane, RouteTicket, RoutingStats
 
 logger = logging.getLogger(__name__)
-
-PUBLISHED_PENDING = 256
-"""Most pending request ids a replica publishes (routers correct stale loads with them)."""
 
 
 def lane_for(rank: int, world_size: int, long_lane_replicas: int | None) -> Lane:
@@ -93,7 +91,9 @@ class Engine:
         ctx = serve.get_replica_context()
         self.replica_id = ctx.replica_tag
         self._started = False
-        self._metrics = EngineMetrics()
+        self._metrics = EngineMetrics(TenantLabels(self.cfg.tenant_metric_labels))
+        self._tenants: dict[str, str] = {}
+        """Request id -> tenant, for the requests this replica serves (its queued tokens are published by tenant)."""
         self.started_at_s = time.time()
         self.limits = BackpressureLimits()
         self._limits_policy: PolicyConfig | None = None
@@ -143,6 +143,7 @@ class Engine:
             interactive_slo=SloTargets(ttft_s=policy.ttft_target_s, tbt_s=policy.tbt_target_s),
         )
         self._metrics.publish(stats.lane.value, stats.load, self.backend.counters())
+        self._metrics.publish_tenants(stats.lane.value, queued_by_tenant(stats.pending, self._tenants))
         return stats.to_dict()
 
     def record_replica_metadata(self) -> dict[str, Any]:
@@ -173,10 +174,14 @@ class Engine:
             yield [EngineError(admission.status, admission.message, admission.code, admission.retry_after_s)]
             return
         parts = paced(self.backend.respond(request), self.knobs.stream_spacing_s, carries_output)
-        async with contextlib.aclosing(parts):
-            async for batch in parts:
-                # The one place a stream is coalesced: what is ready together crosses to the ingress as one body.
-                yield joined_bodies(batch)
+        self._tenants[request.rid] = request.tenant
+        try:
+            async with contextlib.aclosing(parts):
+                async for batch in parts:
+                    # The one place a stream is coalesced: what is ready together crosses to the ingress as one body.
+                    yield joined_bodies(batch)
+        finally:
+            self._tenants.pop(request.rid, None)
 
     async def describe(self, route: RouteTicket | None = None) -> dict[str, Any]:
         """Admin view of this replica (reach a given replica with a ticket whose hint names `target_replica`)."""
@@ -188,6 +193,15 @@ class Engine:
             "load": self.backend.load().to_dict(),
             **self.backend.describe(),
         }
+
+
+def queued_by_tenant(pending: Mapping[str, int], tenants: Mapping[str, str]) -> dict[str, int]:
+    """Pending requests' tokens still to prefill (request id -> tokens), summed by the tenant of each."""
+    out: dict[str, int] = {}
+    for rid, tokens in pending.items():
+        tenant = tenants.get(rid, DEFAULT_TENANT)
+        out[tenant] = out.get(tenant, 0) + tokens
+    return out
 
 
 def carries_output(parts: Sequence[ResponsePart]) -> bool:

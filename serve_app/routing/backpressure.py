@@ -14,8 +14,10 @@ Across replicas (`decide`): a request goes to any replica that admits it (the la
 chooses among those); when none does it is shed with 429 and a `Retry-After` sized by how long
 the least-loaded replica needs to drain the excess; with no replica at all the answer is 503.
 
-Two places apply it. The lane router (`lane_policy`, from the loads and limits replicas publish) routes
-only to a replica that admits the request and sheds at the ingress when no replica its lanes allow
+A tenant's own limit at the router (`tenant_limits`) sheds with the same `Shed` and `Retry-After`.
+
+Two places apply the replicas' limits. The lane router (`lane_policy`, from the loads and limits replicas publish)
+routes only to a replica that admits the request and sheds at the ingress when no replica its lanes allow
 does (`LanesFull`); each engine replica checks its own live load again before the engine sees the
 request, the last guarantee, since published loads are up to one stats period old. The router leaves
 the in-flight limit to Serve, which knows it exactly (a replica at `max_ongoing_requests` is full:
@@ -48,6 +50,7 @@ class ShedReason(StrEnum):
     ONGOING = "ongoing-requests"
     QUEUED = "queued-requests"
     PREFILL_TOKENS = "queued-prefill-tokens"
+    TENANT_PREFILL_TOKENS = "tenant-queued-prefill-tokens"
     NO_REPLICA = "no-replica"
 
 

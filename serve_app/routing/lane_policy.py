@@ -41,6 +41,8 @@ lane). The rules, in order (each is a method of `placement.Candidates`):
    it published, with this request's uncached tokens; the in-flight limit is Serve's own, `full`) is never
    chosen: it counts as busy, and when no replica the rules above allow admits the request, the decision is a
    `Shed` (429 at the ingress) instead of a replica. The replica checks again on arrival.
+7. **Tenant limits.** A request that would take its tenant's queued prompt tokens (counted from what this router
+   sent) over the tenant's limit is a `Shed` naming the tenant, whatever other tenants queue (`tenant_limits`).
 
 Loads are what replicas last published plus what this router sent them since (published loads are
 up to one stats period old).
@@ -60,11 +62,10 @@ from serve_app.replica.backend import ReplicaLoad
 from serve_app.routing.backpressure import Shed
 from serve_app.routing.placement import Candidates, SessionRecord
 from serve_app.routing.prefix_pages import PAGE_TOKENS, SentPrefixes, held_pages
-from serve_app.routing.records import ReplicaView, RouteDecision, RouteHint, RouteReason, serving_lane
+from serve_app.routing.records import ARRIVAL_MARGIN_S, ReplicaView, RouteDecision, RouteHint, RouteReason, serving_lane
+from serve_app.routing.tenant_limits import over_limit, queued_tokens
 from serve_app.routing.ttft_prediction import pass_s
 
-ARRIVAL_MARGIN_S = 0.05
-"""A request sent this long before a load was published may not have reached the replica by then."""
 RECENTLY_COMPLETED_S = 30.0
 
 
@@ -78,6 +79,7 @@ class _InFlight:
     decided_s: float
     short: bool
     prefix_pages: tuple[int, ...]
+    tenant: str
 
 
 class LanePolicy:
@@ -176,6 +178,10 @@ class LanePolicy:
             ),
         )
 
+    def tenant_queued_tokens(self, tenant: str, views: Sequence[ReplicaView]) -> int:
+        """`tenant`'s queued prompt tokens, as this router counts them (`tenant_limits.queued_tokens`)."""
+        return queued_tokens(self._in_flight.values(), tenant, views)
+
     # -- the decision ----------------------------------------------------------------------
     def decide(
         self, request_id: str, hint: RouteHint | None, views: Sequence[ReplicaView], now_s: float
@@ -189,6 +195,8 @@ class LanePolicy:
         with self._lock:
             self._expire(now_s, knobs)
             decision = self._decide(hint, views, now_s)
+            if isinstance(decision, RouteDecision):  # rule 7
+                decision = over_limit(hint, decision, views, self._in_flight.values()) or decision
             if isinstance(decision, RouteDecision):  # a shed request is never sent: nothing to account for
                 self._record(request_id, hint, decision, now_s, knobs)
         return decision
@@ -260,6 +268,7 @@ class LanePolicy:
             now_s,
             d.traffic_class is TrafficClass.SHORT,
             hint.prefix_pages,
+            hint.tenant,
         )
         if d.traffic_class is TrafficClass.SHORT:
             self._chat_prompts.record([d.uncached_tokens])

@@ -15,6 +15,7 @@ from typing import Any
 
 from scheduler.config import PolicyConfig
 from scheduler.slo import NOT_JUDGED, SloTargets, targets_for
+from scheduler.tenants import DEFAULT_TENANT
 from scheduler.traffic import TrafficClass
 from serve_app.config import RoutingKnobs
 from serve_app.replica.backend import ReplicaLoad
@@ -40,6 +41,10 @@ class RouteReason(StrEnum):
 
 DEFAULT_SHORT_REQUEST_TOKENS = PolicyConfig.model_fields["short_request_tokens"].default
 """A replica's threshold until it has published its own."""
+PUBLISHED_PENDING = 256
+"""Most pending request ids a replica publishes (routers correct stale loads with them)."""
+ARRIVAL_MARGIN_S = 0.05
+"""A request sent this long before a load was published may not have reached the replica by then."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +60,17 @@ class RouteHint:
     target_replica: str | None = None
     request_id: str | None = None
     """The engine request id (replicas publish the ids of their pending requests)."""
+    tenant: str = DEFAULT_TENANT
+    """Whom the request is billed to: the router limits each tenant's queued prompt tokens."""
+    tenant_max_queued_prefill_tokens: int | None = None
+    """The tenant's own limit (the key table's); None: `RoutingKnobs.tenant_max_queued_prefill_tokens`."""
+
+    @property
+    def tenant_limit_tokens(self) -> int | None:
+        """The most uncached prompt tokens the tenant may have queued (None: no limit)."""
+        if self.tenant_max_queued_prefill_tokens is not None:
+            return self.tenant_max_queued_prefill_tokens
+        return self.knobs.tenant_max_queued_prefill_tokens
 
 
 @dataclass(frozen=True, slots=True)

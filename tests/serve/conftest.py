@@ -10,8 +10,9 @@ Only the HTTP port (a free one on 127.0.0.1), replica count, time scale and a fe
 
 from __future__ import annotations
 
+import contextlib
 import copy
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -75,8 +76,10 @@ class ServeHandle:
         return r.json()
 
 
-@pytest.fixture(scope="module")
-def served() -> Iterator[ServeHandle]:
+@contextlib.contextmanager
+def serving(edit: Callable[[dict[str, Any]], None] | None = None) -> Iterator[ServeHandle]:
+    """Ray and Serve on this machine running `serve_test_config`, changed by `edit` (if given) before it is deployed:
+    for a module whose app needs another environment or other knobs from the start. Shut down after."""
     import ray
     from ray import serve
 
@@ -85,6 +88,8 @@ def served() -> Iterator[ServeHandle]:
     port = start_on_a_free_port(controller_options=CONTROLLER_OPTIONS, metrics_port=metrics_port)
     cfg = serve_test_config(port)
     try:
+        if edit is not None:
+            edit(cfg)
         assert cfg["proxy_location"] == "HeadOnly" and cfg["controller_options"] == CONTROLLER_OPTIONS
         deploy(cfg, timeout_s=DEPLOY_TIMEOUT_S)
         front = listener(port)
@@ -99,3 +104,9 @@ def served() -> Iterator[ServeHandle]:
     finally:
         serve.shutdown()
         ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def served() -> Iterator[ServeHandle]:
+    with serving() as handle:
+        yield handle

@@ -19,6 +19,7 @@ from serve_app.api.routed_call import RoutedCall
 from serve_app.config import AppConfig, ConfigError, validate
 from serve_app.engines.sim.generation import Chunk, RequestError
 from serve_app.engines.sim.serving import SimServing
+from serve_app.metrics import IngressMetrics, TenantLabels
 from serve_app.replica.backend import JSON, SSE, EngineError, OpenAIRequest, ReplicaLoad, ResponseBody, ResponseStart
 from serve_app.routing.records import Lane, RouteDecision, RouteHint, RouteReason, RouteTicket
 from serve_app.tokenizer import ApproxTokenizer
@@ -210,9 +211,12 @@ class FakeCounter:
         self.counts[key] = self.counts.get(key, 0) + value
 
 
-class FakeMetrics:
+class FakeMetrics(IngressMetrics):
+    """The ingress's metrics, counted in `FakeCounter`s (their counting methods are the real ones)."""
+
     def __init__(self) -> None:
-        self.requests, self.shed = FakeCounter(), FakeCounter()
+        self.requests, self.shed, self.tenant_tokens = FakeCounter(), FakeCounter(), FakeCounter()
+        self.tenant_label = TenantLabels()
 
     def observe_ttft(self, *a) -> None: ...
 

@@ -54,8 +54,14 @@ class Counter:
 
 def fake_ingress(streams: list[FakeStream]) -> SimpleNamespace:
     calls = iter(streams)
+    shed = Counter()
     metrics = SimpleNamespace(
-        shed=Counter(), requests=Counter(), observe_ttft=lambda *a: None, observe_itl=lambda *a: None
+        shed=shed,
+        requests=Counter(),
+        observe_ttft=lambda *a: None,
+        observe_itl=lambda *a: None,
+        count_shed=lambda reason, tenant: shed.inc(tags={"reason": reason, "tenant": tenant}),
+        count_served=lambda *a: None,
     )
     return SimpleNamespace(
         engine_stream=SimpleNamespace(respond=SimpleNamespace(remote=lambda req, route: next(calls))),
@@ -81,7 +87,7 @@ def test_replica_lost_twice_is_503_with_a_message() -> None:
     with pytest.raises(OpenAIError) as e:
         start(ingress, RouteTicket(RouteHint(session_id=None, prompt_tokens=1)))
     assert e.value.status == 503 and e.value.code == "engine_replica_lost" and e.value.headers["Retry-After"]
-    assert ingress.metrics.shed.tags == [{"reason": "replica-lost"}]
+    assert ingress.metrics.shed.tags == [{"reason": "replica-lost", "tenant": "default"}]
 
 
 def test_engine_backpressure_is_429_with_its_retry_after() -> None:
@@ -97,10 +103,10 @@ def test_a_request_the_router_shed_is_429_with_the_routers_answer() -> None:
     shed = Shed(429, ShedReason.PREFILL_TOKENS, 12, "Every engine replica has more than 100 prompt tokens queued")
     ingress = fake_ingress([FakeStream([LanesFull(shed)])])
     with pytest.raises(OpenAIError) as e:
-        start(ingress, RouteTicket(RouteHint(session_id=None, prompt_tokens=1)))
+        start(ingress, RouteTicket(RouteHint(session_id=None, prompt_tokens=1, tenant="acme")))
     assert (e.value.status, e.value.code, e.value.headers) == (429, "rate_limit_exceeded", {"Retry-After": "12"})
     assert e.value.message == shed.message
-    assert ingress.metrics.shed.tags == [{"reason": "router-queued-prefill-tokens"}]
+    assert ingress.metrics.shed.tags == [{"reason": "router-queued-prefill-tokens", "tenant": "acme"}]
 
 
 @pytest.mark.parametrize(

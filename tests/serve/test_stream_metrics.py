@@ -20,7 +20,7 @@ from serve_app.api.routed_call import RoutedCall
 from serve_app.engines.sim.formats import FORMATS, ResponseIds
 from serve_app.engines.sim.generation import Chunk
 from serve_app.engines.sim.serving import SimServing
-from serve_app.metrics import StreamTimer
+from serve_app.metrics import IngressMetrics, StreamTimer, TenantLabels
 from serve_app.protocol.openai_models import Usage
 from serve_app.protocol.sse import EventTemplate, sse, token_events
 from serve_app.replica.backend import JSON, SSE, OpenAIRequest, ReplicaLoad, ResponseBody, ResponseStart
@@ -31,9 +31,11 @@ from tests.serve.test_engine_replica import FakeCounter, FakeStream
 IDS = ResponseIds("chatcmpl-1", 1700000000, "m")
 
 
-class RecordingMetrics:
+class RecordingMetrics(IngressMetrics):
     def __init__(self) -> None:
         self.requests, self.shed, self.slo = FakeCounter(), FakeCounter(), FakeCounter()
+        self.tenant_tokens = FakeCounter()
+        self.tenant_label = TenantLabels()
         self.ttft: list[tuple[str, str, float]] = []
         self.itl: list[tuple[str, str, float]] = []
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from scheduler.sim.engine import SimEngine
 from scheduler.sim.request import SimRequest
+from scheduler.tenants import DEFAULT_TENANT
 from scheduler.traffic import TrafficClass
 from serve_app.engines.sim.loop import EngineLoop
 from serve_app.engines.sim.prefix_cache import PrefixCache
@@ -42,6 +43,10 @@ class GenerateRequest:
     stop: tuple[str, ...] = ()
     traffic_class: TrafficClass = TrafficClass.SHORT
     """The router's class for this request, for the engine's records."""
+    tenant: str = DEFAULT_TENANT
+    """Whom the request is billed to: the engine's policy shares passes among tenants."""
+    tenant_weight: float | None = None
+    """The tenant's weight from the key table; None: the policy's own weight for the tenant, else 1."""
 
     @property
     def prompt_tokens(self) -> int:
@@ -101,6 +106,8 @@ class SimGenerator:
             traffic_class=request.traffic_class,
             cached_tokens=max(0, cached),
             session=request.session_id,
+            tenant=request.tenant,
+            tenant_weight=request.tenant_weight,
         )
         try:
             self.engine.add(sim_req)

@@ -107,6 +107,8 @@ class SimServing:
             session_id=request.session_id,
             stop=body.stop_sequences,
             traffic_class=request.traffic_class,
+            tenant=request.tenant,
+            tenant_weight=request.tenant_weight,
         )
 
     async def _whole(
