@@ -15,6 +15,7 @@ from ray.serve import metrics as serve_metrics
 from ray.util import metrics as ray_metrics
 
 from scheduler.slo import NOT_JUDGED, SloTargets, meets_slo
+from scheduler.tenants import DEFAULT_TENANT
 from serve_app.protocol.sse import usage_in
 from serve_app.replica.backend import EngineCounters, ReplicaLoad
 from serve_app.routing.records import RouteDecision
@@ -239,10 +240,12 @@ class EngineMetrics:
         self._last = dataclasses.replace(counters, passes_over_target=dict(counters.passes_over_target))
 
     def publish_tenants(self, lane: str, queued_tokens: Mapping[str, int]) -> None:
-        """Each tenant's queued prefill tokens (tenant -> tokens; a tenant no longer queued goes back to 0)."""
+        """Each tenant's queued prefill tokens (tenant -> tokens; a tenant no longer queued goes back to 0). The
+        default tenant's series is always there, 0 with nothing queued, so a replica's gauge exists from start."""
         by_label: Counter[str] = Counter()
         for tenant, tokens in queued_tokens.items():
             by_label[self.tenant_label(tenant)] += tokens
+        by_label.setdefault(self.tenant_label(DEFAULT_TENANT), 0)
         for label in self._queued_labels | by_label.keys():
             self.tenant_queued.set(by_label[label], tags={"lane": lane, "tenant": label})
         self._queued_labels = {label for label, n in by_label.items() if n > 0}
