@@ -42,7 +42,6 @@ import argparse
 import contextlib
 import os
 import random
-import signal
 import subprocess
 import sys
 import tempfile
@@ -59,6 +58,7 @@ import requests
 from harness import local_serve as sc
 from harness.cpu_env import CPU_SERVER_ARGS, cpu_sglang_env
 from harness.net import free_port
+from harness.processes import service
 from harness.results import LATEST_NAME, BenchmarkRun
 from harness.sglang_server import LocalServer
 from loadtests import prompts
@@ -358,26 +358,13 @@ def launch_router(policy: str, workers: list[str], out: Path, timeout_s: float =
     port = free_port()
     cmd = [sys.executable, "-m", "sglang_router.launch_router", "--worker-urls", *workers, "--policy", policy]
     cmd += ["--host", "127.0.0.1", "--port", str(port), "--prometheus-port", str(free_port()), "--log-level", "warn"]
-    with open(out / f"{policy}.router.log", "w") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            with contextlib.suppress(requests.RequestException):
-                if requests.get(f"{url}/health", timeout=5).status_code == 200:
-                    break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"sglang-router did not start; see {out / f'{policy}.router.log'}")
-            time.sleep(1)
+
+    def ready() -> bool:
+        return requests.get(f"{url}/health", timeout=5).status_code == 200
+
+    with service(cmd, out / f"{policy}.router.log", ready, timeout_s, poll_s=1):
         yield url
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
 
 
 def warm_up(url: str, model: str, timeout_s: float = 300) -> None:

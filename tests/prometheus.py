@@ -13,9 +13,6 @@ import json
 import os
 import re
 import shutil
-import signal
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +22,7 @@ import pytest
 import yaml
 
 from harness.net import free_port
+from harness.processes import service
 
 REPO = Path(__file__).resolve().parents[1]
 ALERT_RULES = REPO / "observability" / "prometheus" / "fairshare-alerts.yaml"
@@ -108,35 +106,16 @@ def running(scrape: str, rule_files: list[Path], workdir: Path, ready_timeout_s:
     config_path = workdir / "prometheus.yml"
     config_path.write_text(yaml.safe_dump(config))
     port = free_port()
-    log = (workdir / "prometheus.log").open("w")
-    proc = subprocess.Popen(
-        [
-            binary("prometheus"),
-            f"--config.file={config_path}",
-            f"--storage.tsdb.path={workdir / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    cmd = [
+        binary("prometheus"),
+        f"--config.file={config_path}",
+        f"--storage.tsdb.path={workdir / 'data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+    ]
     server = Prometheus(f"http://127.0.0.1:{port}")
-    try:
-        deadline = time.monotonic() + ready_timeout_s
-        while True:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{server.url}/-/ready", timeout=2).status_code == 200:
-                    break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"prometheus did not start: {(workdir / 'prometheus.log').read_text()[-2000:]}")
-            time.sleep(0.5)
+
+    def ready() -> bool:
+        return httpx.get(f"{server.url}/-/ready", timeout=2).status_code == 200
+
+    with service(cmd, workdir / "prometheus.log", ready, ready_timeout_s, stop_timeout_s=20):
         yield server
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        log.close()
