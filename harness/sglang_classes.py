@@ -49,6 +49,8 @@ class ReqSpec:
     """Share the first `prefix_tokens` prompt tokens with this request (a prefix-cache hit)."""
     prefix_tokens: int = 0
     priority: int | None = None
+    routing_key: str | None = None
+    """sglang's routing key (the plugin reads the request's tenant there: `scheduler.tenants.tenant_key`)."""
 
 
 @dataclass(frozen=True)
@@ -76,7 +78,8 @@ def token_ids(spec: ReqSpec, specs_by_rid: dict[str, ReqSpec]) -> array:
 
 
 def make_req(spec: ReqSpec, specs_by_rid: dict[str, ReqSpec]) -> Req:
-    req = Req(spec.rid, "", token_ids(spec, specs_by_rid), SamplingParams(max_new_tokens=spec.max_new_tokens))
+    params = SamplingParams(max_new_tokens=spec.max_new_tokens)
+    req = Req(spec.rid, "", token_ids(spec, specs_by_rid), params, routing_key=spec.routing_key)
     if spec.priority is not None:
         req.priority = spec.priority
     return req

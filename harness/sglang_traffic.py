@@ -1,5 +1,5 @@
-"""Requests to a real sglang server from tests and benchmarks: background generations (whole or streamed) and
-waiting on the pass trace."""
+"""Requests to a real sglang server from tests and benchmarks: background generations (whole or streamed), streamed
+OpenAI completions, and waiting on the pass trace."""
 
 from __future__ import annotations
 
@@ -103,6 +103,61 @@ class StreamedGeneration(threading.Thread):
         return [(t1 - t0) / (n1 - n0) for (t0, n0), (t1, n1) in itertools.pairwise(self.chunks) if n1 > n0 and n0 > 0]
 
     def finish(self, timeout_s: float = 600) -> StreamedGeneration:
+        self.join(timeout_s)
+        if self.is_alive() or self.error is not None:
+            raise RuntimeError(f"{self.rid}: {self.error or f'no end after {timeout_s} s'}")
+        return self
+
+
+class StreamedCompletion(threading.Thread):
+    """One streamed OpenAI ``/v1/completions`` call in the background, its prompt as token ids and its own request
+    id, with `headers` (a tenant's ``x-smg-routing-key``): when it was sent, and when each streamed chunk arrived."""
+
+    def __init__(
+        self,
+        port: int,
+        rid: str,
+        ids: list[int],
+        max_tokens: int,
+        headers: dict[str, str] | None = None,
+        timeout_s: float = 600,
+    ) -> None:
+        super().__init__(daemon=True, name=f"completion-{rid}")
+        self.port, self.rid, self.ids, self.max_tokens, self.timeout_s = port, rid, ids, max_tokens, timeout_s
+        self.headers = headers or {}
+        self.sent_s: float | None = None
+        self.chunk_s: list[float] = []
+        self.error: str | None = None
+        self.start()
+
+    def run(self) -> None:
+        body = {"model": "default", "prompt": self.ids, "max_tokens": self.max_tokens, "stream": True}
+        body |= {"temperature": 0.0, "ignore_eos": True, "rid": self.rid}
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=self.timeout_s)
+        try:
+            self.sent_s = time.monotonic()
+            headers = {"Content-Type": "application/json", **self.headers}
+            conn.request("POST", "/v1/completions", body=json.dumps(body), headers=headers)
+            resp = conn.getresponse()
+            if resp.status != 200:
+                raise RuntimeError(f"HTTP {resp.status}: {resp.read()[:300]!r}")
+            for raw in resp:
+                line = raw.strip()
+                if line.startswith(b'data: {"error"'):
+                    raise RuntimeError(line[:300].decode(errors="replace"))
+                if line.startswith(b"data:") and line != b"data: [DONE]":
+                    self.chunk_s.append(time.monotonic())
+        except Exception as e:  # the caller reports it
+            self.error = repr(e)
+        finally:
+            conn.close()
+
+    @property
+    def ttft_s(self) -> float | None:
+        """Send to the first streamed chunk (sglang streams a completion's first token in its first chunk)."""
+        return None if not self.chunk_s or self.sent_s is None else self.chunk_s[0] - self.sent_s
+
+    def finish(self, timeout_s: float = 600) -> StreamedCompletion:
         self.join(timeout_s)
         if self.is_alive() or self.error is not None:
             raise RuntimeError(f"{self.rid}: {self.error or f'no end after {timeout_s} s'}")

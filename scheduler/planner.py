@@ -280,7 +280,7 @@ class PassPlanner:
         slot_wait = free_slots <= 0 and _short_left_waiting(snap, admitted, deferred, judged_shorts)
         return admitted, shorts, past_rejection, slot_wait
 
-    def _walk(self, snap: QueueSnapshot) -> Sequence[Candidate]:
+    def _walk(self, snap: QueueSnapshot) -> Iterable[Candidate]:
         """The waiting queue in the order admission judges it: by tenant (`tenants.walk_order`) when tenants share
         the engine, else as queued."""
         if not self.cfg.tenant_fairness or len(snap.tenants) < 2:

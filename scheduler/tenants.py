@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
@@ -125,25 +125,31 @@ def distinct_tenants(requests: Iterable[TenantRequest]) -> frozenset[str]:
     return frozenset(r.tenant for r in requests)
 
 
-def walk_order(waiting: Sequence[R], counters: TenantCounters, weight: Callable[[R], float]) -> Sequence[R]:
+def walk_order(waiting: Sequence[R], counters: TenantCounters, weight: Callable[[R], float]) -> Iterable[R]:
     """The waiting queue in VTC order: repeatedly the next request (queue order) of the tenant whose counter plus
     the prompt tokens the walk already put before it, over its weight, is lowest; ties go to the tenant that
-    queued first. One tenant: the queue as it is."""
+    queued first. One tenant: the queue as it is.
+
+    Lazy: a request's figures are read only once the walk has reached it and goes on past it, since an engine may
+    compute them on the first read (the sglang plugin matches the request against its prefix cache) and admission
+    stops long before the end of a long queue. Only the tenants of the whole queue are read up front."""
     queues: dict[str, deque[R]] = {}
     for r in waiting:
         queues.setdefault(r.tenant, deque()).append(r)
     if len(queues) <= 1:
         return waiting
+    return _walk_by_level(queues, counters, weight)
+
+
+def _walk_by_level(queues: dict[str, deque[R]], counters: TenantCounters, weight: Callable[[R], float]) -> Iterator[R]:
     heap = [(counters.counter(t), i, t) for i, t in enumerate(queues)]
     heapq.heapify(heap)
-    order: list[R] = []
     while heap:
         level, i, tenant = heapq.heappop(heap)
         r = queues[tenant].popleft()
-        order.append(r)
+        yield r
         if queues[tenant]:
             heapq.heappush(heap, (level + PREFILL_TOKEN_PRICE * r.extend_tokens / weight(r), i, tenant))
-    return order
 
 
 def tenant_fill(

@@ -100,6 +100,31 @@ def test_the_walk_interleaves_tenants_by_weight():
     assert order[:5] == ["b0", "g0", "g1", "g2", "b1"]
 
 
+def test_the_walk_reads_a_requests_figures_only_once_it_goes_on_past_it():
+    """An engine may compute a request's figures on the first read (the sglang plugin matches it against its prefix
+    cache): admission, which stops early, must not pay for the whole queue."""
+    read: list[str] = []
+
+    @dataclasses.dataclass(frozen=True)
+    class Counted:
+        rid: str
+        tenant: str
+        tenant_weight: float | None = None
+
+        @property
+        def extend_tokens(self) -> int:
+            read.append(self.rid)
+            return 8000
+
+    c = TenantCounters()
+    c.observe({"flood", "team"})
+    c.charge("team", 1.0, prefill_tokens=100)
+    waiting = [Counted(f"f{i}", "flood") for i in range(50)] + [Counted("t0", "team"), Counted("t1", "team")]
+    walk = iter(walk_order(waiting, c, lambda r: 1.0))
+    assert [next(walk).rid for _ in range(3)] == ["f0", "t0", "f1"]
+    assert read == ["f0", "t0"]  # the third one's only when the walk goes on past it
+
+
 def test_one_tenant_walks_the_queue_as_it_is():
     waiting = [doc(f"d{i}", DEFAULT_TENANT) for i in range(5)]
     assert walk_order(waiting, TenantCounters(), lambda r: 1.0) is waiting

@@ -37,6 +37,7 @@ from scheduler.planner import PassPlanner
 from scheduler.sglang_plugin.clock import PluginClock
 from scheduler.sglang_plugin.idle_scan import IdleScan
 from scheduler.sglang_plugin.short_index import ShortIndex
+from scheduler.sglang_plugin.tenant_keys import QueueTenants
 from scheduler.sglang_plugin.translate import (
     CandidateWindow,
     EngineState,
@@ -86,6 +87,7 @@ class PassRun:
         clock: PluginClock | None = None,
         short_index: ShortIndex | None = None,
         traced: bool = False,
+        queue_tenants: QueueTenants | None = None,
     ) -> None:
         self.sched = sched
         self.planner = planner
@@ -100,6 +102,8 @@ class PassRun:
         """This pass's scan, if it admitted nobody and a later pass may reuse it."""
         self._last_idle_scan = last_idle_scan
         self._short_index = short_index
+        self._queue_tenants = queue_tenants
+        """Where a fresh plan reads the queue's tenants from, with tenant fairness on (None: one tenant)."""
         self.short_window: CandidateWindow | None = None
         """The short index's requests, as the planner read them (`short_index`)."""
         self._clock = clock
@@ -130,7 +134,8 @@ class PassRun:
     def _plan(self) -> None:
         """Plan the pass: on the last idle scan while it holds, else by matching the requests the planner reads.
         The decoding streams' contexts are read only where a figure depends on them: a fresh plan whose pass-cost
-        model predicts, and the pass trace, which records them."""
+        model predicts, and the pass trace, which records them; the queue's tenants only for a fresh plan that shares
+        passes among tenants."""
         cfg = self.planner.cfg
         state = engine_state(self.sched, self.adder, cfg, with_decode_ctx=self._traced)
         last = self._last_idle_scan
@@ -140,6 +145,8 @@ class PassRun:
         else:
             if not self._traced and self._cost_predicts:
                 state = replace(state, decode_ctx_tokens=decode_ctx_tokens(self.adder.running_batch))
+            if cfg.tenant_fairness and self._queue_tenants is not None:
+                state = replace(state, tenants=self._queue_tenants.read(self.sched))
             index = self._short_index if cfg.skip_ahead else None
             shorts = index.reqs if index is not None else None
             self.snapshot, window, self.short_window = build_snapshot(

@@ -60,6 +60,7 @@ from scheduler.sglang_plugin.pass_timer import PassFigures, PassTimer
 from scheduler.sglang_plugin.policy import policy_config_for as policy_config_for  # tests import it from here
 from scheduler.sglang_plugin.server_args import POLICY_FIELD_TO_SERVER_ARG
 from scheduler.sglang_plugin.short_index import ShortIndex
+from scheduler.sglang_plugin.tenant_keys import QueueTenants, decoded_rows, queue_in_arrival_order
 from scheduler.sglang_plugin.translate import (
     admission_lag_passes,
     finishing_rids,
@@ -152,6 +153,8 @@ class SchedulerPolicy:
     """Planned passes that planned on the last idle scan's figures (`idle_scan`) instead of matching again."""
     short_index: ShortIndex = field(default_factory=ShortIndex)
     """The short waiting requests, so one queued past the lookahead is still found (issue 8)."""
+    queue_tenants: QueueTenants = field(default_factory=QueueTenants)
+    """The tenants of the waiting queue, kept as requests join it (`tenant_keys`)."""
     arrivals: ArrivalLog = field(default_factory=ArrivalLog)
     """With the pass trace on: which waiting requests each traced pass sees for the first time."""
     admission_lag_passes: int = 0
@@ -189,6 +192,8 @@ class SchedulerPolicy:
             self.clock.begin_call()
         if self.inactive_reason is None and self.cfg.skip_ahead:
             self._timed(self._refresh_short_index, sched)
+        if self.planner.tenants.backlogged:
+            self.planner.tenants.observe(())  # nobody waits: as `PassPlanner.plan` would observe (no decode charge)
         try:
             return original(sched, *args, **kwargs)
         finally:
@@ -196,8 +201,7 @@ class SchedulerPolicy:
                 self.clock.end_pass(PassKind.NONE)
 
     def _refresh_short_index(self, sched: Scheduler) -> None:
-        in_order = sched.policy.policy is CacheAgnosticPolicy.FCFS and not sched.enable_priority_scheduling
-        self.short_index.refresh(sched.waiting_queue, self.cfg, in_order)
+        self.short_index.refresh(sched.waiting_queue, self.cfg, queue_in_arrival_order(sched))
 
     def _timed(self, section: Callable[..., T], *args: Any) -> T:
         """`section` timed by the plugin clock when it is on (`clock`); nothing is read when it is off."""
@@ -241,7 +245,7 @@ class SchedulerPolicy:
             self._run = self.last_run
             return True
         self.fit_current()  # the plan may size the pass from it
-        self._run = PassRun(sched, self.planner, scan, self.clock, self.short_index, self.trace is not None)
+        self._run = self._pass_run(sched, scan)
         self._run.plan_without_adder(scan.state_of(sched, free_kv, engine))
         return True
 
@@ -273,8 +277,12 @@ class SchedulerPolicy:
             return None
         last = self._idle_scan if self.reuse_idle_scans else None
         self.fit_current()  # the plan may size the pass from it
-        self._run = PassRun(sched, self.planner, last, self.clock, self.short_index, self.trace is not None)
+        self._run = self._pass_run(sched, last)
         return self._run
+
+    def _pass_run(self, sched: Scheduler, last_idle_scan: IdleScan | None) -> PassRun:
+        traced = self.trace is not None
+        return PassRun(sched, self.planner, last_idle_scan, self.clock, self.short_index, traced, self.queue_tenants)
 
     @property
     def status(self) -> str:
@@ -285,6 +293,11 @@ class SchedulerPolicy:
         if self.inactive_reason is not None or running_batch is None:
             return False
         return self.interleave.decode_due(len(running_batch.reqs))
+
+    def charge_decode(self, batch: ScheduleBatch) -> None:
+        """Bill the tenants of the requests that decoded in `batch` (`PassPlanner.charge_decode`): called for every
+        pass the engine runs while two tenants or more are backlogged, the only time the charge counts."""
+        self.planner.charge_decode(decoded_rows(batch))
 
     def end_pass(self, batch: ScheduleBatch | None = None) -> None:
         """The pass boundary's end (after upstream's scan), called whether or not sglang built an adder. `batch`:

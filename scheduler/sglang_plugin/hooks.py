@@ -10,7 +10,7 @@
   Before it, a pass that can admit nobody (the last idle scan still holds) is planned at once and upstream's
   call returns nothing, as while ``batch_is_full``.
 - ``Scheduler.run_batch`` (AROUND): when a pass's launch returned (on a device that runs a pass before its launch
-  returns, the pass's end: `pass_timer`).
+  returns, the pass's end: `pass_timer`); while tenants share the engine, bill them the tokens the pass decodes.
 - ``Scheduler.process_batch_result`` (AROUND): a pass's result lands; time the pass and feed the online pass-cost
   fit (`pass_timer`: where a pass starts and ends, under sglang's overlap scheduler too).
 - ``Scheduler.get_init_info`` (AFTER): report the policy's state in the scheduler's start-up handshake.
@@ -111,6 +111,8 @@ def around_run_batch(original: Original, sched: Scheduler, batch: ScheduleBatch,
     policy = policy_of(sched)
     if policy is not None and policy.timer is not None:
         policy.outside(policy.timer.run_returned, batch.forward_iter, time.monotonic())
+    if policy is not None and len(policy.planner.tenants.backlogged) > 1:
+        policy.outside(policy.charge_decode, batch)  # one tenant: the charge would change nothing (no adapter built)
     return result
 
 

@@ -16,6 +16,9 @@ nothing can be admitted while the streams decode. A pass reuses the last scan in
   reserve for a long request (`admission.free_kv_to_fit`, the planner's own threshold). Free KV moves every
   iteration (decoding takes KV, sglang's new-token ratio decays), but only reaching that threshold can change a
   decision: then it rescans.
+- with two tenants or more in the queue (tenant fairness on), the scan judged the whole queue: the walk's order
+  follows the tenants' counters (`scheduler.tenants`), which decoding moves, and in another order a walk bounded by
+  the lookahead could judge requests this one did not.
 
 Where sglang's pool is a plain token pool and the scheduler is in FCFS order, a pass that free KV cannot change
 (the pool's free and evictable tokens, an upper bound of what the adder would count, stay below that threshold)
@@ -131,6 +134,8 @@ class IdleScan:
         judged = {c.rid: c for c in [*candidates, *(shorts or ())]}
         if plan.grants or state.continuing or len(plan.rejections) != len(judged):
             return None
+        if cfg.tenant_fairness and len(state.tenants) > 1 and len(window.examined) < len(sched.waiting_queue):
+            return None  # the walk's order follows the tenants' counters: in another, it could judge others
         if sched.enable_hierarchical_cache:
             return None
         return cls(

@@ -10,8 +10,8 @@ The rules: sglang's concurrency limit is the policy's ``max_running_requests`` (
 and its chunk size the ``chunk_budget_tokens`` (``chunked_prefill_size``; with chunking off, ``max_prefill_tokens``),
 unless the operator set them; the interactive pass and the documents' floor default to no more than that budget;
 mixed decode and the decode interval are always what sglang resolved (the operator's switches were written onto its
-arguments: `server_args`); skip-ahead is off under priority scheduling (overtaking by arrival would defeat
-priorities); with chunking off there is nothing to share or size.
+arguments: `server_args`); skip-ahead and the tenants' order are off under priority scheduling (overtaking by
+arrival or by tenant would defeat priorities); with chunking off there is nothing to share or size.
 
 sglang computes some of its values only as it starts: its concurrency limit from memory when unset (a given one it
 may still cap by KV capacity, or divide among DP attention workers), its chunk size by GPU when unset. Predicted
@@ -77,7 +77,7 @@ def plugin_policy(explicit: Mapping[str, object], engine: SglangValues) -> Polic
     if "long_pass_floor_tokens" not in explicit:
         values["long_pass_floor_tokens"] = default_long_pass_floor_tokens(budget)
     if engine.priority_scheduling:
-        values["skip_ahead"] = False
+        values.update(skip_ahead=False, tenant_fairness=False)
     if not engine.chunking:
         values.update(fair_share=False, adaptive_pass=False)
     return PolicyConfig(**values)

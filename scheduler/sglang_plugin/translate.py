@@ -15,6 +15,8 @@ judges a request the way sglang's own admission does (sglang 0.5.23, `schedule_p
   request (and `prefill_max_requests` when set);
 - ``granule_tokens`` is the least common multiple of every alignment a cut must respect: the page, the
   KV-shard granule, ``truncation_align_size`` and the mamba chunk grid;
+- a request's ``tenant`` and ``tenant_weight`` are read from its routing key (`tenant_keys`), and the snapshot's
+  ``tenants`` are those of the waiting queue and the half-prefilled request;
 - for the pass-cost model: a request's ``ctx_tokens`` are the tokens its next chunk attends to besides itself
   (the cached prefix it matched, host-tier hits included, or what a half-prefilled request has prefilled),
   ``decode_ctx_tokens`` the decoding streams' sequence lengths summed (their attention), and
@@ -40,8 +42,8 @@ from typing import TYPE_CHECKING, cast, overload
 from sglang.srt.managers.schedule_policy import CLIP_MAX_NEW_TOKENS
 
 from scheduler.config import PolicyConfig
+from scheduler.sglang_plugin.tenant_keys import req_tenant
 from scheduler.snapshot import Candidate, QueueSnapshot
-from scheduler.tenants import DEFAULT_TENANT
 
 if TYPE_CHECKING:
     from sglang.srt.managers.schedule_batch import Req, ScheduleBatch
@@ -92,7 +94,7 @@ class CandidateWindow(Sequence["LazyCandidate"]):
             return [self[j] for j in range(*i.indices(len(self)))]
         if i < 0:
             i += len(self._reqs)
-        return LazyCandidate(self, i, self._reqs[i].rid)  # IndexError past the end ends the iteration
+        return LazyCandidate(self, i, self._reqs[i])  # IndexError past the end ends the iteration
 
     def materialize(self, i: int) -> Candidate:
         while len(self._cands) <= i:
@@ -108,13 +110,12 @@ class LazyCandidate:
 
     __slots__ = ("_index", "_window", "rid", "tenant", "tenant_weight")
 
-    def __init__(self, window: CandidateWindow, index: int, rid: str) -> None:
+    def __init__(self, window: CandidateWindow, index: int, req: Req) -> None:
         self._window = window
         self._index = index
-        self.rid = rid
-        # sglang's requests carry no tenant yet: every request is the default tenant's.
-        self.tenant = DEFAULT_TENANT
-        self.tenant_weight: float | None = None
+        self.rid = req.rid
+        # Read without matching: the walk groups the whole queue by tenant before it judges anyone.
+        self.tenant, self.tenant_weight = req_tenant(req)
 
     @property
     def extend_tokens(self) -> int:
@@ -160,13 +161,15 @@ def waiting_candidate(req: Req, adder: PrefillAdder) -> Candidate:
     )
     prefix_len = req.prefix_len + req.host_hit_length
     extend = compute_tokens(adder, fill_len - prefix_len) + adder._replay_len(req, prefix_len)
-    return Candidate(req.rid, extend, need, ctx_tokens=prefix_len)
+    tenant, weight = req_tenant(req)
+    return Candidate(req.rid, extend, need, ctx_tokens=prefix_len, tenant=tenant, tenant_weight=weight)
 
 
 def continuing_candidate(req: Req, adder: PrefillAdder) -> Candidate:
     """The half-prefilled request; it holds its KV, so the planner does not judge its memory."""
     extend = compute_tokens(adder, len(req.full_untruncated_fill_ids) - req.prefix_len)
-    return Candidate(req.rid, extend, 0, ctx_tokens=req.prefix_len)
+    tenant, weight = req_tenant(req)
+    return Candidate(req.rid, extend, 0, ctx_tokens=req.prefix_len, tenant=tenant, tenant_weight=weight)
 
 
 def continuing_chunk_tokens(req: Req, adder: PrefillAdder) -> int:
@@ -251,6 +254,9 @@ class EngineState:
     decode_ctx_tokens: int = 0
     """0 where it is not read (`engine_state`): only the pass-cost model uses it, and a replayed plan
     (`idle_scan`) does not ask the model."""
+    tenants: frozenset[str] = frozenset()
+    """The tenants with requests waiting or half-prefilled (`tenant_keys.QueueTenants`); empty where it is not read
+    (`engine_state`): only a fresh plan with tenant fairness on reads it (a replayed plan walks nobody)."""
 
     def snapshot(self, waiting: Sequence[Candidate], waiting_short: Sequence[Candidate] | None = None) -> QueueSnapshot:
         return QueueSnapshot(
@@ -267,6 +273,7 @@ class EngineState:
             decode_ctx_tokens=self.decode_ctx_tokens,
             admission_lag_passes=self.admission_lag_passes,
             output_lag_passes=self.output_lag_passes,
+            tenants=self.tenants,
         )
 
 

@@ -91,6 +91,7 @@ def test_skip_ahead_is_off_under_priority_scheduling(monkeypatch, attr):
     assert getattr(plugin.sched, attr)
     assert not plugin.policy.cfg.skip_ahead
     assert not policy_config_for(plugin.sched).skip_ahead
+    assert not policy_config_for(plugin.sched).tenant_fairness  # nor may a tenant overtake a priority
     plugin.run(3)
     assert "small" not in admitted_rids(plugin)
 

@@ -13,6 +13,11 @@ that status (`stream_error_status`), so the ingress counts the request with it.
 A plain request's prompt is not tokenized again: sglang takes the token ids the ingress made with the model's
 own tokenizer and template (`respond(prompt_ids=...)`, `given_ids`); any other request is tokenized by sglang.
 
+A request's tenant reaches sglang's scheduler as its routing key: the request sglang's serving classes are handed
+carries it in the ``x-smg-routing-key`` header, which they copy into the request (`extract_routing_key`) and sglang
+on to its scheduler's ``Req.routing_key``, where the plugin reads it (`scheduler.sglang_plugin.tenant_keys`). A
+request of the default tenant at the policy's weight carries none: what no key reads as.
+
 sglang polls the Starlette `Request` it is given for a disconnect; ours is built from a scope whose
 `receive` reports one once the caller has gone. Cancelling the stream also aborts the request's ids
 (sglang suffixes `_<i>` to the id of each of `n` choices) so the scheduler frees their KV.
@@ -27,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
+from scheduler.tenants import DEFAULT_TENANT, tenant_key
 from serve_app.api.request_rules import check_supported_fields, validation_error
 from serve_app.engines.sglang.given_ids import SCOPE_KEY, GivenPrompt, given_prompt, use_given_ids
 from serve_app.protocol.errors import OpenAIError
@@ -43,6 +49,8 @@ if TYPE_CHECKING:
 OpenAIKind = Literal["chat", "completions", "embeddings"]
 ROUTING_ONLY_FIELDS = frozenset({"rid"})
 """Fields routing sets on the request; a client may not set them (its own id would break abort)."""
+ROUTING_KEY_HEADER = "x-smg-routing-key"
+"""The header sglang's OpenAI serving classes take a request's routing key from (`OpenAIServingBase`)."""
 
 
 def request_models() -> dict[OpenAIKind, type[SglangRequest]]:
@@ -118,16 +126,29 @@ def openai_error_of(status: int, body: bytes) -> OpenAIError:
     return OpenAIError(status, message, type=kind, param=data.get("param"))
 
 
+def routing_key(tenant: str, weight: float | None) -> str | None:
+    """The routing key a request carries into sglang: its tenant key (`tenant_key`); none for the default tenant at
+    the policy's weight, so single-tenant traffic reaches sglang as a plain client's does."""
+    return None if tenant == DEFAULT_TENANT and weight is None else tenant_key(tenant, weight)
+
+
 class DisconnectableRequest:
     """A Starlette `Request` for sglang's `handle_request`, whose disconnect poll answers what `disconnect()` set;
-    it carries the ingress's prompt ids for a plain request (`given_ids`)."""
+    it carries the ingress's prompt ids for a plain request (`given_ids`) and the request's routing key."""
 
-    def __init__(self, path: str, given: GivenPrompt | None = None) -> None:
+    def __init__(self, path: str, given: GivenPrompt | None = None, key: str | None = None) -> None:
         from starlette.requests import Request
 
         self._gone = asyncio.Event()
-        scope: dict[str, Any] = {"type": "http", "method": "POST", "path": path, "headers": [], "query_string": b""}
-        scope[SCOPE_KEY] = given
+        headers = [] if key is None else [(ROUTING_KEY_HEADER.encode(), key.encode("latin-1"))]
+        scope: dict[str, Any] = {
+            "type": "http",
+            "method": "POST",
+            "path": path,
+            "headers": headers,
+            "query_string": b"",
+            SCOPE_KEY: given,
+        }
         self.request = Request(scope, receive=self._receive)
 
     async def _receive(self) -> dict[str, Any]:
@@ -147,10 +168,18 @@ class SglangOpenAI:
         self._serving: dict[OpenAIKind, OpenAIServingBase] = {}
 
     async def respond(
-        self, kind: OpenAIKind, body: dict[str, Any], rid: str, *, prompt_ids: Sequence[int] | None = None
+        self,
+        kind: OpenAIKind,
+        body: dict[str, Any],
+        rid: str,
+        *,
+        prompt_ids: Sequence[int] | None = None,
+        tenant: str = DEFAULT_TENANT,
+        tenant_weight: float | None = None,
     ) -> AsyncIterator[ResponsePart]:
         """sglang's answer to `body`; `prompt_ids`: the prompt's token ids as the ingress made them, which sglang
-        takes instead of tokenizing where the request is plain (`given_ids`)."""
+        takes instead of tokenizing where the request is plain (`given_ids`); `tenant`, `tenant_weight`: whom it is
+        billed to, and that tenant's weight (None: the engine policy's), for the scheduler (`routing_key`)."""
         if not self._serving:  # built on first use, on the engine's loop, as sglang's HTTP server does at start
             self._models, self._serving = request_models(), serving_classes(self._engine)
         model = self._models[kind]
@@ -165,7 +194,8 @@ class SglangOpenAI:
             for item in error_response(validation_error(e.errors())):
                 yield item
             return
-        raw = DisconnectableRequest(f"/v1/{kind}", given_prompt(kind, body, request, prompt_ids))
+        given = given_prompt(kind, body, request, prompt_ids)
+        raw = DisconnectableRequest(f"/v1/{kind}", given, routing_key(tenant, tenant_weight))
         done = False
         try:
             result = await self._serving[kind].handle_request(request, raw.request)

@@ -11,7 +11,8 @@ the admin view's `engine_starts`); requests in flight then end with an error.
 Mixed decode has one switch, the policy's `mixed_decode`, passed as sglang's `enable_mixed_chunk`.
 
 OpenAI requests are answered by sglang's own serving classes (`respond`, `openai_serving`): the engine
-writes the response, this backend relays it. Besides them, kept to the calls checked against sglang
+writes the response, this backend relays it; a request's tenant and weight go with it as sglang's routing key, which
+the plugin reads in the scheduler. Besides them, kept to the calls checked against sglang
 0.5.23's source (unit tests drive a stand-in engine): `tokenizer_manager.get_loads()` returns per-scheduler
 `LoadSnapshot`s (the published load, `load_snapshot`); `get_internal_state()` each scheduler's state, where the
 plugin's live state is ``fairshare`` (the pass-cost fit): the admin view's `scheduler_policy`. The engine is
@@ -199,7 +200,14 @@ class SglangBackend:
         try:
             # sglang writes one SSE event per output; what is ready together goes to the ingress as one stream item.
             batches = self._loop.batches(
-                lambda: openai.respond(request.kind, request.body, rid, prompt_ids=request.prompt_ids)
+                lambda: openai.respond(
+                    request.kind,
+                    request.body,
+                    rid,
+                    prompt_ids=request.prompt_ids,
+                    tenant=request.tenant,
+                    tenant_weight=request.tenant_weight,
+                )
             )
             async with contextlib.aclosing(batches):
                 async for batch in batches:
