@@ -26,7 +26,12 @@ from serve_app.config.app_config import (
 )
 from serve_app.config.config_model import ConfigError, StrictConfig, describe_validation_error, validate
 from serve_app.config.knobs import EngineKnobs, RoutingKnobs, engine_policy, policy_config
-from serve_app.config.sglang_engine import reported_passes, reported_policy, sglang_engine_kwargs
+from serve_app.config.sglang_engine import (
+    environment_policy,
+    reported_passes,
+    reported_policy,
+    sglang_engine_kwargs,
+)
 from serve_app.engines.sim.settings import SimSettings
 
 __all__ = [
@@ -42,6 +47,7 @@ __all__ = [
     "StrictConfig",
     "describe_validation_error",
     "engine_policy",
+    "environment_policy",
     "policy_config",
     "reported_passes",
     "reported_policy",

@@ -47,14 +47,25 @@ def sglang_policy(
     settings: SglangSettings, overrides: Mapping[str, Any], where: str = "Engine.user_config.policy"
 ) -> PolicyConfig:
     """The policy the plugin will run in an engine started from `settings` with `overrides` exported as its
-    ``FAIRSHARE_*`` variables (the only ones it sees: the backend clears the rest), validated as the plugin parses
-    them: a bad value is a `ConfigError` naming the field before anything starts."""
+    ``FAIRSHARE_*`` variables (the only ones it sees: the backend clears the rest and exports the environment's and
+    the user_config's, `SglangBackend`), validated as the plugin parses them: a bad value is a `ConfigError` naming
+    the field before anything starts."""
     unknown = sorted(set(overrides) - set(PolicyConfig.model_fields))
     if unknown:
         raise ConfigError(f"{where}: unknown PolicyConfig field(s) {unknown}")
     try:
         explicit = explicit_policy_env(policy_env(overrides))
         return predicted_policy(explicit, sglang_engine_kwargs(settings))
+    except ValidationError as e:
+        raise ConfigError(describe_validation_error(where, e)) from None
+
+
+def environment_policy(where: str = "the replica's environment") -> dict[str, Any]:
+    """The policy knobs this process's environment sets (its ``FAIRSHARE_*`` variables: a node's, `runtime_env`, a
+    Kubernetes container's), parsed as the plugin parses them; a bad value is a `ConfigError` naming the variable.
+    They apply below `Engine.user_config.policy`, as on the simulated engine."""
+    try:
+        return explicit_policy_env()
     except ValidationError as e:
         raise ConfigError(describe_validation_error(where, e)) from None
 

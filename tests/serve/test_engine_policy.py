@@ -242,3 +242,26 @@ def test_the_load_carries_the_wait_bound_the_plugin_reports():
     states = [{"wait_pass_s": 0.21}, None, {"status": "active"}, {"wait_pass_s": 0.27}]
     assert replica_load([], PrefillRate(1000.0), 0.0, policy, 8192, plugin_states=states).wait_pass_s == 0.27
     assert replica_load([], PrefillRate(1000.0), 0.0, policy, 8192, plugin_states=[{"wait_pass_s": 0}]).wait_pass_s == 0
+
+
+# -- the replica's environment, below the user's overrides ---------------------------------------------------------
+
+
+def test_the_replicas_policy_variables_apply_below_the_user_config_on_both_sides(isolated):
+    """As on the simulated engine: a `FAIRSHARE_*` policy variable of the replica's environment (runtime_env, a
+    container's env) sets its knob unless `Engine.user_config.policy` names it; the engine's plugin runs the same."""
+    args, user_config, _ = gpu_config()
+    os.environ.update({"FAIRSHARE_TTFT_TARGET_S": "0.9", "FAIRSHARE_TBT_TARGET_S": "0.7"})
+    rep = started_replica(args, {**user_config, "policy": {**user_config["policy"], "tbt_target_s": 0.4}})
+    (engine,) = FakeSglangEngine.started
+    assert (rep.backend.policy.ttft_target_s, rep.backend.policy.tbt_target_s) == (0.9, 0.4)
+    assert (engine.env["FAIRSHARE_TTFT_TARGET_S"], engine.env["FAIRSHARE_TBT_TARGET_S"]) == ("0.9", "0.4")
+    os.environ.update(engine.env)
+    assert policy_config_for(started_scheduler(engine.kwargs, engine.env)) == rep.backend.policy
+
+
+def test_a_bad_policy_variable_in_the_replicas_environment_is_refused_by_name(isolated):
+    args, user_config, _ = gpu_config()
+    os.environ["FAIRSHARE_LOOKAHEAD"] = "many"
+    with pytest.raises(ConfigError, match="lookahead"):
+        started_replica(args, user_config)

@@ -35,7 +35,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from scheduler.config import PolicyConfig, env_var_name
@@ -44,6 +44,7 @@ from serve_app.config import (
     AppConfig,
     EngineKnobs,
     engine_policy,
+    environment_policy,
     reported_passes,
     reported_policy,
     sglang_engine_kwargs,
@@ -87,8 +88,11 @@ class SglangBackend:
         self.cfg = cfg
         self.model_id = cfg.served_model_id
         self._engine_factory = engine_factory
+        self._env_policy = environment_policy()
+        """The policy knobs the replica's environment sets, read before the backend exports its own: they apply below
+        `Engine.user_config.policy` (which the backend then exports) at every engine start."""
         self._policy_overrides = dict(knobs.policy)
-        self._policy = engine_policy(cfg, knobs.policy)
+        self._policy = engine_policy(cfg, self._engine_overrides())
         self._engine: SglangEngine | None = None
         self._loop: EngineThread | None = None
         self._openai: SglangOpenAI | None = None
@@ -115,7 +119,7 @@ class SglangBackend:
             return
         for field in PolicyConfig.model_fields:  # a field dropped from the overrides since the last start too
             os.environ.pop(env_var_name(field), None)
-        os.environ.update(policy_env(self._policy_overrides))
+        os.environ.update(policy_env(self._engine_overrides()))
         # Subscribed before the engine binds its publisher: the engine's first events are not missed.
         self._kv_events = KvEventStream(self._apply_kv_events)
         kwargs = {**self.engine_kwargs(), "kv_events_config": self._kv_events.engine_config()}
@@ -162,9 +166,14 @@ class SglangBackend:
             return
         # Validated as the plugin will build it, before anything (re)starts: a bad value is a ConfigError naming
         # the field, the old policy stays in force, no scheduler process dies at start.
-        self._policy = engine_policy(self.cfg, knobs.policy)
+        self._policy = engine_policy(self.cfg, self._engine_overrides(knobs.policy))
         self._policy_overrides = dict(knobs.policy)
         self._restart_pending = self._engine is not None
+
+    def _engine_overrides(self, policy: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """What the engine's plugin is told: the environment's knobs, then `Engine.user_config.policy` (`policy`,
+        default the one in force) over them."""
+        return {**self._env_policy, **(self._policy_overrides if policy is None else policy)}
 
     async def restart_if_needed(self) -> bool:
         """Restart the engine when its policy changed since it started (sglang cannot take a policy live)."""
