@@ -15,11 +15,26 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+LISTENER_SCANS = 5
+"""Scans for a port's listener: a server that reloads (HAProxy does, when Serve's routes change) hands its socket to
+a new process, and the one a scan found may be gone by the time it is read."""
+
+
 def listener(port: int) -> psutil.Process | None:
     """The process listening on TCP `port`, if any (found by its socket: some servers retitle themselves)."""
-    for conn in psutil.net_connections("tcp"):
-        if conn.status == psutil.CONN_LISTEN and conn.laddr.port == port and conn.pid is not None:
-            return psutil.Process(conn.pid)
+    for _ in range(LISTENER_SCANS):
+        pids = [
+            c.pid
+            for c in psutil.net_connections("tcp")
+            if c.status == psutil.CONN_LISTEN and c.laddr.port == port and c.pid is not None
+        ]
+        if not pids:
+            return None
+        for pid in pids:
+            try:
+                return psutil.Process(pid)
+            except psutil.NoSuchProcess:
+                continue  # it handed the socket on and exited: scan again
     return None
 
 

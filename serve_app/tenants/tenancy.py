@@ -3,12 +3,14 @@
 A request's tenant is, first that applies: the tenant of the API key it was authenticated with (the key table,
 `key_table`; the auth middleware leaves it in the request's scope, so a client with a key cannot claim another
 tenant), the `X-Tenant` header, the OpenAI body's `user` field, `DEFAULT_TENANT`. A name is 1 to 64 characters of
-`[A-Za-z0-9._-]` (`TENANT_NAME`): it labels metrics and is echoed in the `X-Tenant` response header; any other is a
-400 naming the header or field.
+`[A-Za-z0-9._-]` (`TENANT_NAME`): it labels metrics and is echoed in the `X-Tenant` response header. A header with any
+other is a 400 naming it; a `user` that is not a name (OpenAI clients put end-user ids there, emails among them)
+names the tenant ``user-`` and a digest of it (`user_tenant`): each such user is still a tenant of its own.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -55,6 +57,14 @@ def tenant_name(value: str, param: str) -> str:
     return value
 
 
+def user_tenant(user: str) -> str:
+    """The tenant a `user` field names: itself when it is a tenant name, else ``user-`` and 12 hex digits of its
+    digest (stable, and no user id in a metric label or a header)."""
+    if is_tenant_name(user):
+        return user
+    return "user-" + hashlib.blake2b(user.encode(), digest_size=6).hexdigest()
+
+
 def request_tenant(scope: Scope, body: Mapping[str, Any]) -> Tenant:
     """The request's tenant: its key's, else the header's, else `user`'s, else the default tenant."""
     authenticated = scope.get(AUTHENTICATED_TENANT)
@@ -65,6 +75,6 @@ def request_tenant(scope: Scope, body: Mapping[str, Any]) -> Tenant:
         return Tenant(tenant_name(claimed, TENANT_HEADER))
     user = body.get("user")
     # A `user` that is not a string is the engine's to refuse: it names no tenant.
-    if isinstance(user, str):
-        return Tenant(tenant_name(user, "user"))
+    if isinstance(user, str) and user:
+        return Tenant(user_tenant(user))
     return Tenant()

@@ -68,8 +68,6 @@ def test_with_keys_the_keys_tenant_wins_over_header_and_user() -> None:
         ({"X-Tenant": "a b"}, {}, "X-Tenant"),
         ({"X-Tenant": "t" * 65}, {}, "X-Tenant"),
         ({"X-Tenant": "acme/../beta"}, {}, "X-Tenant"),
-        ({}, {"user": "alice@example.com"}, "user"),
-        ({}, {"user": ""}, "user"),
         ({"X-Tenant": "bad!"}, {"user": "fine"}, "X-Tenant"),
     ],
 )
@@ -79,6 +77,15 @@ def test_a_bad_name_is_a_400_naming_where_it_came_from(headers: dict, body: dict
     error = r.json()["error"]
     assert (error["param"], error["code"], error["type"]) == (param, "invalid_tenant", "invalid_request_error")
     assert error["message"].startswith(f"{param} names the tenant: 1 to 64 characters")
+
+
+def test_a_user_field_that_is_no_tenant_name_names_a_tenant_by_its_digest() -> None:
+    """OpenAI clients put end-user ids in `user` (emails too): each is a tenant of its own, named without the id."""
+    c = client(None)
+    alice, bob = (tenant_of(c, {"user": f"{who}@example.com"})["name"] for who in ("alice", "bob"))
+    assert alice == tenant_of(c, {"user": "alice@example.com"})["name"] != bob
+    assert alice.startswith("user-") and "alice" not in alice and is_tenant_name(alice)
+    assert tenant_of(c, {"user": ""})["name"] == "default"
 
 
 ALLOWED = string.ascii_letters + string.digits + "._-"
