@@ -85,9 +85,9 @@ def tenant_report(result: RunResult) -> TenantReport:
         if len(backlogged) >= 2:
             for t, share in _entitled(backlogged, backlog.at(step.end_s), got, weights).items():
                 entitled[t] += share
-    with_others = _shares([(b, got) for b, got in passes if len(b) >= 2])
-    with_all = _shares([(b, got) for b, got in passes if len(weights) >= 2 and b == set(weights)])
-    received = _received([(b, got) for b, got in passes if len(b) >= 2])
+    received, offered = _served([(b, got) for b, got in passes if len(b) >= 2])
+    with_others = _shares(received, offered)
+    with_all = _shares(*_served([(b, got) for b, got in passes if len(weights) >= 2 and b == set(weights)]))
     tenants = {
         t: TenantMetrics(
             weight=weights[t],
@@ -117,8 +117,8 @@ def _entitled(
     return dict(zip(names, weighted_fill(wants, [weights[t] for t in names], total), strict=True))
 
 
-def _shares(passes: Sequence[tuple[set[str], dict[str, int]]]) -> dict[str, float]:
-    """Each tenant's part of the prefill tokens of the passes in which it was backlogged, of `passes`."""
+def _served(passes: Sequence[tuple[set[str], dict[str, int]]]) -> tuple[dict[str, float], dict[str, float]]:
+    """Over `passes`, each backlogged tenant's prefill tokens, and the tokens of the passes it was backlogged in."""
     got: dict[str, float] = defaultdict(float)
     offered: dict[str, float] = defaultdict(float)
     for backlogged, tokens in passes:
@@ -126,15 +126,12 @@ def _shares(passes: Sequence[tuple[set[str], dict[str, int]]]) -> dict[str, floa
         for t in backlogged:
             got[t] += tokens.get(t, 0)
             offered[t] += total
+    return got, offered
+
+
+def _shares(got: dict[str, float], offered: dict[str, float]) -> dict[str, float]:
+    """Each tenant's part of the prefill tokens of the passes in which it was backlogged (`_served`)."""
     return {t: got[t] / offered[t] for t in offered if offered[t]}
-
-
-def _received(passes: Sequence[tuple[set[str], dict[str, int]]]) -> dict[str, float]:
-    got: dict[str, float] = defaultdict(float)
-    for backlogged, tokens in passes:
-        for t in backlogged:
-            got[t] += tokens.get(t, 0)
-    return got
 
 
 def jain(xs: Sequence[float]) -> float:
