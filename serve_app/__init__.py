@@ -20,4 +20,5 @@ A request's path through the folders (`app.build_app` wires the deployments):
 Beside the path: `tenants/` (whom a request is billed to: the API key table, the tenant of a request), `protocol/`
 (OpenAI's wire format: request and response models, the error body, SSE events), `config/` (the typed config, live
 knobs, the config checker and the KubeRay generator) and `metrics`.
+`autoscaling/`: Engine autoscaling on service levels (`signals` replicas publish, `decision`, `serve_policy`).
 """

@@ -81,6 +81,7 @@ OPERATOR_PAGES = [
     "deploy-gpu.md",
     "kubernetes.md",
     "tuning.md",
+    "autoscaling.md",
     "observability.md",
     "operations.md",
     "troubleshooting.md",

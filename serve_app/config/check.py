@@ -2,8 +2,9 @@
 
 Validates the file with Serve's own schema (`ServeDeploySchema`), refuses keys Serve would silently
 drop in our deployments, then validates our typed sections (`args`, both `user_config`s, the policy
-overrides), checks that the Ingress drains at least as long as the Engine (`drain_problems`) and that the
-controller and the application ask for the same front (`serve_path.front_problems`).
+overrides, the SLO autoscaling policy's `policy_kwargs`: `autoscaling_problems`), checks that the Ingress
+drains at least as long as the Engine (`drain_problems`) and that the controller and the application ask
+for the same front (`serve_path.front_problems`).
 Prints one line per problem, naming the field, and exits non-zero if there is any.
 A bad `user_config` sent to a running app fails the update (Serve then replaces the replica that
 refused it), so check first.
@@ -30,6 +31,7 @@ from serve_app.config import (
     engine_policy,
     validate,
 )
+from serve_app.config.autoscaling import SLO_POLICY_FUNCTION, slo_scaling_knobs
 from serve_app.config.serve_path import env_vars_of, front_problems
 
 DEPLOYMENTS: dict[str, type[RoutingKnobs] | type[EngineKnobs] | None] = {
@@ -56,6 +58,22 @@ def drain_problems(where: str, deployments: list[dict[str, Any]]) -> list[str]:
     return []
 
 
+def autoscaling_problems(where: str, deployment: dict[str, Any]) -> list[str]:
+    """The SLO autoscaling policy's knobs, as the policy reads them in Serve's controller (where a bad one would only
+    be logged, the deployment held at its replica count); and only the Engine publishes the signals it reads."""
+    policy = (deployment.get("autoscaling_config") or {}).get("policy") or {}
+    if policy.get("policy_function") != SLO_POLICY_FUNCTION:
+        return []
+    name = deployment.get("name")
+    if name != "Engine":
+        return [f"{where}.{name}: the SLO autoscaling policy reads what Engine replicas publish; {name} publishes none"]
+    try:
+        slo_scaling_knobs(policy.get("policy_kwargs"))
+    except ConfigError as e:
+        return [f"{where}.{e}"]
+    return []
+
+
 def problems(raw: dict[str, Any]) -> list[str]:
     try:
         schema = ServeDeploySchema.model_validate(raw)
@@ -79,6 +97,7 @@ def problems(raw: dict[str, Any]) -> list[str]:
             unknown = sorted(set(d) - set(DeploymentSchema.model_fields))
             if unknown:
                 out.append(f"{where}.{name}: keys Serve would ignore: {unknown}")
+            out += autoscaling_problems(where, d)
             knobs_model = DEPLOYMENTS[name]
             if knobs_model is None:
                 if name == "Embedder" and cfg.embeddings is None:

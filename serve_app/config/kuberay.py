@@ -6,9 +6,14 @@ Each kustomize overlay in `k8s/overlays/` serves one config file (`gpu`: `config
 - `http_options.host: 0.0.0.0`: the proxy must accept traffic from the pod network; the Kubernetes Service
   in front of it is the boundary, not the loopback interface.
 - the `Engine` deployment's fixed `num_replicas` becomes Serve autoscaling from that many replicas up to the
-  overlay's maximum. With lanes that follow the load (`long_lane_replicas: null`) the replicas the autoscaler
-  adds take whatever role the load needs; with static lanes a replica's lane follows its rank (ranks below
-  `long_lane_replicas` serve documents), so the long lane keeps its size and added replicas join the chat lane.
+  overlay's maximum; an Engine with its own `autoscaling_config` keeps its bounds and delays as written. Either
+  way the overlay's `EngineScaling.policy` decides what it scales on: `requests` (the default) Serve's own policy
+  on ongoing requests at `target_ongoing_requests`, `slo` the SLO policy (`serve_app.autoscaling`, with the file's
+  `policy_kwargs` where it names the policy already; not the default until it wins the autoscaling benchmark,
+  `benchmarks/autoscale_ramp.py`). With lanes that follow the load
+  (`long_lane_replicas: null`) the replicas the autoscaler adds take whatever role the load needs; with static
+  lanes a replica's lane follows its rank (ranks below `long_lane_replicas` serve documents), so the long lane
+  keeps its size and added replicas join the chat lane.
 
 A generated config must pass `serve_app.config.check` (Serve's schema, our typed sections) before it is written.
 
@@ -23,11 +28,12 @@ from __future__ import annotations
 import copy
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from serve_app.config.autoscaling import SLO_POLICY_FUNCTION
 from serve_app.config.check import problems
 
 REPO = Path(__file__).resolve().parents[2]
@@ -45,7 +51,14 @@ class EngineScaling(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     max_replicas: int = Field(ge=1, description="Most engine replicas; the worker group's maxReplicas must fit them.")
-    target_ongoing_requests: float = Field(gt=0, description="Requests per replica Serve scales towards.")
+    policy: Literal["requests", "slo"] = Field(
+        "requests",
+        description="What Serve scales the engines on: `requests`, Serve's own policy on ongoing requests per "
+        "replica; `slo`, the chats' predicted TTFT and the queued prefill (`serve_app.autoscaling`).",
+    )
+    target_ongoing_requests: float = Field(
+        gt=0, description="Requests per replica Serve scales towards (the `requests` policy only)."
+    )
     upscale_delay_s: float = Field(30.0, ge=0, description="Load must stay high this long before a replica is added.")
     downscale_delay_s: float = Field(
         600.0, ge=0, description="Load must stay low this long before a replica (a GPU pod, later) goes away."
@@ -76,19 +89,39 @@ def serve_config(raw: dict[str, Any], scaling: EngineScaling) -> dict[str, Any]:
         raise ValueError(f"no `{ENGINE}` deployment to scale: name it in the config file's deployments")
     for deployment in engines:
         if "autoscaling_config" in deployment:
-            continue  # the file scales it already: served as written
-        replicas = deployment.pop("num_replicas", 1)  # Serve's default
-        if scaling.max_replicas < replicas:
-            raise ValueError(f"max_replicas={scaling.max_replicas} is below the file's num_replicas={replicas}")
-        deployment["autoscaling_config"] = {
-            "min_replicas": replicas,
-            "initial_replicas": replicas,
-            "max_replicas": scaling.max_replicas,
-            "target_ongoing_requests": scaling.target_ongoing_requests,
-            "upscale_delay_s": scaling.upscale_delay_s,
-            "downscale_delay_s": scaling.downscale_delay_s,
-        }
+            deployment["autoscaling_config"] = _with_policy(deployment["autoscaling_config"], scaling)
+        else:
+            deployment["autoscaling_config"] = engine_autoscaling(deployment.pop("num_replicas", 1), scaling)
     return out
+
+
+def engine_autoscaling(replicas: int, scaling: EngineScaling) -> dict[str, Any]:
+    """The Engine's `autoscaling_config` for a config file's fixed replica count (Serve's default: 1): from it up to
+    the overlay's maximum, on the overlay's policy."""
+    return _with_policy(_bounds(replicas, scaling), scaling)
+
+
+def _bounds(replicas: int, scaling: EngineScaling) -> dict[str, Any]:
+    """Autoscaling for a file's fixed replica count: never below it, up to the overlay's maximum."""
+    if scaling.max_replicas < replicas:
+        raise ValueError(f"max_replicas={scaling.max_replicas} is below the file's num_replicas={replicas}")
+    return {
+        "min_replicas": replicas,
+        "initial_replicas": replicas,
+        "max_replicas": scaling.max_replicas,
+        "upscale_delay_s": scaling.upscale_delay_s,
+        "downscale_delay_s": scaling.downscale_delay_s,
+    }
+
+
+def _with_policy(autoscaling: dict[str, Any], scaling: EngineScaling) -> dict[str, Any]:
+    """`autoscaling` scaling on the overlay's policy; a file that names the SLO policy keeps its kwargs."""
+    out = {k: v for k, v in autoscaling.items() if k not in ("policy", "target_ongoing_requests")}
+    if scaling.policy == "requests":
+        return {**out, "target_ongoing_requests": scaling.target_ongoing_requests}
+    policy = autoscaling.get("policy") or {}
+    kwargs = policy.get("policy_kwargs", {}) if policy.get("policy_function") == SLO_POLICY_FUNCTION else {}
+    return {**out, "policy": {"policy_function": SLO_POLICY_FUNCTION, "policy_kwargs": kwargs}}
 
 
 class _Literal(str):

@@ -21,6 +21,7 @@ from scheduler.config import PolicyConfig
 from scheduler.slo import SloTargets
 from scheduler.tenants import DEFAULT_TENANT
 from serve_app.api.request_log import configure_logging
+from serve_app.autoscaling.signals import replica_signals
 from serve_app.config import AppConfig, EngineKnobs, validate
 from serve_app.metrics import EngineMetrics, TenantLabels
 from serve_app.replica.backend import (
@@ -145,6 +146,12 @@ class Engine:
         self._metrics.publish(stats.lane.value, stats.load, self.backend.counters())
         self._metrics.publish_tenants(stats.lane.value, queued_by_tenant(stats.pending, self._tenants))
         return stats.to_dict()
+
+    def record_autoscaling_stats(self) -> dict[str, float]:
+        """What the SLO autoscaling policy decides on (`serve_app.autoscaling`); nothing while the engine loads, so the
+        policy counts this replica as capacity still coming."""
+        signals = replica_signals(self.backend.load(), self.backend.policy)
+        return signals.to_metrics() if signals is not None else {}
 
     def record_replica_metadata(self) -> dict[str, Any]:
         return {"lane": self.lane.value}

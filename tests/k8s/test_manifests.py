@@ -18,6 +18,7 @@ from ray.serve.schema import ServeDeploySchema
 
 from serve_app.app import build_app
 from serve_app.config import AppConfig, kuberay, validate
+from serve_app.config.autoscaling import SLO_POLICY_FUNCTION
 from serve_app.config.check import problems
 from tests.k8s import rules
 from tests.k8s.kustomize import KustomizeError, render
@@ -209,6 +210,54 @@ def test_serve_config_is_the_config_file_with_only_the_cluster_changes(name: str
             if app.get("args", {}).get("backend") == "sglang" and running:
                 assert scaling["target_ongoing_requests"] <= running, "scale before sglang queues requests"
     assert got == want
+
+
+def _engine_scaling(config: dict[str, Any]) -> dict[str, Any]:
+    scaling: dict[str, Any] = next(d for d in rules.deployments(config) if d["name"] == kuberay.ENGINE)[
+        "autoscaling_config"
+    ]
+    return scaling
+
+
+@pytest.mark.parametrize("name", OVERLAYS)
+def test_the_slo_policy_switch_keeps_the_bounds_and_scales_on_the_service_levels(name: str) -> None:
+    """The switch: the same bounds and delays, the SLO policy instead of Serve's own at the overlay's target."""
+    overlay = kuberay.OVERLAYS[name]
+    raw = yaml.safe_load((REPO / overlay.source).read_text())
+    requests = _engine_scaling(kuberay.serve_config(raw, overlay.scaling))
+    slo_scaling = overlay.scaling.model_copy(update={"policy": "slo"})
+    slo = _engine_scaling(kuberay.serve_config(raw, slo_scaling))
+    assert slo["policy"]["policy_function"] == SLO_POLICY_FUNCTION and "target_ongoing_requests" not in slo
+    assert "policy" not in requests and requests["target_ongoing_requests"] == overlay.scaling.target_ongoing_requests
+    assert {k: v for k, v in slo.items() if k != "policy"} == {
+        k: v for k, v in requests.items() if k != "target_ongoing_requests"
+    }
+    assert problems(kuberay.serve_config(raw, slo_scaling)) == []
+
+
+@pytest.mark.parametrize("name", OVERLAYS)
+def test_a_serve_scale_up_reaches_worker_pods(name: str) -> None:
+    """An Engine replica Serve adds waits for a pod's resources: KubeRay's in-tree autoscaler adds a pod to a worker
+    group whose pods hold one, and that group may grow."""
+    rs = rules.ray_service(rendered(name))
+    assert rs["spec"]["rayClusterConfig"]["enableInTreeAutoscaling"] is True
+    engine = next(d for d in rules.deployments(rules.serve_config(rs)) if d["name"] == kuberay.ENGINE)
+    least, most = rules.replica_bounds(engine)
+    assert most > least
+    fits = [
+        pod
+        for pod in rules.ray_pods(rs)[1:]
+        if all(rules.actor_resource(engine, r) <= pod.ray_resource(r) for r in ("CPU", "GPU"))
+    ]
+    assert any(pod.replicas[1] > pod.replicas[0] for pod in fits)
+
+
+def test_a_bad_slo_policy_knob_in_a_config_file_is_caught() -> None:
+    raw = yaml.safe_load((REPO / kuberay.OVERLAYS["gpu"].source).read_text())
+    config = kuberay.serve_config(raw, kuberay.OVERLAYS["gpu"].scaling.model_copy(update={"policy": "slo"}))
+    assert problems(config) == []
+    _engine_scaling(config)["policy"]["policy_kwargs"] = {"down_ttft_fraction": 0.95}
+    assert any("down_ttft_fraction" in p for p in problems(config))
 
 
 @pytest.mark.parametrize("name", OVERLAYS)
