@@ -71,6 +71,11 @@ class IngressMetrics:
             description="Requests refused for overload (429, or 503 without a replica), by reason and tenant.",
             tag_keys=("reason", "tenant"),
         )
+        self.replaced = ray_metrics.Counter(
+            "fairshare_requests_replaced_total",
+            description="Requests routed again because their engine replica was lost before any of their tokens "
+            "reached the client (the client sees one normal response).",
+        )
         self.tenant_tokens = ray_metrics.Counter(
             "fairshare_tenant_tokens_total",
             description="Tokens served by tenant, from the usage of each response the ingress relayed (a stream's "
@@ -93,6 +98,9 @@ class IngressMetrics:
 
     def count_shed(self, reason: str, tenant: str) -> None:
         self.shed.inc(tags={"reason": reason, "tenant": self.tenant_label(tenant)})
+
+    def count_replaced(self) -> None:
+        self.replaced.inc()
 
     def count_served(self, tenant: str, prompt_tokens: int, completion_tokens: int) -> None:
         label = self.tenant_label(tenant)

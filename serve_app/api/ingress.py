@@ -18,8 +18,9 @@ error is an SSE error event followed by `[DONE]`. Every answered request, errors
 `fairshare_requests_total`. Responses the engine wrote carry `X-Lane`, `X-Replica`, `X-Session-ID`, `X-Route`,
 `X-Traffic-Class`, `X-Tenant` and `Server-Timing` (an error answered once the tenant is named carries `X-Tenant`
 too); every response carries `X-Request-ID` (`http_app`: the middlewares and error handlers). An engine replica
-that dies under a request fails only that request: 503 before the first byte (after one re-route), an SSE error
-event then `[DONE]` once streaming.
+that dies under a request fails only that request: before its first token nothing has reached the client (not
+even the status line), so it is routed again once, transparently (503 if that replica is lost too); once tokens
+are streaming, an SSE error event then `[DONE]`.
 """
 
 # No `from __future__ import annotations` here: Serve rebuilds the routes in the replica, and FastAPI must read
@@ -242,6 +243,7 @@ class Ingress:
                 lambda t: cast(EngineCall, self.engine_stream.respond.remote(engine_request, route=t)),
                 RouteTicket(hint),
                 self.metrics,
+                endpoint.text_field,
             )
             call.routed(ticket)
             if head.media_type == SSE and head.status < 400:

@@ -1,6 +1,13 @@
 """The engine's answer on its way to the client, one path for every backend: the engine call started (routed
-again once if its replica is lost before its first item), then the response the engine wrote relayed as it
-comes, whole or streamed.
+again once if its replica is lost before any of its tokens reached the client), then the response the engine
+wrote relayed as it comes, whole or streamed.
+
+Before the first token. A stream's first items may carry no token: sglang sends the response's head as soon as it
+accepts the request, and its opening role event carries none either; a document's prefill can take seconds after
+them. Those items are held back (`opening`: neither the status line nor any byte reaches the client) until the
+first item that carries output, so a replica lost while they are held loses nothing the client saw: the request
+is placed again on another replica (counted in `fairshare_requests_replaced_total`) and the client gets one normal
+response, its headers from the replica that served it. Nothing is relayed twice: what was held is dropped.
 
 Errors: a refusal before the response started is an OpenAI error response (the router's or the replica's
 backpressure 429 with `Retry-After`, 503 with no replica or a replica lost twice); once a stream started, a
@@ -15,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from typing import Any
@@ -30,7 +38,7 @@ from serve_app.api.routed_call import RoutedCall
 from serve_app.metrics import IngressMetrics, ServedTokens, StreamTimer
 from serve_app.protocol.errors import OpenAIError
 from serve_app.protocol.sse import token_events
-from serve_app.replica.backend import EngineError, ResponseBody, ResponseItem, ResponsePart, ResponseStart
+from serve_app.replica.backend import SSE, EngineError, ResponseBody, ResponseItem, ResponsePart, ResponseStart
 from serve_app.routing.backpressure import LanesFull
 from serve_app.routing.records import RouteTicket
 
@@ -38,7 +46,7 @@ logger = logging.getLogger(__name__)
 
 RETRY_AFTER_S = 1
 START_ATTEMPTS = 2
-"""A request whose replica dies before its first item is routed again once (nothing reached the client)."""
+"""A request whose replica dies before its first token is routed again once (nothing reached the client)."""
 REPLICA_LOST = (RayActorError, ActorUnavailableError)
 FAILED_MESSAGE = "The engine failed while serving this request."
 
@@ -98,24 +106,60 @@ def call_error(e: BaseException, metrics: IngressMetrics, tenant: str, what: str
     return e
 
 
+_TOOL_CALL = re.compile(rb'"tool_calls": ?\[')
+"""A streamed tool call's delta (sglang): output without text, which `token_events` does not count."""
+
+
+def shows_output(part: ResponseItem, text_field: str) -> bool:
+    """A body the client must see now: generated text or a tool call, or the error that ends the stream."""
+    if not isinstance(part, ResponseBody):
+        return False
+    data = part.data
+    return part.error_status is not None or token_events(data, text_field) > 0 or _TOOL_CALL.search(data) is not None
+
+
+def awaits_output(items: Sequence[ResponseItem], text_field: str) -> bool:
+    """A stream's items so far are only its head and events without output: nothing yet worth the client's bytes.
+    A refusal, an error status or a whole (JSON) response goes on as it is."""
+    head = items[0] if items else None
+    if not isinstance(head, ResponseStart) or head.media_type != SSE or head.status >= 400:
+        return False
+    return not any(shows_output(part, text_field) for part in items)
+
+
+async def opening(stream: EngineCall, text_field: str) -> list[ResponseItem]:
+    """The engine's items up to and with the first that carries output (or to the stream's end), joined: what is
+    held back from the client until a token exists (the module's docstring says why)."""
+    items: list[ResponseItem] = list(await stream.__anext__())
+    while awaits_output(items, text_field):
+        try:
+            items += await stream.__anext__()
+        except StopAsyncIteration:
+            break  # a stream without output: what it wrote goes on, and the relay finds the end again
+    return items
+
+
 async def start(
-    send: Send, ticket: RouteTicket, metrics: IngressMetrics
+    send: Send, ticket: RouteTicket, metrics: IngressMetrics, text_field: str
 ) -> tuple[EngineCall, ResponseStart, Sequence[ResponseItem], RouteTicket]:
-    """Send the request to the engine lanes; return the stream, the response's head, its first item (the head
-    and the bytes ready with it) and the ticket it was routed with."""
+    """Send the request to the engine lanes; return the stream, the response's head, its opening items (the head
+    and every byte up to its first output: `opening`) and the ticket it was routed with. `text_field`: the field
+    of the endpoint's stream events that carries text (`content`, `text`)."""
     tenant = ticket.hint.tenant
     for attempt in range(1, START_ATTEMPTS + 1):
         stream: EngineCall | None = None
         try:
             # Serve raises BackPressureError from `.remote()` itself or from the first item.
             stream = send(ticket)
-            first: Sequence[ResponseItem] = await stream.__anext__()
+            first = await opening(stream, text_field)
         except REPLICA_LOST as e:
             if stream is not None:
                 cancel(stream)
             if attempt == START_ATTEMPTS:
                 raise call_error(e, metrics, tenant) from None
-            logger.warning("engine replica lost before the first item (%s); routing again", type(e).__name__)
+            # Nothing reached the client (`opening` held it back): the request goes whole to another replica.
+            logger.warning("engine replica lost before the first token (%s); routing again", type(e).__name__)
+            metrics.count_replaced()
             ticket = RouteTicket(ticket.hint)
             continue
         except BaseException as e:

@@ -1,5 +1,5 @@
 """The ingress's fault handling on fake engine streams (no Ray cluster): a lost replica before the first
-item is routed again once, then 503; after it, the stream ends with an explicit error, never a cut."""
+token is routed again once, then 503; after it, the stream ends with an explicit error, never a cut."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 from types import SimpleNamespace
 
 import pytest
-from ray.exceptions import ActorDiedError
+from ray.exceptions import ActorDiedError, ActorUnavailableError
 
 from serve_app.api import relay
 from serve_app.api.endpoints import CHAT
@@ -54,7 +54,7 @@ class Counter:
 
 def fake_ingress(streams: list[FakeStream]) -> SimpleNamespace:
     calls = iter(streams)
-    shed = Counter()
+    shed, replaced = Counter(), Counter()
     metrics = SimpleNamespace(
         shed=shed,
         requests=Counter(),
@@ -62,6 +62,8 @@ def fake_ingress(streams: list[FakeStream]) -> SimpleNamespace:
         observe_itl=lambda *a: None,
         count_shed=lambda reason, tenant: shed.inc(tags={"reason": reason, "tenant": tenant}),
         count_served=lambda *a: None,
+        replaced=replaced,
+        count_replaced=lambda: replaced.inc(tags={}),
     )
     return SimpleNamespace(
         engine_stream=SimpleNamespace(respond=SimpleNamespace(remote=lambda req, route: next(calls))),
@@ -71,15 +73,57 @@ def fake_ingress(streams: list[FakeStream]) -> SimpleNamespace:
 
 def start(ingress, ticket: RouteTicket):
     send = lambda t: ingress.engine_stream.respond.remote(REQUEST, route=t)  # noqa: E731  (as `_respond` sends)
-    return asyncio.run(relay.start(send, ticket, ingress.metrics))
+    return asyncio.run(relay.start(send, ticket, ingress.metrics, CHAT.text_field))
+
+
+ROLE = b'data: {"choices":[{"delta":{"role":"assistant","content":""}}]}\n\n'
+"""A chat stream's opening event: no token in it."""
+
+
+def token(text: str) -> bytes:
+    return b'data: {"choices":[{"delta":{"content":"' + text.encode() + b'"}}]}\n\n'
 
 
 def test_replica_lost_before_the_first_item_is_routed_again() -> None:
-    lost, ok = FakeStream([ActorDiedError()]), FakeStream([[HEAD, ResponseBody(b"data: a\n\n")]])
+    lost, ok = FakeStream([ActorDiedError()]), FakeStream([[HEAD, ResponseBody(token("a"))]])
     ticket = RouteTicket(RouteHint(session_id="s", prompt_tokens=1))
-    stream, head, first, used = start(fake_ingress([lost, ok]), ticket)
-    assert stream is ok and head == HEAD and first[1].data == b"data: a\n\n" and lost.cancelled
+    ingress = fake_ingress([lost, ok])
+    stream, head, first, used = start(ingress, ticket)
+    assert stream is ok and head == HEAD and first[1].data == token("a") and lost.cancelled
     assert used is not ticket and used.hint == ticket.hint  # a fresh ticket: the router decides anew
+    assert len(ingress.metrics.replaced.tags) == 1 and ingress.metrics.shed.tags == []
+
+
+@pytest.mark.parametrize("lost_at", [ActorUnavailableError("gone", b"\0" * 16), ActorDiedError()])
+def test_replica_lost_after_its_head_but_before_any_token_is_routed_again(lost_at: BaseException) -> None:
+    """The head and the role event were held back: the client saw nothing, so the request goes whole to another
+    replica, and only that replica's bytes reach the client (nothing twice)."""
+    lost = FakeStream([[HEAD], [ResponseBody(ROLE)], lost_at])
+    ok = FakeStream([[HEAD], [ResponseBody(ROLE)], [ResponseBody(token("a"))], [ResponseBody(token("b"))]])
+    ingress = fake_ingress([lost, ok])
+    stream, head, first, _ = start(ingress, RouteTicket(RouteHint(session_id="s", prompt_tokens=1)))
+    assert stream is ok and head == HEAD and lost.cancelled
+    assert first == [HEAD, ResponseBody(ROLE), ResponseBody(token("a"))]  # up to and with the first token
+    assert ok.items == [[ResponseBody(token("b"))]]  # the rest is the relay's, as it comes
+    assert len(ingress.metrics.replaced.tags) == 1
+
+
+@pytest.mark.parametrize(
+    ("items", "held"),
+    [
+        ([[HEAD, ResponseBody(ROLE + token("a"))], [ResponseBody(token("b"))]], 1),  # the sim: head, role, token
+        ([[ResponseStart(200, "application/json")], [ResponseBody(b'{"choices":[]}')]], 1),  # whole: as it is
+        ([[ResponseStart(400, SSE), ResponseBody(b'{"error":{}}')]], 1),  # an error status: as it is
+        ([[HEAD], [ResponseBody(b"data: {}\n\n", error_status=503)], [ResponseBody(b"x")]], 2),  # the error event
+        ([[HEAD], [ResponseBody(b'data: {"choices":[{"delta":{"tool_calls":[{}]}}]}\n\n')], [ResponseBody(b"")]], 2),
+        ([[HEAD], [ResponseBody(ROLE)], [ResponseBody(b"data: [DONE]\n\n")]], 3),  # no output at all: to its end
+    ],
+)
+def test_what_is_held_back_ends_at_the_first_output(items: list, held: int) -> None:
+    stream = FakeStream(items)
+    first = asyncio.run(relay.opening(stream, CHAT.text_field))
+    assert first == [part for item in items[:held] for part in item]
+    assert len(stream.items) == len(items) - held
 
 
 def test_replica_lost_twice_is_503_with_a_message() -> None:

@@ -12,6 +12,7 @@ from ray.serve._private.common import DeploymentHandleSource, DeploymentID, Repl
 from ray.serve.request_router import PendingRequest
 
 from serve_app.replica.backend import ReplicaLoad
+from serve_app.routing import lane_router
 from serve_app.routing.backpressure import BackpressureLimits, LanesFull, ShedReason
 from serve_app.routing.lane_router import ROUTE_KWARG, LaneRouter
 from serve_app.routing.records import Lane, RouteHint, RouteTicket, RoutingStats
@@ -104,3 +105,57 @@ def test_a_loading_replica_gets_nothing_and_the_request_goes_out_once_one_is_up(
 
     chosen, request, waited = asyncio.run(scenario())
     assert waited and chosen.unique_id == "R2" and request.kwargs[ROUTE_KWARG].decision.replica_id == "R2"
+
+
+def request(n: int) -> PendingRequest:
+    ticket = RouteTicket(RouteHint(session_id="s", prompt_tokens=30, request_id=f"chat-{n}"))
+    metadata = RequestMetadata(request_id=f"r{n}", internal_request_id=f"i{n}", call_method="respond")
+    return PendingRequest(args=[], kwargs={ROUTE_KWARG: ticket}, metadata=metadata)
+
+
+def lost_and_live() -> list[FakeReplica]:
+    """R1 idle (the policy's choice while it is there), R2 decoding."""
+    return [FakeReplica("R1", Lane.BOTH, ReplicaLoad()), FakeReplica("R2", Lane.BOTH, ReplicaLoad(num_decoding=6))]
+
+
+async def choices(router: LaneRouter, n: int, first: int = 0) -> list[str]:
+    return [(await asyncio.wait_for(router._choose_replica_for_request(request(first + i)), 10)).unique_id
+            for i in range(n)]  # fmt: skip
+
+
+@pytest.mark.parametrize("hook", ["on_replica_actor_unavailable", "on_replica_actor_died"])
+def test_a_lost_replica_is_out_of_the_choices_at_once_until_the_controller_drops_it(hook: str) -> None:
+    """Serve's hook marks it; the controller's list, sent again before the controller noticed, does not bring it
+    back; once the list no longer has it (replaced), the mark goes."""
+    r1, r2 = lost_and_live()
+
+    async def scenario() -> tuple[list[str], list[str], set[str], set[str]]:
+        router = LaneRouter(DEPLOYMENT, DeploymentHandleSource.REPLICA)
+        router.initialize_state()
+        router.update_replicas([r1, r2])
+        before = await choices(router, 1)
+        getattr(router, hook)(r1.replica_id)
+        router.update_replicas([r1, r2])  # a stale list: the controller has not noticed yet
+        after = await choices(router, 3, first=1)
+        marked = set(router._lost)
+        router.update_replicas([r2])
+        return before, after, marked, set(router._lost)
+
+    before, after, marked, left = asyncio.run(scenario())
+    assert before == ["R1"] and after == ["R2", "R2", "R2"]
+    assert marked == {"R1"} and left == set()
+
+
+def test_a_lost_mark_lapses_for_a_replica_the_controller_still_lists(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replica only briefly unreachable comes back after LOST_MARK_S (if it is dead, its next call marks it again)."""
+    monkeypatch.setattr(lane_router, "LOST_MARK_S", -1.0)  # every mark already old
+    r1, r2 = lost_and_live()
+
+    async def scenario() -> list[str]:
+        router = LaneRouter(DEPLOYMENT, DeploymentHandleSource.REPLICA)
+        router.initialize_state()
+        router.update_replicas([r1, r2])
+        router.on_replica_actor_unavailable(r1.replica_id)
+        return await choices(router, 1)
+
+    assert asyncio.run(scenario()) == ["R1"]
