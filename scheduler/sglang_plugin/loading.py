@@ -17,6 +17,7 @@ the launch with a message saying how to load it, instead of serving silently wit
 from __future__ import annotations
 
 import logging
+import os
 import pkgutil
 from typing import Any
 
@@ -63,7 +64,8 @@ def load() -> None:
         return
     enabled = plugin_enabled()
     if not enabled and plugin_clock_path() is None and pass_trace_path() is None:
-        logger.info("fairshare: plugin disabled by %s=0; sglang runs unpatched", PLUGIN_ENABLED_VAR)
+        value = os.environ.get(PLUGIN_ENABLED_VAR, "")
+        logger.info("fairshare: plugin disabled by %s=%s; sglang runs unpatched", PLUGIN_ENABLED_VAR, value)
         return
     version = installed_sglang_version()
     if version != TESTED_SGLANG_VERSION:

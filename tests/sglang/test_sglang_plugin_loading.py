@@ -58,3 +58,24 @@ def test_patched_scheduler_admits_past_a_capacity_rejection(loaded):
     assert result["policy_active"]
     assert result["admitted"] == [["holder"], ["small"], []]
     assert "long_prefill_token_threshold=" in log
+
+
+def test_disabled_plugin_says_which_value_turned_it_off():
+    """Any false spelling turns the plugin off; the log line names the value given, and nothing is patched."""
+    code = (
+        "import logging; logging.basicConfig(level=logging.INFO)\n"
+        "from scheduler.sglang_plugin import loading\n"
+        "from harness.sglang_classes import sglang_is_unpatched\n"
+        "loading.load(); print(sglang_is_unpatched())\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=clean_env(FAIRSHARE_PLUGIN_ENABLED="false"),
+        cwd=HERE.parents[1],
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "plugin disabled by FAIRSHARE_PLUGIN_ENABLED=false" in out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "True"

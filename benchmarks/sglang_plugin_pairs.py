@@ -1,0 +1,245 @@
+"""The plugin on against off, in pairs run at the same time: a decoding stream's cost per token in the issue's scenario.
+
+One stream decodes while a document waits, rejected for KV capacity, and a short question arrives a third of the
+way into the measured window. Two real sglang servers serve the same tiny model, one with the plugin on and one
+off (upstream sglang, with the plugin's `--enable-mixed-chunk`), and run the scenario *at the same time*, each
+server's processes pinned to a core of its own; the next pair swaps the cores. A machine shared with other work
+drifts by tens of percent over seconds (runs one after the other differ by 0.86-1.29x here), and a pair run
+together sees the same drift, so the ratio within a pair is what the plugin costs, and swapping cores cancels a
+difference between the two cores.
+
+Printed per pair and as medians with a bootstrap interval over pairs: the stream's wall milliseconds per token on
+against off, the scheduler loop's CPU per iteration on against off (the kernel's count for the scheduler's main
+thread: the figure the other processes on the core move least), and the question's time to first token on and off
+(the plugin lets it skip ahead of the waiting document; upstream keeps it behind).
+
+    python -m benchmarks.sglang_plugin_pairs --pairs 12           # about 10 minutes on 2 CPU cores
+    python -m benchmarks.sglang_plugin_pairs --quick              # 4 pairs, a shorter window
+
+On a machine with fewer than two cores the servers share one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import http.client
+import json
+import os
+import random
+import statistics
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks.sglang_plugin_cost import (
+    STREAM_PROMPT,
+    Batch,
+    Stream,
+    ids,
+    load,
+    percentile,
+    scheduler_pid,
+    server_args,
+    server_env,
+    thread_cpu_ns,
+    wait_until,
+)
+from harness.net import http_json
+from harness.results import records
+from harness.sglang_server import LocalServer
+from harness.tiny_model import TinyModelSpec, build_tiny_model
+
+TARGET_RATIO = 1.02
+"""On against off, at most (the stream's time per token, the median of the pairs)."""
+QUESTION_PROMPT, QUESTION_TOKENS = 30, 4
+CONFIDENCE, BOOTSTRAP_RESAMPLES = 0.9, 2000
+
+
+@dataclass(frozen=True)
+class Run:
+    ms_per_token: float
+    cpu_us_per_iteration: float
+    question_ttft_s: float
+
+
+def group_pids(server: LocalServer) -> list[int]:
+    """Every process of `server`'s process group (the launcher, tokenizer, scheduler, detokenizer)."""
+    assert server.proc is not None
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if os.getpgid(int(entry.name)) == server.proc.pid:
+                    pids.append(int(entry.name))
+    return pids
+
+
+def pin(server: LocalServer, cpu: int) -> None:
+    """Every thread of every process of `server` onto `cpu` (threads started later inherit it)."""
+    for pid in group_pids(server):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(int(task.name), {cpu})
+
+
+def ask(port: int, rid: str) -> float:
+    """A short streamed question; seconds to its first token."""
+    body = {
+        "rid": rid,
+        "input_ids": ids(QUESTION_PROMPT, seed=77),
+        "stream": True,
+        "sampling_params": {"max_new_tokens": QUESTION_TOKENS, "temperature": 0.0},
+    }
+    started = time.perf_counter()
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=900)
+    try:
+        conn.request("POST", "/generate", body=json.dumps(body), headers={"Content-Type": "application/json"})
+        for raw in conn.getresponse():
+            if raw.startswith(b"data:") and raw.strip() != b"data: [DONE]":
+                return time.perf_counter() - started
+    finally:
+        conn.close()
+    raise RuntimeError(f"{rid}: no token")
+
+
+def one_run(server: LocalServer, run_id: str, seed: int, window: int) -> Run:
+    """The scenario once on `server`; leaves it idle. The question's answer may come after the window (upstream
+    admits it only once the stream is aborted): its first token is awaited after the abort."""
+    port = server.port
+    stream = Stream(port, f"{run_id}-stream", ids(STREAM_PROMPT, seed=1000 + seed))
+    wait_until("the stream's first tokens", lambda: stream.tokens() >= 2 or stream.error)
+    waiting = Batch(port, run_id, 1, seed=seed)
+    wait_until("the waiting document", lambda: load(port)["num_waiting_reqs"] >= 1)
+    pid = scheduler_pid(server)
+    start_line = len(stream.chunks)
+    first, cpu0 = stream.tokens(), thread_cpu_ns(pid)
+    question: dict[str, float] = {}
+
+    def ask_midway() -> None:
+        wait_until("a third of the window", lambda: stream.tokens() >= first + window // 3 or not stream.is_alive())
+        question["ttft_s"] = ask(port, f"{run_id}-question")
+
+    asker = threading.Thread(target=ask_midway, daemon=True)
+    asker.start()
+    wait_until("the measured window", lambda: stream.tokens() >= first + window or not stream.is_alive(), 900)
+    last, cpu1 = stream.tokens(), thread_cpu_ns(pid)
+    chunks = stream.chunks[start_line - 1 :]
+    (t0, c0), (t1, c1) = chunks[0], chunks[-1]
+    if stream.error or c1 - c0 < window:
+        raise RuntimeError(f"{run_id}: the stream ended early ({c1 - c0} tokens; {stream.error})")
+    http_json(port, "POST", "/abort_request", {"rid": f"{run_id}-stream"})
+    asker.join(300)
+    http_json(port, "POST", "/abort_request", {"rid": "", "abort_all": True})
+    stream.join(120)
+    waiting.join(300)
+    wait_until("the server to go idle", lambda: (s := load(port))["num_running_reqs"] + s["num_waiting_reqs"] == 0)
+    if "ttft_s" not in question:
+        raise RuntimeError(f"{run_id}: the question got no answer")
+    return Run((t1 - t0) * 1e3 / (c1 - c0), (cpu1 - cpu0) / 1e3 / max(1, last - first), question["ttft_s"])
+
+
+def pair(servers: dict[str, LocalServer], index: int, window: int) -> dict[str, Run]:
+    """Both modes at once, each on its own core (swapped on odd pairs)."""
+    cores = [0, 1] if (os.cpu_count() or 1) >= 2 else [0, 0]
+    if index % 2:
+        cores.reverse()
+    for cpu, server in zip(cores, servers.values(), strict=True):
+        pin(server, cpu)
+    runs: dict[str, Run] = {}
+    errors: list[BaseException] = []
+
+    def run(name: str) -> None:
+        try:
+            runs[name] = one_run(servers[name], f"{name}-{index}", index, window)
+        except BaseException as e:  # raised below, after both runs ended
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(name,)) for name in servers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return runs
+
+
+def median_interval(values: list[float]) -> tuple[float, float, float]:
+    """The median and a bootstrap `CONFIDENCE` interval of it (fixed seed)."""
+    rng = random.Random(0)
+    medians = [statistics.median(rng.choices(values, k=len(values))) for _ in range(BOOTSTRAP_RESAMPLES)]
+    tail = (1 - CONFIDENCE) / 2
+    return statistics.median(values), percentile(medians, tail), percentile(medians, 1 - tail)
+
+
+def verdict(low: float, high: float) -> str:
+    """At most `TARGET_RATIO`, judged on the interval: met or missed only where the whole interval says so."""
+    if high <= TARGET_RATIO:
+        return "met"
+    return "missed" if low > TARGET_RATIO else "unresolved"
+
+
+def report(pairs: list[dict[str, Run]]) -> None:
+    print(
+        f"\n{'pair':>4} | {'on core':>7} | {'ms/token on':>11} | {'off':>6} | {'on/off':>6} | "
+        f"{'CPU us/iter on':>14} | {'off':>6} | {'on/off':>6} | {'question TTFT s on':>18} | {'off':>6}"
+    )
+    for i, p in enumerate(pairs):
+        on, off = p["on"], p["off"]
+        print(
+            f"{i:>4} | {i % 2:>7} | {on.ms_per_token:11.3f} | {off.ms_per_token:6.3f} | "
+            f"{on.ms_per_token / off.ms_per_token:6.3f} | {on.cpu_us_per_iteration:14.0f} | "
+            f"{off.cpu_us_per_iteration:6.0f} | {on.cpu_us_per_iteration / off.cpu_us_per_iteration:6.3f} | "
+            f"{on.question_ttft_s:18.3f} | {off.question_ttft_s:6.3f}"
+        )
+    interval = f"{CONFIDENCE:.0%} CI"
+    print(f"\n{'on/off, median of pairs':>32} | {'median':>6} | {interval:>13} | at most {TARGET_RATIO:.2f}")
+    for name, field in (
+        ("stream ms per token", "ms_per_token"),
+        ("scheduler CPU per iteration", "cpu_us_per_iteration"),
+    ):
+        ratios = [getattr(p["on"], field) / getattr(p["off"], field) for p in pairs]
+        mid, low, high = median_interval(ratios)
+        print(f"{name:>32} | {mid:6.3f} | {f'{low:.3f}-{high:.3f}':>13} | {verdict(low, high)}")
+    for name in ("on", "off"):
+        ttfts = [p[name].question_ttft_s for p in pairs]
+        print(f"question TTFT, plugin {name:>3}: median {statistics.median(ttfts):.3f} s, max {max(ttfts):.3f} s")
+    skips = max(p["on"].question_ttft_s for p in pairs) < min(p["off"].question_ttft_s for p in pairs)
+    print(f"the question skips ahead with the plugin on (its slowest first token before off's fastest): {skips}")
+
+
+@records("sglang-plugin-pairs", "The plugin on against off, in pairs run at the same time (real sglang on CPU)")
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pairs", type=int, default=12, help="pairs of runs (at least 4)")
+    parser.add_argument("--window", type=int, default=900, help="decode tokens measured per run")
+    parser.add_argument("--quick", action="store_true", help="4 pairs of 300 tokens")
+    args = parser.parse_args()
+    pairs_n, window = (4, 300) if args.quick else (args.pairs, args.window)
+    if pairs_n < 4:
+        parser.error(f"--pairs {pairs_n}: at least 4 pairs are needed for a median and an interval")
+    if not 30 <= window <= 1500:
+        parser.error(f"--window {window}: between 30 and 1500 decode tokens")
+    with tempfile.TemporaryDirectory(prefix="plugin-pairs-") as tmp, contextlib.ExitStack() as stack:
+        tmp_path = Path(tmp)
+        model = build_tiny_model(tmp_path / "model", TinyModelSpec())
+        print(f"starting sglang servers (cpu); machine load {os.getloadavg()[0]:.1f}", flush=True)
+        envs = {"on": server_env("cpu"), "off": server_env("cpu", plugin_enabled=0)}
+        servers = {
+            name: stack.enter_context(
+                LocalServer(model, server_args("cpu"), env, tmp_path / f"{name}.log", startup_timeout_s=900)
+            )
+            for name, env in envs.items()
+        }
+        pairs = []
+        for index in range(pairs_n):
+            pairs.append(pair(servers, index, window))
+            print(f"pair {index} done; machine load {os.getloadavg()[0]:.1f}", flush=True)
+        report(pairs)
+
+
+if __name__ == "__main__":
+    main()
