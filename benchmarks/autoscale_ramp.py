@@ -64,7 +64,6 @@ TITLE = "Autoscaling under a ramp: Serve's request-count policy against the SLO 
 CONFIG = REPO / "config.yaml"
 ENGINE = "Engine"
 SHAPE = "up_down"
-SHAPE_FILE = "loadtests/shapes/up_down.py"
 POLICIES = ("requests", "slo")
 OVERLAY = "cpu-demo"
 MIN_REPLICAS = 1
@@ -85,10 +84,8 @@ REPLICA_SECONDS_RATIO_MAX = 0.8
 GOODPUT_RATIO_MIN = 1.5
 """Or-clause two: at least this much goodput per replica-hour (slo/requests)."""
 
-WORKLOAD: dict[str, Any] = dict(
-    doc_tokens="30000:130000", chat_weight=4, doc_weight=1, doc_followups=2, time_scale=TIME_SCALE
-)
-"""The locustfile's mix as `loadtests.bench` runs its ramp: documents of 30k-130k tokens with two follow-ups each,
+WORKLOAD: dict[str, Any] = {**bench.SHAPE_DEFAULTS[SHAPE], "time_scale": TIME_SCALE}
+"""The locustfile's mix as `loadtests.bench` plays the shape: documents of 30k-130k tokens with two follow-ups each,
 four chat users to a document user; think times and chat lengths its defaults."""
 TABLE_WIDTH = 160
 
@@ -232,11 +229,6 @@ def run_one(policy: str, seed: int, scale: Scale, engine_scaling: EngineScaling,
     polls = [((t - start) / TIME_SCALE, n) for t, n in poller.polls]
     span_s = stages[-1].until_s
     return RunResult(policy, seed, slo, to_engine_time(samples, start, TIME_SCALE), polls, span_s, rc)
-
-
-def register_shape() -> None:
-    """`loadtests.bench.run_locust` plays shapes by their name in `bench.SHAPES`: add this one."""
-    bench.SHAPES.setdefault(SHAPE, (SHAPE_FILE, up_down_stages, None))
 
 
 # -- figures -------------------------------------------------------------------------------------------------------
@@ -555,7 +547,6 @@ def describe(args: argparse.Namespace, engine_scaling: EngineScaling, stages: Se
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    register_shape()
     engine_scaling = scaling(args.downscale_delay_s)
     stages = up_down_stages(LoadSettings.model_validate(load_values(args.scale, 0)))
     args.out.mkdir(parents=True, exist_ok=True)

@@ -36,6 +36,7 @@ from loadtests.prediction import predict
 from loadtests.recording import read_samples
 from loadtests.report import Run, figures, fmt, per_stage_short_ttft_p99, plot, ratio, rows, slo_of, to_engine_time
 from loadtests.settings import LoadSettings, describe_error, register, to_flags
+from loadtests.shapes.up_down_stages import up_down_stages
 from loadtests.stages import Stage, article_stages, ramp_stages, soak_stages, stage_index
 from scheduler.sim.presets import PRESETS
 from scheduler.sim.rules import RuleSet, policy_for
@@ -46,6 +47,7 @@ SHAPES = {
     "article": ("loadtests/shapes/article.py", article_stages, 1),
     "ramp": ("loadtests/shapes/ramp.py", ramp_stages, None),
     "soak": ("loadtests/shapes/soak.py", soak_stages, None),
+    "up_down": ("loadtests/shapes/up_down.py", up_down_stages, None),
 }
 """name -> (shape file, its stages, chat users fixed)."""
 
@@ -66,6 +68,9 @@ SHAPE_DEFAULTS: dict[str, dict[str, Any]] = {
     ),
     "ramp": dict(doc_tokens="30000:130000", ramp_step_s=60, ramp_max_users=20, chat_weight=4, doc_weight=1),
     "soak": dict(doc_tokens="30000:130000", soak_s=300, soak_users=6),
+    # An autoscaler's load (`benchmarks.autoscale_ramp`): documents with two follow-ups each, four chat users to a
+    # document user.
+    "up_down": dict(doc_tokens="30000:130000", chat_weight=4, doc_weight=1, doc_followups=2),
 }
 POLICIES = {"upstream": RuleSet.BASELINE, "fairshare": RuleSet.FAIRSHARE}
 LOCUST_EXIT_GRACE_S = 120
