@@ -254,6 +254,42 @@ def steady_rate(chunks: list[tuple[float, int]]) -> float:
     return 1 / statistics.median(gaps)
 
 
+@dataclass(frozen=True)
+class Measured:
+    """A stream's measured window: its chunks (the one before the window first) and the scheduler loop's CPU us per
+    decoded token over it."""
+
+    chunks: list[tuple[float, int]]
+    cpu_us_per_token: float
+
+    @property
+    def tokens(self) -> int:
+        return self.chunks[-1][1] - self.chunks[0][1]
+
+    @property
+    def seconds(self) -> float:
+        return self.chunks[-1][0] - self.chunks[0][0]
+
+
+class Window:
+    """A measured window of `stream`'s decoding, opened now: `measure` waits for its end."""
+
+    def __init__(self, stream: Stream, pid: int) -> None:
+        self.stream, self.pid = stream, pid
+        self.start_line = len(stream.chunks)
+        self.first, self.cpu0 = stream.tokens(), thread_cpu_ns(pid)
+
+    def measure(self, window: int, run_id: str) -> Measured:
+        """Once `window` more tokens have come (or the stream ended: a `RuntimeError` if it ended short)."""
+        stream = self.stream
+        wait_until("the measured window", lambda: stream.tokens() >= self.first + window or not stream.is_alive(), 900)
+        last, cpu1 = stream.tokens(), thread_cpu_ns(self.pid)
+        measured = Measured(stream.chunks[self.start_line - 1 :], (cpu1 - self.cpu0) / 1e3 / max(1, last - self.first))
+        if stream.error or measured.tokens < window:
+            raise RuntimeError(f"{run_id}: the stream ended early ({measured.tokens} tokens; {stream.error})")
+        return measured
+
+
 def one_run(mode: Mode, case: str, run: int, window: int) -> tuple[float, float, float]:
     """Decode tok/s of one stream while the case's requests wait (over the window, and `steady_rate`), and the
     scheduler loop's CPU us per decoded token; leaves the server idle."""
@@ -268,22 +304,14 @@ def one_run(mode: Mode, case: str, run: int, window: int) -> tuple[float, float,
             f"{n_waiting} waiting requests",
             lambda: load(port)["num_waiting_reqs"] >= n_waiting or stream.error or not stream.is_alive(),
         )
-    pid = scheduler_pid(mode.server)
-    start_line = len(stream.chunks)
-    first, cpu0 = stream.tokens(), thread_cpu_ns(pid)
-    wait_until("the measured window", lambda: stream.tokens() >= first + window or not stream.is_alive(), 900)
-    last, cpu1 = stream.tokens(), thread_cpu_ns(pid)
-    chunks = stream.chunks[start_line - 1 :]
-    (t0, c0), (t1, c1) = chunks[0], chunks[-1]
-    if stream.error or c1 - c0 < window:
-        raise RuntimeError(f"{run_id}: the stream ended early ({c1 - c0} tokens; {stream.error})")
+    measured = Window(stream, scheduler_pid(mode.server)).measure(window, run_id)
     assert load(port)["num_waiting_reqs"] == n_waiting, "a waiting request was admitted: the case is wrong"
     http_json(port, "POST", "/abort_request", {"rid": "", "abort_all": True})
     stream.join(120)
     if batch is not None:
         batch.join(300)
     wait_until("the server to go idle", lambda: (s := load(port))["num_running_reqs"] + s["num_waiting_reqs"] == 0)
-    return (c1 - c0) / (t1 - t0), steady_rate(chunks), (cpu1 - cpu0) / 1e3 / max(1, last - first)
+    return measured.tokens / measured.seconds, steady_rate(measured.chunks), measured.cpu_us_per_token
 
 
 def collect_clock(mode: Mode, case: str) -> None:

@@ -38,13 +38,13 @@ from benchmarks.sglang_plugin_cost import (
     STREAM_PROMPT,
     Batch,
     Stream,
+    Window,
     ids,
     load,
     percentile,
     scheduler_pid,
     server_args,
     server_env,
-    thread_cpu_ns,
     wait_until,
 )
 from harness.net import http_json
@@ -113,23 +113,17 @@ def one_run(server: LocalServer, run_id: str, seed: int, window: int) -> Run:
     wait_until("the stream's first tokens", lambda: stream.tokens() >= 2 or stream.error)
     waiting = Batch(port, run_id, 1, seed=seed)
     wait_until("the waiting document", lambda: load(port)["num_waiting_reqs"] >= 1)
-    pid = scheduler_pid(server)
-    start_line = len(stream.chunks)
-    first, cpu0 = stream.tokens(), thread_cpu_ns(pid)
+    measuring = Window(stream, scheduler_pid(server))
     question: dict[str, float] = {}
 
     def ask_midway() -> None:
-        wait_until("a third of the window", lambda: stream.tokens() >= first + window // 3 or not stream.is_alive())
+        third = measuring.first + window // 3
+        wait_until("a third of the window", lambda: stream.tokens() >= third or not stream.is_alive())
         question["ttft_s"] = ask(port, f"{run_id}-question")
 
     asker = threading.Thread(target=ask_midway, daemon=True)
     asker.start()
-    wait_until("the measured window", lambda: stream.tokens() >= first + window or not stream.is_alive(), 900)
-    last, cpu1 = stream.tokens(), thread_cpu_ns(pid)
-    chunks = stream.chunks[start_line - 1 :]
-    (t0, c0), (t1, c1) = chunks[0], chunks[-1]
-    if stream.error or c1 - c0 < window:
-        raise RuntimeError(f"{run_id}: the stream ended early ({c1 - c0} tokens; {stream.error})")
+    measured = measuring.measure(window, run_id)
     http_json(port, "POST", "/abort_request", {"rid": f"{run_id}-stream"})
     asker.join(300)
     http_json(port, "POST", "/abort_request", {"rid": "", "abort_all": True})
@@ -138,7 +132,7 @@ def one_run(server: LocalServer, run_id: str, seed: int, window: int) -> Run:
     wait_until("the server to go idle", lambda: (s := load(port))["num_running_reqs"] + s["num_waiting_reqs"] == 0)
     if "ttft_s" not in question:
         raise RuntimeError(f"{run_id}: the question got no answer")
-    return Run((t1 - t0) * 1e3 / (c1 - c0), (cpu1 - cpu0) / 1e3 / max(1, last - first), question["ttft_s"])
+    return Run(measured.seconds * 1e3 / measured.tokens, measured.cpu_us_per_token, question["ttft_s"])
 
 
 def pair(servers: dict[str, LocalServer], index: int, window: int) -> dict[str, Run]:

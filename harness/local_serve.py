@@ -75,15 +75,19 @@ def start(
 ) -> None:
     """Ray and Serve on this machine; `controller_options`: a config's top-level block (default: the shipped
     configs' own, `serve_path.CONTROLLER_OPTIONS`)."""
+    start_ray(namespace=namespace, num_cpus=num_cpus, metrics_port=metrics_port)
+    start_front(port, CONTROLLER_OPTIONS if controller_options is None else controller_options)
+
+
+def start_front(port: int, controller_options: dict[str, Any]) -> None:
+    """Serve on the Ray this process is connected to: its front on the head node only, on loopback `port`, with
+    `controller_options` (HAProxy's own ports moved to free ones: `with_free_haproxy_ports`)."""
     from ray.serve._private.api import serve_start
 
-    start_ray(namespace=namespace, num_cpus=num_cpus, metrics_port=metrics_port)
     serve_start(
         http_options={"host": "127.0.0.1", "port": port},
         proxy_location="HeadOnly",
-        controller_options=with_free_haproxy_ports(
-            CONTROLLER_OPTIONS if controller_options is None else controller_options
-        ),
+        controller_options=with_free_haproxy_ports(controller_options),
     )
 
 

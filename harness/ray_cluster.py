@@ -15,12 +15,13 @@ every Ray on the machine.
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 from typing import Any
 
 import psutil
 
-from harness.local_serve import with_free_haproxy_ports
+from harness.local_serve import SERVE_START_ATTEMPTS, start_front
 from harness.net import free_port
 from harness.ray_tmpdir import own_ray_tmpdir
 from serve_app.config.serve_path import CONTROLLER_OPTIONS
@@ -29,7 +30,6 @@ GPU_SLOT = "gpu_slot"
 HEAD_SLOT = "head_slot"
 HEAD_SLOTS = 100
 """Enough for every deployment a test pins to the head."""
-SERVE_START_ATTEMPTS = 3
 
 
 class LocalCluster:
@@ -154,17 +154,12 @@ class LocalCluster:
         start fails: on a loaded machine the controller gives up on a front slow to start (it kills it, and the
         start raises), and the port probed free can be taken before the front binds it."""
         from ray import serve
-        from ray.serve._private.api import serve_start
 
         self._serve_started = True  # from here on, `close` shuts Serve down
         for attempt in range(1, SERVE_START_ATTEMPTS + 1):
             port = free_port()
             try:
-                serve_start(
-                    http_options={"host": "127.0.0.1", "port": port},
-                    proxy_location="HeadOnly",
-                    controller_options=_patient_front(with_free_haproxy_ports(CONTROLLER_OPTIONS)),
-                )
+                start_front(port, _patient_front(CONTROLLER_OPTIONS))
                 return port
             except Exception:
                 with contextlib.suppress(Exception):
@@ -181,10 +176,11 @@ fails."""
 
 
 def _patient_front(controller_options: dict[str, Any]) -> dict[str, Any]:
-    """`controller_options` (a copy of its own, as `with_free_haproxy_ports` gives) with `FRONT_READY_TIMEOUT_S`."""
-    env = controller_options["runtime_env"]["env_vars"]
+    """A copy of `controller_options` with `FRONT_READY_TIMEOUT_S`."""
+    options = copy.deepcopy(controller_options)
+    env = options.setdefault("runtime_env", {}).setdefault("env_vars", {})
     env["RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S"] = str(FRONT_READY_TIMEOUT_S)
-    return controller_options
+    return options
 
 
 def replicas(app: str, deployment: str) -> list[dict[str, Any]]:
