@@ -29,6 +29,8 @@ FLOOD_LIMIT = 6_000
 STEADY_LIMIT = 40_000
 """Every other tenant's (the Ingress's knob): well above what the steady tenant sends."""
 DOC_TOKENS = 6_000
+BURST = 12
+"""Requests `_flood_beside_steady` sends at once."""
 METRICS_TIMEOUT_S = 90
 """Ray exports a metric within seconds of its first record."""
 
@@ -46,6 +48,9 @@ def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeHandle]:
         cfg["applications"][0]["runtime_env"]["env_vars"]["FAIRSHARE_API_KEYS_FILE"] = str(keys_file)
         deployment(cfg, "Engine")["user_config"]["time_scale"] = 1.0  # real time: a document stays queued a while
         deployment(cfg, "Ingress")["user_config"]["tenant_max_queued_prefill_tokens"] = STEADY_LIMIT
+        # The burst's twelve requests wait in the handle while the router decides each; Serve's own queue (the
+        # conftest's 4) must hold them, or on a loaded machine its 429 races the tenant limit this module tests.
+        deployment(cfg, "Engine")["max_queued_requests"] = BURST
 
     with serving(with_keys) as handle:
         yield handle
