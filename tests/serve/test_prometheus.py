@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -17,7 +18,7 @@ import openai
 import pytest
 
 from tests import prometheus
-from tests.serve.conftest import ServeHandle, deployment
+from tests.serve.conftest import ServeHandle, deployment, serving
 
 pytestmark = pytest.mark.serve
 
@@ -25,6 +26,18 @@ SHORT = [{"role": "user", "content": "What does a fair share of a pass mean?"}]
 DOCUMENT = [{"role": "user", "content": "lorem ipsum dolor sit amet. " * 900}]
 SERIES_TIMEOUT_S = 120
 """Ray exports a metric within seconds of its first record; Prometheus scrapes every second."""
+HANDLE_QUEUE = 8
+"""Serve's queue in the Ingress's engine handle (`max_queued_requests`): it holds a burst of five while the router
+decides each request. The conftest's 4 does not: on a loaded machine Serve's own 429 shed a chat of the burst."""
+
+
+@pytest.fixture(scope="module")
+def served() -> Iterator[ServeHandle]:
+    def holding_a_burst(cfg: dict) -> None:
+        deployment(cfg, "Engine")["max_queued_requests"] = HANDLE_QUEUE
+
+    with serving(holding_a_burst) as handle:
+        yield handle
 
 
 def _stream(served: ServeHandle, messages: list[dict[str, str]], max_tokens: int) -> int:
@@ -55,7 +68,7 @@ def _disconnect_mid_stream(served: ServeHandle) -> None:
 
 
 def _flood(served: ServeHandle) -> list[int]:
-    # 3 replicas x (8 running + 4 queued) hold 36 at most (conftest): 40 long streams at once are partly shed.
+    # 3 replicas x 8 running (conftest) + HANDLE_QUEUE queued hold 32 at most: 40 long streams at once are partly shed.
     with ThreadPoolExecutor(40) as pool:
         return list(pool.map(lambda _: _stream(served, SHORT, 400), range(40)))
 
