@@ -50,7 +50,7 @@ def sglang_upstream_overrides() -> dict[str, Any]:
 
 def load_config(path: Path, port: int, overrides: dict[str, Any]) -> dict[str, Any]:
     """The deploy config at `path` on 127.0.0.1:`port`, with the benchmark's settings:
-    `sim` (dict merged into args.sim), `engine_replicas`, `time_scale`, `policy`."""
+    `sim` (dict merged into args.sim), `engine_replicas`, `time_scale`, `policy` (merged over the file's)."""
     cfg = copy.deepcopy(yaml.safe_load(path.read_text()))
     cfg["http_options"] = {**cfg.get("http_options", {}), "host": "127.0.0.1", "port": port}
     app = cfg["applications"][0]
@@ -63,7 +63,7 @@ def load_config(path: Path, port: int, overrides: dict[str, Any]) -> dict[str, A
     user = engine.setdefault("user_config", {})
     if overrides.get("time_scale") is not None:
         user["time_scale"] = overrides["time_scale"]
-    user["policy"] = dict(overrides.get("policy", {}))
+    user["policy"] = {**(user.get("policy") or {}), **overrides.get("policy", {})}
     return cfg
 
 
@@ -82,6 +82,9 @@ class LocalApp:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.config = load_config(config_path, self.port, overrides)
+        file_engine = sc.deployment(yaml.safe_load(config_path.read_text()), "Engine")
+        self.file_policy: dict[str, Any] = dict(file_engine.get("user_config", {}).get("policy") or {})
+        """The config file's engine policy: `set_policy` changes it, as the benchmark's `policy` override does."""
         if edit is not None:
             edit(self.config)
         self.num_cpus = num_cpus
@@ -108,8 +111,9 @@ class LocalApp:
         sc.stop()
 
     def set_policy(self, policy: dict[str, Any]) -> None:
+        """Redeploy with the engine policy `policy` over the config file's."""
         cfg = copy.deepcopy(self.config)
-        sc.deployment(cfg, "Engine")["user_config"]["policy"] = dict(policy)
+        sc.deployment(cfg, "Engine")["user_config"]["policy"] = {**self.file_policy, **policy}
         sc.deploy(cfg)
         self.config = cfg
 

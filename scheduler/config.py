@@ -89,6 +89,14 @@ class PolicyConfig(BaseSettings):
         description="Interactive streams' time-between-tokens target, p99, seconds: bounds every pass while short "
         "streams decode (they ride in it, or wait for it).",
     )
+    delivery_margin_s: float = Field(
+        0.0,
+        ge=0,
+        description="Seconds of each target the passes leave to the path from the engine to the client (a serving "
+        "front's hops, the network): passes are sized against `ttft_target_s` and `tbt_target_s` less this "
+        "(`planned_ttft_s`, `planned_tbt_s`), where the client judges the targets. 0: the engine's own output is "
+        "judged.",
+    )
     pass_throughput_slack: float | None = Field(
         None,
         ge=0,
@@ -192,6 +200,25 @@ class PolicyConfig(BaseSettings):
             if value is not None and value > self.chunk_budget_tokens:
                 raise ValueError(f"{name}={value} exceeds chunk_budget_tokens={self.chunk_budget_tokens}")
         return self
+
+    @model_validator(mode="after")
+    def _check_margin(self) -> Self:
+        if self.delivery_margin_s >= min(self.ttft_target_s, self.tbt_target_s):
+            raise ValueError(
+                f"delivery_margin_s={self.delivery_margin_s} leaves nothing of a target (ttft_target_s="
+                f"{self.ttft_target_s}, tbt_target_s={self.tbt_target_s})"
+            )
+        return self
+
+    @property
+    def planned_ttft_s(self) -> float:
+        """The TTFT the engine's passes are sized to keep: the target less the delivery margin."""
+        return self.ttft_target_s - self.delivery_margin_s
+
+    @property
+    def planned_tbt_s(self) -> float:
+        """The time between tokens the engine's passes are sized to keep: the target less the delivery margin."""
+        return self.tbt_target_s - self.delivery_margin_s
 
     @property
     def prefill_concurrency(self) -> int:

@@ -9,8 +9,12 @@ SLO sizer charges every predicted pass with.
 
 from __future__ import annotations
 
+import math
+from collections import deque
 from enum import StrEnum
 from typing import Protocol
+
+import numpy as np
 
 
 class AttentionWork(StrEnum):
@@ -44,6 +48,33 @@ def stated_error_of(cost: object) -> object:
     ``1 + error`` times its prediction); 0 for a model that states none, as the simulator's presets, which are the
     simulated engine's costs by construction. Returned as the model answers it: the SLO sizer checks it."""
     return getattr(cost, "relative_error", 0.0)
+
+
+class Overruns:
+    """The error a model states from how its latest predictions ran: the `quantile` quantile of ``measured /
+    predicted - 1`` over the latest `window` passes added, at least 0; `prior` while fewer than `min_count` were.
+    `scheduler.pass_cost_fit` says why a tail quantile of the latest passes. Recomputed only after a pass was added,
+    however often the planner asks."""
+
+    def __init__(self, window: int, min_count: int, quantile: float, prior: float) -> None:
+        self.latest: deque[float] = deque(maxlen=window)
+        self.min_count, self.quantile, self.prior = min_count, quantile, prior
+        self._num_added = 0
+        """Passes ever added: the stated error's input changed when this did."""
+        self._stated: tuple[int, float] | None = None
+
+    def add(self, measured_s: float, predicted_s: float) -> None:
+        self.latest.append(measured_s / predicted_s - 1.0 if predicted_s > 0 else math.inf)
+        self._num_added += 1
+
+    @property
+    def stated(self) -> float:
+        if self._stated is None or self._stated[0] != self._num_added:
+            error = self.prior
+            if len(self.latest) >= self.min_count:
+                error = max(0.0, float(np.quantile(self.latest, self.quantile, method="inverted_cdf")))
+            self._stated = (self._num_added, error)
+        return self._stated[1]
 
 
 def chunk_ctx_pairs(start: int, tokens: int) -> float:

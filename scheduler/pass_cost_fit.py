@@ -89,7 +89,7 @@ import numpy as np
 from scipy.optimize import nnls
 
 from scheduler.config import PolicyConfig
-from scheduler.pass_cost import AttentionWork
+from scheduler.pass_cost import AttentionWork, Overruns
 from scheduler.sim.presets import CARD12GB
 
 NUM_FEATURES = 5
@@ -255,11 +255,9 @@ class OnlinePassCost:
         self._x = array("d", bytes(8 * NUM_FEATURES * size))
         self._y = array("d", bytes(8 * size))
         self._miss = array("d", bytes(8 * size))
-        self._over: deque[float] = deque(maxlen=self.settings.error_window_passes)
-        """measured / predicted - 1 of the latest passes with prefill that a fit predicted."""
-        self._num_over = 0
-        """Entries ever appended to `_over`: the stated error's input changed when this did."""
-        self._stated: tuple[int, float] | None = None
+        s = self.settings
+        self._over = Overruns(s.error_window_passes, s.error_min_passes, s.overrun_quantile, s.prior_error)
+        """How the latest passes with prefill that a fit predicted ran against their predictions."""
         self.measured_prefill_tokens = 0
         """The most prefill tokens of any pass measured since start."""
         self.measured_prefill_pairs = 0.0
@@ -348,8 +346,7 @@ class OnlinePassCost:
         self._miss[i] = abs(predicted / measured_s - 1.0)
         self._latest.append((prefill_tokens, prefill_ctx_pairs, decode_rows, decode_ctx_tokens, measured_s))
         if self.num_fits > 0 and prefill_tokens > 0:
-            self._over.append(measured_s / predicted - 1.0 if predicted > 0 else math.inf)
-            self._num_over += 1
+            self._over.add(measured_s, predicted)
         self.num_observed += 1
         self._since_fit += 1
         if self.frozen_reason is None and self._since_fit >= self.refit_interval():
@@ -388,13 +385,7 @@ class OnlinePassCost:
         ``measured / predicted - 1`` of the latest fitted predictions of passes with prefill, at least 0;
         `FitSettings.prior_error` while they are too few. Recomputed only after a pass with prefill joined them (the
         decode-only passes of a lone stream change nothing here), however often the planner asks."""
-        if self._stated is None or self._stated[0] != self._num_over:
-            over, s = self._over, self.settings
-            error = s.prior_error
-            if len(over) >= s.error_min_passes:
-                error = max(0.0, float(np.quantile(over, s.overrun_quantile, method="inverted_cdf")))
-            self._stated = (self._num_over, error)
-        return self._stated[1]
+        return self._over.stated
 
     def describe(self) -> dict[str, Any]:
         """The model in force, its window and its error (the pass trace, the diagnostics line, server info)."""

@@ -20,6 +20,9 @@ A forward pass in flight cannot be interrupted, so the policy keeps its service 
   streams finish at decode speed. A pass that admits short requests that waited for a slot gets what their whole
   wait left of the TTFT target.
 
+Where the client judges the targets, the path to it (a serving front's hops) takes a little of each: the bounds are
+the targets less `PolicyConfig.delivery_margin_s` (`planned_ttft_s`, `planned_tbt_s`).
+
 Within those bounds a pass carries as much long prefill as the model predicts fits: bisection on the model, which
 must be non-decreasing in each argument, so the pass size is non-decreasing in each target wherever the targets can
 be kept. With ``pass_throughput_slack`` set it carries fewer: the fewest long tokens whose predicted rate is within
@@ -277,7 +280,7 @@ def arrival_wait_s(
     the chat's own passes alone break the target (the sizer then plans minimal passes)."""
     if not sizes_from_targets(cfg) or own_pass_s is None:
         return 0.0
-    return max(0.0, in_flight_bound_s(cfg.ttft_target_s, own_pass_s, admission_lag_passes, output_lag_passes))
+    return max(0.0, in_flight_bound_s(cfg.planned_ttft_s, own_pass_s, admission_lag_passes, output_lag_passes))
 
 
 def long_floor_tokens(cfg: PolicyConfig, load: PassLoad) -> int:
@@ -371,7 +374,7 @@ class SloSizer:
         # The passes a chat's first token waits for after its own (`output_lag_passes`) are each kept as short as it.
         after_s = load.output_lag_passes * own_s
         in_flight_s = in_flight_bound_s(
-            cfg.ttft_target_s, own_s, load.admission_lag_passes, load.output_lag_passes, decode_pass_s
+            cfg.planned_ttft_s, own_s, load.admission_lag_passes, load.output_lag_passes, decode_pass_s
         )
         bounds = [_Bound(in_flight_s, SizedBy.TTFT, Target.TTFT)]
         if load.short_tokens:
@@ -381,10 +384,10 @@ class SloSizer:
                 # passes), computed so, not as a difference from the target (which rounds with the target).
                 left_s = own_s + ahead * decode_pass_s
             else:
-                left_s = cfg.ttft_target_s - ahead * charge * waited_pass_s - after_s
+                left_s = cfg.planned_ttft_s - ahead * charge * waited_pass_s - after_s
             bounds.append(_Bound(left_s, SizedBy.ADMIT, Target.TTFT))
         if load.num_short_decoding:
-            bounds.append(_Bound(cfg.tbt_target_s - decode_pass_s, SizedBy.TBT, Target.TBT))
+            bounds.append(_Bound(cfg.planned_tbt_s - decode_pass_s, SizedBy.TBT, Target.TBT))
         return bounds
 
     def commit(self, predicted_s: float | None, short_prompt_tokens: list[int], short_left_waiting: bool) -> None:

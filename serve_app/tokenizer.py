@@ -55,17 +55,28 @@ class ApproxTokenizer:
     def chat_ids(self, messages: list[dict[str, str]]) -> TokenIds:
         return self.text_ids(self.render_chat(messages))
 
-    def text_ids(self, text: str) -> TokenIds:
-        """`count(text)` ids: token `i` is the characters from `floor(i * chars_per_token)`, hashed."""
+    def text_ids(self, text: str, first: int = 0) -> TokenIds:
+        """`count(text)` ids: token `i` is the characters from `floor(i * chars_per_token)`, hashed. From token
+        `first` on: only its characters and the ones after are read."""
         n = self.count(text)
-        codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32).astype(np.uint64)
-        if len(codes) == 0:
-            return np.zeros(1, dtype=np.int64)
-        starts = np.minimum(np.floor(np.arange(n) * self.chars_per_token).astype(np.int64), len(codes) - 1)
+        if not text:
+            return np.zeros(1, dtype=np.int64)[first:]
+        starts = np.minimum(np.floor(np.arange(first, n) * self.chars_per_token).astype(np.int64), len(text) - 1)
+        if len(starts) == 0:
+            return np.zeros(0, dtype=np.int64)
+        offset = int(starts[0])
+        codes = np.frombuffer(text[offset:].encode("utf-32-le"), dtype=np.uint32).astype(np.uint64)
+        starts -= offset
         token_of = np.searchsorted(starts, np.arange(len(codes)), side="right") - 1
         position = (np.arange(len(codes)) - starts[token_of]) % len(_MIX)
         mixed = codes * _MIX[position].astype(np.uint64)
         return (np.add.reduceat(mixed, starts) & np.uint64(0x7FFFFFFF)).astype(np.int64)
+
+    def extended_ids(self, text: str, ids: TokenIds, more: str) -> TokenIds:
+        """The ids of `text + more`, given `text`'s: all but its last token are whole in `text`, so they stand;
+        only the rest is read (a document's answer is cached without reading the document again)."""
+        keep = max(0, len(ids) - 1)
+        return np.concatenate([np.asarray(ids, dtype=np.int64)[:keep], self.text_ids(text + more, first=keep)])
 
 
 class HFTokenizer:

@@ -243,10 +243,10 @@ def test_a_feature_the_window_never_exercised_keeps_its_prior_coefficient():
 
 def test_memory_is_bounded_by_the_window():
     fit = OnlinePassCost(settings=FitSettings(window_passes=32, refit_every_passes=8))
-    arrays = (fit._x, fit._y, fit._miss, fit._over)
+    arrays = (fit._x, fit._y, fit._miss, fit._over.latest)
     feed(fit, random.Random(7), 1000, noise=0.01, outliers=0.0)
     assert fit.num_observed == 1000 and fit.num_window == 32
-    assert all(a is b for a, b in zip(arrays, (fit._x, fit._y, fit._miss, fit._over), strict=True))
+    assert all(a is b for a, b in zip(arrays, (fit._x, fit._y, fit._miss, fit._over.latest), strict=True))
     assert [len(a) for a in arrays] == [32 * 5, 32, 32, fit.settings.error_window_passes]
 
 

@@ -44,6 +44,23 @@ def test_while_chats_decode_a_pass_is_the_largest_within_the_tbt_target():
     assert plan.predicted_pass_s == pytest.approx(predicted(H100, tokens, 50_000, 4, 1_000))
 
 
+def test_a_delivery_margin_plans_every_pass_as_the_targets_less_it_would():
+    """The margin is what the path to the client takes of each target: the passes are those of targets less it."""
+    situation = snap([], continuing=[doc(ctx=50_000)], num_decoding=4, num_short_decoding=4, decode_ctx_tokens=1_000)
+    margin = PassPlanner(cfg(tbt_target_s=0.3, ttft_target_s=2.0, delivery_margin_s=0.01), pass_cost=H100)
+    tighter = PassPlanner(cfg(tbt_target_s=0.29, ttft_target_s=1.99), pass_cost=H100)
+    with_margin, with_tighter = margin.plan(situation), tighter.plan(situation)
+    assert with_margin.pass_budget_tokens == with_tighter.pass_budget_tokens
+    assert with_margin.pass_bound_s == pytest.approx(0.29) and with_margin.sized_by == "tbt"
+    chat = snap([cand("q", 40)], continuing=[doc(ctx=50_000)])
+    assert margin.plan(chat).pass_bound_s == pytest.approx(tighter.plan(chat).pass_bound_s)
+
+
+def test_a_delivery_margin_must_leave_something_of_each_target():
+    with pytest.raises(ValueError, match="delivery_margin_s"):
+        cfg(tbt_target_s=0.3, delivery_margin_s=0.3)
+
+
 def test_the_context_a_document_has_reached_shrinks_its_passes():
     def tokens_at(ctx: int) -> int:
         planner = PassPlanner(cfg(), pass_cost=H100)

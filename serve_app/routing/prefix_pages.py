@@ -35,9 +35,10 @@ ROOT = b""
 """The chain state before the first page."""
 
 
-def next_page_hash(previous: bytes, page: Sequence[int] | np.ndarray) -> bytes:
-    """The hash of a page whose prefix hashes to `previous`: the one hash function of the scheme."""
-    data = np.asarray(page, dtype=np.int64).tobytes()
+def next_page_hash(previous: bytes, page: Sequence[int] | np.ndarray | bytes) -> bytes:
+    """The hash of a page whose prefix hashes to `previous`: the one hash function of the scheme. `page`: its token
+    ids, or their bytes as int64s."""
+    data = page if isinstance(page, bytes) else np.asarray(page, dtype=np.int64).tobytes()
     return hashlib.blake2b(previous + data, digest_size=8).digest()
 
 
@@ -46,12 +47,18 @@ def as_int(page_hash: bytes) -> int:
     return int.from_bytes(page_hash, "little", signed=True)
 
 
-def page_hashes(token_ids: TokenIds, page_tokens: int = PAGE_TOKENS) -> tuple[int, ...]:
-    """The chained hashes of the whole pages of `token_ids` (a partial last page has none)."""
+def as_bytes(page: int) -> bytes:
+    """The chain state a published page hash stands for (`as_int`'s inverse)."""
+    return page.to_bytes(8, "little", signed=True)
+
+
+def page_hashes(token_ids: TokenIds, page_tokens: int = PAGE_TOKENS, known: Sequence[int] = ()) -> tuple[int, ...]:
+    """The chained hashes of the whole pages of `token_ids` (a partial last page has none). `known`: those of its
+    first pages, already computed (a prompt's, when its answer is appended): only the pages after them are hashed."""
     ids = np.asarray(token_ids, dtype=np.int64)
-    out: list[int] = []
-    h = ROOT
-    for start in range(0, len(ids) - page_tokens + 1, page_tokens):
+    out: list[int] = list(known)
+    h = as_bytes(known[-1]) if known else ROOT
+    for start in range(len(known) * page_tokens, len(ids) - page_tokens + 1, page_tokens):
         h = next_page_hash(h, ids[start : start + page_tokens])
         out.append(as_int(h))
     return tuple(out)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness import local_serve as sc
+from loadtests.app import load_config
 from loadtests.bench import engine_label, parse_args
 
 REPO = Path(__file__).resolve().parents[2]
@@ -24,3 +26,14 @@ def test_sglang_on_cpu_is_labelled_as_cpu_figures() -> None:
 def test_sglang_on_gpu_is_not_labelled_as_cpu() -> None:
     args, _ = parse_args(["--config", str(REPO / "config.gpu.yaml")])
     assert "CPU" not in engine_label(args)
+
+
+def test_a_benchmarks_policy_is_applied_over_the_config_files() -> None:
+    """The file's policy is the deployment's (its delivery margin); a benchmark's override changes what it names."""
+
+    def policy(overrides: dict) -> dict:
+        return sc.deployment(load_config(REPO / "config.yaml", 8123, overrides), "Engine")["user_config"]["policy"]
+
+    assert policy({}) == {"delivery_margin_s": 0.01}
+    assert policy({"policy": {"ttft_target_s": 1.0}}) == {"delivery_margin_s": 0.01, "ttft_target_s": 1.0}
+    assert policy({"policy": {"delivery_margin_s": 0.0}}) == {"delivery_margin_s": 0.0}

@@ -157,3 +157,12 @@ def test_the_routers_state_stays_bounded_whatever_the_traffic(requests) -> None:
         assert footprint["sent_pages"] <= 64 * len(views)
         assert footprint["sessions"] <= 8
         assert footprint["in_flight"] <= 5 / 0.5 + 1  # requests never completed expire with the session TTL
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(st.integers(0, 700), st.integers(0, 20), st.sampled_from([16, PAGE_TOKENS]))
+def test_page_hashes_continue_from_the_known_hashes_of_a_prefix(num_tokens: int, num_known: int, size: int) -> None:
+    ids = token_ids("chain", num_tokens)
+    whole = page_hashes(ids, size)
+    known = whole[: min(num_known, len(whole))]
+    assert page_hashes(ids, size, known) == whole

@@ -18,6 +18,7 @@ from serve_app.engines.sim.stop import StopMatcher
 from serve_app.replica.held_prefixes import BlockRemoved, BlockStored, HeldPrefixes
 from serve_app.routing.prefix_pages import PAGE_TOKENS, page_hashes
 from serve_app.tokenizer import ApproxTokenizer
+from tests.hypothesis_budget import examples
 from tests.serve.prefixes import token_ids
 
 FAST = EngineKnobs(time_scale=0.0)
@@ -53,6 +54,23 @@ def test_stream_shape_and_length_finish() -> None:
     assert b.engine.idle and b.engine.kv_used_tokens == 0
 
 
+@settings(max_examples=examples(300), deadline=None)
+@given(
+    st.text(alphabet="ab é\n\u4e2d", max_size=80),
+    st.text(alphabet="xy ü", max_size=40),
+    st.sampled_from([4.0, 3.7, 1.0, 2.5]),
+    st.data(),
+)
+def test_the_ids_of_a_text_extended_are_its_ids_but_the_last_and_the_rest_read_alone(
+    text: str, more: str, chars_per_token: float, data: st.DataObject
+) -> None:
+    tok = ApproxTokenizer(chars_per_token)
+    whole = tok.text_ids(text + more)
+    assert tok.extended_ids(text, tok.text_ids(text), more).tolist() == whole.tolist()
+    first = data.draw(st.integers(0, len(whole)))
+    assert tok.text_ids(text + more, first=first).tolist() == whole[first:].tolist()
+
+
 def test_natural_end_is_stop() -> None:
     cfg = AppConfig(sim={"preset": "card12gb-27b", "natural_output_tokens": 3})
 
@@ -85,6 +103,8 @@ def test_a_prompt_is_cached_for_the_next_request_that_starts_with_it_whoever_sen
         first = "".join(f"line {i} of the document. " for i in range(400))
         out = await collect(b, req("r1", first, max_tokens=4, session="s"))
         answer = "".join(c.text for c in out)
+        context = ApproxTokenizer(4.0).text_ids(first + answer)
+        assert b.cache.holds(context) == len(context) // BLOCK_TOKENS * BLOCK_TOKENS  # prompt and answer, whole
         second = await collect(b, req("r2", first + answer + "next question", max_tokens=4, session="s"))
         other = await collect(b, req("r3", first + "another question", max_tokens=4))
         fresh = await collect(b, req("r4", "a different document " * 200, max_tokens=4))

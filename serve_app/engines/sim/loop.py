@@ -12,6 +12,7 @@ import contextlib
 from collections import Counter
 
 from scheduler.interleave import PassKind
+from scheduler.pass_cost import Overruns
 from scheduler.sim.engine import SimEngine
 from serve_app.engines.sim.streams import Streams
 
@@ -19,13 +20,20 @@ MIN_SLEEP_S = 0.001
 """Passes are slept in real time once they add up to this (below it, timers are not precise anyway)."""
 MAX_BUSY_S = 0.002
 """With near-zero pass costs, the loop still yields this often."""
+MAX_CATCH_UP_S = 0.05
+"""A pass starts when the one before it ended, or this long ago at the earliest: a late wake-up is absorbed, a
+stall longer than this is time the engine lost."""
 
 
 class EngineLoop:
-    def __init__(self, engine: SimEngine, streams: Streams, time_scale: float) -> None:
+    def __init__(
+        self, engine: SimEngine, streams: Streams, time_scale: float, overruns: Overruns | None = None
+    ) -> None:
         self.engine = engine
         self.streams = streams
         self.time_scale = time_scale
+        self.overruns = overruns
+        """Where each pass with prefill that ran alone in wall time is timed against its cost (`WallClockCost`)."""
         self.num_passes_by_kind: Counter[str] = Counter()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -48,28 +56,36 @@ class EngineLoop:
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
-        debt_s = 0.0  # pass time not slept yet: passes shorter than the loop's timer resolution add up
+        end_s: float | None = None  # when the passes booked so far end, in wall time; None after idling
         last_yield_s = loop.time()
         while True:
             if self.engine.idle:
                 await self._wait_for_work()
-                debt_s, last_yield_s = 0.0, loop.time()
+                end_s, last_yield_s = None, loop.time()
                 continue
-            res = self.engine.step(loop.time())
+            now = loop.time()
+            res = self.engine.step(now)
             if res.kind is PassKind.IDLE:
                 # Requests wait but none can be admitted now (KV or slots): an arrival or abort changes that.
                 await self._wait_for_work()
-                debt_s, last_yield_s = 0.0, loop.time()
+                end_s, last_yield_s = None, loop.time()
                 continue
             self.num_passes_by_kind[res.kind.value] += 1
-            # The pass is in flight: arrivals in the meantime are scheduled in the next pass.
-            debt_s += res.duration_s * self.time_scale
-            if debt_s >= MIN_SLEEP_S:
-                await asyncio.sleep(debt_s)
-                debt_s, last_yield_s = 0.0, loop.time()
+            # The pass is in flight: arrivals in the meantime are scheduled in the next pass. It starts when the one
+            # before it ended, as on a GPU, not when this task woke up to see that end: the time this process took
+            # to wake and plan (a loaded machine, a long prompt hashed on this loop) is not added to every pass.
+            start_s = now if end_s is None else max(end_s, now - MAX_CATCH_UP_S)
+            pass_s = res.duration_s * self.time_scale
+            end_s = start_s + pass_s
+            wait_s = end_s - loop.time()
+            if wait_s >= MIN_SLEEP_S:
+                await asyncio.sleep(wait_s)
+                last_yield_s = loop.time()
             elif loop.time() - last_yield_s >= MAX_BUSY_S:
                 await asyncio.sleep(0)  # near-zero-cost passes: still let arrivals and streams run
                 last_yield_s = loop.time()
+            if self.overruns is not None and res.num_prefill_tokens and pass_s >= MIN_SLEEP_S:
+                self.overruns.add(loop.time() - start_s, pass_s)
             self.streams.deliver(res)
 
     async def _wait_for_work(self) -> None:

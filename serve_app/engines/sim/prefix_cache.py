@@ -41,16 +41,22 @@ class PrefixCache:
         """Tokens of the prompt's prefix the cache holds (whole blocks), leaving what is evicted next as it is."""
         return held_pages(page_hashes(token_ids, self.block_tokens), self._blocks.__contains__) * self.block_tokens
 
-    def match(self, token_ids: TokenIds) -> int:
-        """Tokens of the prompt's prefix the cache holds (whole blocks); they count as used now."""
-        hashes = page_hashes(token_ids, self.block_tokens)
+    def blocks(self, token_ids: TokenIds, known: Sequence[int] = ()) -> tuple[int, ...]:
+        """The chained hashes of the prompt's whole blocks (`known`: those of its first blocks, computed before)."""
+        return page_hashes(token_ids, self.block_tokens, known)
+
+    def match(self, token_ids: TokenIds, blocks: Sequence[int] | None = None) -> int:
+        """Tokens of the prompt's prefix the cache holds (whole blocks); they count as used now. `blocks`: its
+        `blocks`, if computed already."""
+        hashes = self.blocks(token_ids) if blocks is None else blocks
         num = held_pages(hashes, self._blocks.__contains__)
         self._touch(hashes[:num])
         return num * self.block_tokens
 
-    def store(self, token_ids: TokenIds) -> None:
-        """Cache a finished request's context (prompt and answer): its whole blocks not held yet."""
-        hashes = page_hashes(token_ids, self.block_tokens)
+    def store(self, token_ids: TokenIds, known: Sequence[int] = ()) -> None:
+        """Cache a finished request's context (prompt and answer): its whole blocks not held yet. `known`: the
+        hashes of its first blocks (its prompt's, from `blocks`), so a document is not hashed again."""
+        hashes = self.blocks(token_ids, known)
         if len(hashes) * self.block_tokens > self.max_tokens:
             hashes = hashes[: self.max_tokens // self.block_tokens]
         held = held_pages(hashes, self._blocks.__contains__)
@@ -59,7 +65,7 @@ class PrefixCache:
             ids = np.asarray(token_ids, dtype=np.int64)
             new = hashes[held:]
             tokens = ids[held * self.block_tokens : len(hashes) * self.block_tokens]
-            self._events.append(BlockStored(list(new), parent, tokens.tolist(), self.block_tokens))
+            self._events.append(BlockStored(list(new), parent, tokens, self.block_tokens))
             for h in new:
                 self._blocks[h] = parent
                 if parent is not None:

@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from serve_app.api.request_rules import check_context_window, parse_request
 from serve_app.engines.sim.formats import FORMATS, ResponseFormat, ResponseIds
 from serve_app.engines.sim.generation import Chunk, GenerateRequest, RequestError
+from serve_app.off_loop import off_loop
 from serve_app.protocol.errors import OpenAIError
 from serve_app.protocol.openai_models import SamplingRequest, Usage, now_s
 from serve_app.protocol.sse import EventTemplate, sse
@@ -73,7 +74,7 @@ class SimServing:
         fmt = FORMATS[request.kind]
         try:
             body: SamplingRequest = parse_request(fmt.request_model, request.body, f"{request.kind} on the sim backend")
-            generate_request = self._generate_request(fmt, body, request)
+            generate_request = await self._generate_request(fmt, body, request)
         except OpenAIError as e:
             yield error_response(e)
             return
@@ -93,10 +94,12 @@ class SimServing:
             async for batch in parts:
                 yield batch
 
-    def _generate_request(self, fmt: ResponseFormat, body: SamplingRequest, request: OpenAIRequest) -> GenerateRequest:
+    async def _generate_request(
+        self, fmt: ResponseFormat, body: SamplingRequest, request: OpenAIRequest
+    ) -> GenerateRequest:
         """The engine's request: the prompt rendered and counted, its output limit within the context window."""
         prompt = fmt.prompt(body, self.tokenizer)
-        prompt_ids = self.tokenizer.text_ids(prompt)
+        prompt_ids = await off_loop(self.tokenizer.count(prompt), self.tokenizer.text_ids, prompt)
         max_tokens = body.output_limit or self.default_max_tokens
         check_context_window(len(prompt_ids), max_tokens, self.context_limit_tokens, fmt.endpoint.prompt_param)
         return GenerateRequest(

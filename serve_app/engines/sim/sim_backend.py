@@ -23,6 +23,7 @@ from serve_app.engines.sim.loop import EngineLoop
 from serve_app.engines.sim.prefix_cache import PrefixCache
 from serve_app.engines.sim.serving import SimServing
 from serve_app.engines.sim.streams import Streams
+from serve_app.engines.sim.wall_cost import WallClockCost
 from serve_app.replica.backend import EngineCapacity, EngineCounters, OpenAIRequest, ReplicaLoad, ResponsePart
 from serve_app.replica.held_prefixes import HeldPrefixes
 from serve_app.routing.ttft_prediction import (
@@ -43,12 +44,12 @@ class SimBackend:
         self.preset = PRESETS[cfg.sim.preset]
         self._base_policy, max_cut = cfg.sim.base_policy()
         self._counters = EngineCounters()
-        self.scheduler = PolicyScheduler(
-            policy_config(self._base_policy, knobs.policy), max_cut_requests=max_cut, pass_cost=self.preset.cost
-        )
+        policy = policy_config(self._base_policy, knobs.policy)
+        self.wall_cost = WallClockCost(self.preset.cost, policy.pass_overrun_quantile)
+        self.scheduler = PolicyScheduler(policy, max_cut_requests=max_cut, pass_cost=self.wall_cost)
         self.engine = SimEngine(self.preset.cost, self.scheduler)
         self.streams = Streams()
-        self.loop = EngineLoop(self.engine, self.streams, knobs.time_scale)
+        self.loop = EngineLoop(self.engine, self.streams, knobs.time_scale, self.wall_cost.overruns)
         self.cache = PrefixCache(self.preset.cost.kv_pool_tokens)
         self.held = HeldPrefixes()
         tokenizer = ApproxTokenizer(cfg.sim.chars_per_token)
@@ -57,7 +58,7 @@ class SimBackend:
             self.loop,
             self.streams,
             self.cache,
-            tokenizer.text_ids,
+            tokenizer.extended_ids,
             self._counters,
             cfg.sim.natural_output_tokens,
         )
@@ -82,6 +83,7 @@ class SimBackend:
     def reconfigure(self, knobs: EngineKnobs) -> None:
         cfg = policy_config(self._base_policy, knobs.policy)  # raises ConfigError; nothing changed yet
         self.scheduler.reconfigure(cfg)
+        self.wall_cost.overruns.quantile = cfg.pass_overrun_quantile
         self.loop.time_scale = knobs.time_scale
         logger.info("sim engine reconfigured: time_scale=%s %s", knobs.time_scale, cfg.describe_cap())
 
