@@ -161,6 +161,26 @@ def test_the_replicas_published_pages_are_exactly_the_router_pages_the_sim_cache
             assert not set(pages[len(expected) :]) & published
 
 
+def test_the_passes_a_replica_runs_in_wall_time_are_its_costs_stated_error_and_none_without_a_clock() -> None:
+    """Passes with prefill that ran in wall time are timed against their cost, and the planner is charged with what
+    they show; a pass ends no earlier than its cost. With the clock scaled to 0 nothing runs in wall time."""
+
+    async def go(time_scale: float) -> SimBackend:
+        b = SimBackend(CARD12GB, EngineKnobs(time_scale=time_scale))
+        await b.start()
+        await asyncio.gather(*(collect(b, req(f"r{i}", f"document {i} " * 3000, max_tokens=2)) for i in range(4)))
+        await b.shutdown()
+        return b
+
+    timed = run(go(0.05))
+    overruns = list(timed.wall_cost.overruns.latest)
+    assert timed.scheduler.planner.pass_cost is timed.wall_cost
+    assert len(overruns) >= timed.wall_cost.overruns.min_count and min(overruns) > -0.01
+    assert timed.wall_cost.relative_error == timed.wall_cost.overruns.stated >= 0
+    untimed = run(go(0.0))
+    assert not untimed.wall_cost.overruns.latest and untimed.wall_cost.relative_error == 0
+
+
 def test_cancelled_stream_aborts_in_the_engine() -> None:
     async def go():
         b = SimBackend(CARD12GB, EngineKnobs(time_scale=0.001))

@@ -1,8 +1,9 @@
 """The engine loop of one replica in real time: schedule -> execute -> update.
 
-`engine.step(now)` decides and books a pass; the task sleeps for the pass's simulated duration times
-`time_scale` (a pass in flight cannot be interrupted, as on a GPU), then hands the tokens of that pass
-to the streams. With nothing to run it waits for an arrival or an abort (`wake`).
+`engine.step(now)` decides and books a pass; the task sleeps until the pass ends, its simulated duration times
+`time_scale` after the pass before it ended (a pass in flight cannot be interrupted, as on a GPU), then hands the
+tokens of that pass to the streams. With nothing to run it waits for an arrival or an abort (`wake`). How late
+each pass with prefill ended against its cost is the replica's stated error (`wall_cost.WallClockCost`).
 """
 
 from __future__ import annotations
