@@ -1,10 +1,9 @@
-"""CPU work on a long prompt runs on a worker thread, not on the event loop of the replica that has it.
+"""CPU work on a long prompt runs on a worker thread, not on the event loop of the sim replica that has it.
 
-An event loop serves every stream of its replica (the ingress relays them all; a sim replica runs its engine loop
-there too): 20-30 ms of tokenizing or hashing a 100k-token document inline delays every chat's next token by that
-much, past a time-between-tokens target the passes are sized to keep. On a worker thread the loop gets the
-interpreter back within its switch interval (5 ms). Short prompts stay inline: a thread hop costs more than their
-work.
+A sim replica's event loop runs its engine loop and serves every stream of the replica: 20-30 ms of tokenizing or
+hashing a 100k-token document inline delays every chat's next token by that much, past a time-between-tokens
+target the passes are sized to keep. On a worker thread the loop gets the interpreter back within its switch
+interval (5 ms). Short prompts stay inline: a thread hop costs more than their work.
 """
 
 from __future__ import annotations
@@ -18,9 +17,6 @@ R = TypeVar("R")
 
 MIN_OFF_LOOP_TOKENS = 8192
 """Prompts of at least this many tokens are worked on a worker thread."""
-BYTES_PER_TOKEN = 4
-"""A prompt's size in tokens before it is tokenized: its request body's bytes over this (about right for English
-text; a body of another language is a few tokens more or less, which decides only where the work runs)."""
 
 
 async def off_loop(size_tokens: float, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:

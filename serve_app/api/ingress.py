@@ -25,9 +25,9 @@ are streaming, an SSE error event then `[DONE]`.
 
 # No `from __future__ import annotations` here: Serve rebuilds the routes in the replica, and FastAPI must read
 # their annotations as classes (a string `Request` would become a query parameter).
+import asyncio
 import contextlib
 import logging
-import math
 import time
 import uuid
 from collections.abc import Iterator
@@ -44,11 +44,10 @@ from serve_app.api.http_app import CHAT_PATH, COMPLETIONS_PATH, EMBEDDINGS_PATH,
 from serve_app.api.relay import EngineCall, call_error, cancel, relay, response_of, start, whole_body
 from serve_app.api.request_count import Outcome, counting
 from serve_app.api.request_log import configure_logging
-from serve_app.api.request_rules import SESSION_HEADER, body_bytes, parse_session_id, parsed_body
+from serve_app.api.request_rules import SESSION_HEADER, parse_session_id, parsed_body
 from serve_app.api.routed_call import RoutedCall
 from serve_app.config import AppConfig, RoutingKnobs, validate
 from serve_app.metrics import IngressMetrics, TenantLabels
-from serve_app.off_loop import BYTES_PER_TOKEN, off_loop
 from serve_app.protocol.errors import OpenAIError
 from serve_app.replica.backend import SSE, OpenAIRequest
 from serve_app.routing.prefix_pages import TokenIds, page_hashes
@@ -177,14 +176,13 @@ class Ingress:
                 code="wrong_model_kind",
             )
 
-    async def _routing_prompt(
-        self, endpoint: Endpoint, raw: dict[str, Any], size_bytes: int
-    ) -> tuple[TokenIds, tuple[int, ...]]:
+    async def _routing_prompt(self, endpoint: Endpoint, raw: dict[str, Any]) -> tuple[TokenIds, tuple[int, ...]]:
         """The prompt's token ids and prefix pages for routing. The model's tokenizer runs on a worker thread:
         inline, it held this replica's event loop, which serves every other stream here, for ~1 s on an
-        800k-character document; the sim's, on a long prompt (`off_loop`)."""
-        size_tokens = math.inf if self.tokenizer.blocking else size_bytes // BYTES_PER_TOKEN
-        return await off_loop(size_tokens, self._read_prompt, endpoint, raw)
+        800k-character document."""
+        if self.tokenizer.blocking:
+            return await asyncio.to_thread(self._read_prompt, endpoint, raw)
+        return self._read_prompt(endpoint, raw)
 
     def _read_prompt(self, endpoint: Endpoint, raw: dict[str, Any]) -> tuple[TokenIds, tuple[int, ...]]:
         ids = endpoint.prompt_ids(raw, self.tokenizer)
@@ -214,7 +212,7 @@ class Ingress:
         consumed = False  # the engine's whole answer was read: nothing left to cancel
         try:
             self._check_model(raw.get("model"), CHAT_KIND)
-            ids, pages = await self._routing_prompt(endpoint, raw, body_bytes(request))
+            ids, pages = await self._routing_prompt(endpoint, raw)
             prompt_tokens = max(1, len(ids))
             session_id = _session_of(request, raw.get("user"))
             rid = f"{endpoint.id_prefix}-{uuid.uuid4().hex}"

@@ -119,18 +119,12 @@ def too_large(limit_bytes: int) -> OpenAIError:
 
 
 PARSED_BODY = "fairshare.parsed_body"
-BODY_BYTES = "fairshare.body_bytes"
 """Where the body guard leaves the body it parsed, in the request's ASGI scope: the routes read it there."""
 
 
 def parsed_body(request: Request) -> dict[str, Any]:
     """The request's JSON object, as the body guard parsed and checked it (the body is parsed once)."""
     return cast(dict[str, Any], request.scope[PARSED_BODY])
-
-
-def body_bytes(request: Request) -> int:
-    """The size of the request's body, as the body guard read it."""
-    return cast(int, request.scope[BODY_BYTES])
 
 
 class RequestBodyGuard:
@@ -159,7 +153,6 @@ class RequestBodyGuard:
             if raw is None:  # the client left before sending its body: nobody to answer
                 return
             scope[PARSED_BODY] = check_json_body(raw)
-            scope[BODY_BYTES] = len(raw)
         except OpenAIError as e:
             await send_error(send, e)
             return

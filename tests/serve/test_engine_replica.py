@@ -355,8 +355,7 @@ def test_tokenizing_a_long_prompt_for_routing_leaves_the_event_loop_serving_othe
         ticker = asyncio.create_task(other_stream())
         await asyncio.sleep(0)  # the other stream is running when the request arrives
         ticks_before = ticks
-        body = {"messages": [{"role": "user", "content": "a long document"}]}
-        ids, _ = await ing._routing_prompt(CHAT, body, size_bytes=64)  # the model's tokenizer: off the loop at any size
+        ids, _ = await ing._routing_prompt(CHAT, {"messages": [{"role": "user", "content": "a long document"}]})
         ticker.cancel()
         assert ticks > ticks_before  # inline tokenizing would have held the loop: no tick during it
         return len(ids)

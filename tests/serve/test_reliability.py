@@ -62,8 +62,9 @@ def error_of(r: httpx.Response) -> dict:
     return err
 
 
-def doc(num_tokens: int) -> str:
-    return ("lorem ipsum dolor sit amet " * (num_tokens * 4 // 27 + 1))[: num_tokens * 4]
+def doc(num_tokens: int, seed: str = "") -> str:
+    unit = f"{seed} lorem ipsum dolor sit amet " if seed else "lorem ipsum dolor sit amet "
+    return (unit * (num_tokens * 4 // len(unit) + 1))[: num_tokens * 4]
 
 
 def deploy_engine_knobs(served: ServeHandle, cfg: dict, timeout_s: float = SETTLE_S) -> None:
@@ -258,7 +259,10 @@ def test_queued_prefill_tokens_shed_documents_beyond_the_limit(served: ServeHand
 
 async def _documents_against_a_full_queue(served: ServeHandle, doc_tokens: int, n_more: int) -> list[httpx.Response]:
     url = f"{served.base_url}/v1/chat/completions"
-    body = {"model": served.model, "messages": [{"role": "user", "content": doc(doc_tokens)}], "max_tokens": 4}
+    # Its own text: a refused prompt that begins the same (the window test's) counts as cached on the replica it was
+    # sent to until that replica's next publication, and so would make these documents short follow-ups there.
+    content = doc(doc_tokens, seed="queued")
+    body = {"model": served.model, "messages": [{"role": "user", "content": content}], "max_tokens": 4}
     async with httpx.AsyncClient(timeout=60) as client:
         first = asyncio.create_task(client.post(url, json=body, headers={"X-Session-ID": "doc-first"}))
         try:

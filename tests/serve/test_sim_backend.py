@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import threading
 
 import pytest
 from hypothesis import given, settings
@@ -15,6 +16,7 @@ from serve_app.engines.sim.generation import GenerateRequest
 from serve_app.engines.sim.prefix_cache import BLOCK_TOKENS, PrefixCache
 from serve_app.engines.sim.sim_backend import SimBackend
 from serve_app.engines.sim.stop import StopMatcher
+from serve_app.replica.backend import OpenAIRequest
 from serve_app.replica.held_prefixes import BlockRemoved, BlockStored, HeldPrefixes
 from serve_app.routing.prefix_pages import PAGE_TOKENS, page_hashes
 from serve_app.tokenizer import ApproxTokenizer
@@ -179,6 +181,36 @@ def test_the_passes_a_replica_runs_in_wall_time_are_its_costs_stated_error_and_n
     assert timed.wall_cost.relative_error == timed.wall_cost.overruns.stated >= 0
     untimed = run(go(0.0))
     assert not untimed.wall_cost.overruns.latest and untimed.wall_cost.relative_error == 0
+
+
+def test_a_request_still_being_tokenized_is_in_the_load_its_replica_checks_limits_on() -> None:
+    """A long prompt is tokenized off the event loop before the engine takes it: meanwhile another request's limit
+    check must see it, or two documents each pass a queue that holds one."""
+    release = threading.Event()
+
+    async def go():
+        b = SimBackend(CARD12GB, FAST)
+        tokenize = b.serving.tokenizer.text_ids
+        b.serving.tokenizer.text_ids = lambda text, **kw: release.wait(30) and tokenize(text, **kw)  # on its thread
+        await b.start()
+        body = {"model": b.model_id, "messages": [{"role": "user", "content": "word " * 40_000}], "max_tokens": 2}
+        parts = b.respond(OpenAIRequest("chat", body, "doc", prompt_tokens=50_000))
+        first = asyncio.ensure_future(anext(parts))
+        for _ in range(500):
+            await asyncio.sleep(0.01)
+            if b.load().num_waiting:
+                break
+        tokenizing = b.load()
+        release.set()
+        await first
+        await parts.aclose()
+        gone = b.load()
+        await b.shutdown()
+        return tokenizing, gone
+
+    tokenizing, gone = run(go())
+    assert (tokenizing.num_waiting, tokenizing.prefill_tokens) == (1, 50_000)
+    assert (gone.num_waiting, gone.num_prefilling, gone.prefill_tokens) == (0, 0, 0)
 
 
 def test_cancelled_stream_aborts_in_the_engine() -> None:

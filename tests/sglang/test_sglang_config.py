@@ -48,6 +48,7 @@ SWITCH_VALUES = {
     "slo_sizing": ("false", False),
     "ttft_target_s": ("0.8", 0.8),
     "tbt_target_s": ("0.4", 0.4),
+    "delivery_margin_s": ("0.02", 0.02),
     "long_pass_floor_tokens": ("200", 200),
     "missed_pass_stretch": ("3.0", 3.0),
     "slot_aware_passes": ("false", False),

@@ -127,11 +127,13 @@ def test_streaming_chat_with_usage(app: App) -> None:
 
 
 def test_relayed_streams_record_ttft_and_itl_as_the_sim_backend_does(app: App) -> None:
-    run_on = {"ignore_eos": True}  # sglang's field: every stream has its 8 tokens (the weights are random)
+    # sglang's field: every stream has all its tokens (the weights are random). The chats run for longer than the
+    # replica's stream spacing, so their tokens come in several items and the ingress records gaps between them.
+    run_on = {"ignore_eos": True}
     for session in ("metrics-1", "metrics-2"):
         headers = {"X-Session-ID": session}
         chat = app.client.chat.completions.create(
-            model=CHAT_MODEL, messages=USER, max_tokens=8, stream=True, extra_headers=headers, extra_body=run_on
+            model=CHAT_MODEL, messages=USER, max_tokens=64, stream=True, extra_headers=headers, extra_body=run_on
         )
         assert sum(bool(c.choices and c.choices[0].delta.content) for c in chat) >= 1
     completion = app.client.completions.create(

@@ -2,8 +2,15 @@
 
 `engine.step(now)` decides and books a pass; the task sleeps until the pass ends, its simulated duration times
 `time_scale` after the pass before it ended (a pass in flight cannot be interrupted, as on a GPU), then hands the
-tokens of that pass to the streams. With nothing to run it waits for an arrival or an abort (`wake`). How late
-each pass with prefill ended against its cost is the replica's stated error (`wall_cost.WallClockCost`).
+tokens of that pass to the streams. With nothing to run it waits for an arrival or an abort (`wake`).
+
+How late each pass with prefill still ends against its cost is the replica's stated error (`WallClockCost`). The
+simulated engine charges each pass exactly its preset's cost, so offline its passes run as predicted and the SLO
+sizer may plan them right up to a target. A replica runs them in wall time on a shared machine: a pass ends when
+its task wakes, up to milliseconds late, and a chat's gap between tokens is then a little over a pass sized to the
+time-between-tokens target (`benchmarks.autoscale_ramp` saw it). So the replica states the error its own passes
+show, by the rule the plugin's online fit states its error by (`scheduler.pass_cost.Overruns`), and the sizer
+charges every predicted pass with it. Time scaled to 0 runs no pass in wall time and states no error.
 """
 
 from __future__ import annotations
@@ -13,7 +20,8 @@ import contextlib
 from collections import Counter
 
 from scheduler.interleave import PassKind
-from scheduler.pass_cost import Overruns
+from scheduler.pass_cost import Overruns, PassCost
+from scheduler.pass_cost_fit import FitSettings
 from scheduler.sim.engine import SimEngine
 from serve_app.engines.sim.streams import Streams
 
@@ -24,6 +32,25 @@ MAX_BUSY_S = 0.002
 MAX_CATCH_UP_S = 0.05
 """A pass starts when the one before it ended, or this long ago at the earliest: a late wake-up is absorbed, a
 stall longer than this is time the engine lost."""
+FIT = FitSettings()
+"""The window and minimum count of the plugin's fit, which the replica's stated error keeps too."""
+
+
+class WallClockCost:
+    """The preset's pass cost as the replica runs it in wall time: its predictions, and the error its passes show
+    against them (the module docstring)."""
+
+    def __init__(self, preset: PassCost, overrun_quantile: float) -> None:
+        self.preset = preset
+        self.overruns = Overruns(FIT.error_window_passes, FIT.error_min_passes, overrun_quantile, prior=0.0)
+        """How the replica's latest passes with prefill ran in wall time against their predictions."""
+
+    def pass_s(self, prefill_tokens: int, prefill_ctx_pairs: float, decode_rows: int, decode_ctx_tokens: int) -> float:
+        return self.preset.pass_s(prefill_tokens, prefill_ctx_pairs, decode_rows, decode_ctx_tokens)
+
+    @property
+    def relative_error(self) -> float:
+        return self.overruns.stated
 
 
 class EngineLoop:

@@ -7,6 +7,7 @@ synthetic; token counts, timings, queueing, prefix caching and the scheduler are
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import AsyncGenerator
@@ -19,11 +20,10 @@ from scheduler.sim.request import Phase
 from scheduler.sim.schedulers import PolicyScheduler
 from serve_app.config import AppConfig, EngineKnobs, policy_config
 from serve_app.engines.sim.generation import SimGenerator
-from serve_app.engines.sim.loop import EngineLoop
+from serve_app.engines.sim.loop import EngineLoop, WallClockCost
 from serve_app.engines.sim.prefix_cache import PrefixCache
 from serve_app.engines.sim.serving import SimServing
 from serve_app.engines.sim.streams import Streams
-from serve_app.engines.sim.wall_cost import WallClockCost
 from serve_app.replica.backend import EngineCapacity, EngineCounters, OpenAIRequest, ReplicaLoad, ResponsePart
 from serve_app.replica.held_prefixes import HeldPrefixes
 from serve_app.routing.ttft_prediction import (
@@ -52,6 +52,8 @@ class SimBackend:
         self.loop = EngineLoop(self.engine, self.streams, knobs.time_scale, self.wall_cost.overruns)
         self.cache = PrefixCache(self.preset.cost.kv_pool_tokens)
         self.held = HeldPrefixes()
+        self._arriving: dict[str, int] = {}
+        """Requests the replica passed to this backend that its engine has not taken yet: their uncached tokens."""
         tokenizer = ApproxTokenizer(cfg.sim.chars_per_token)
         self.generator = SimGenerator(
             self.engine,
@@ -103,21 +105,30 @@ class SimBackend:
         return EngineCapacity(context, prefill_tokens_per_s=rate, wall_prefill_tokens_per_s=wall_rate)
 
     # -- requests --------------------------------------------------------------------------
-    def respond(self, request: OpenAIRequest) -> AsyncGenerator[list[ResponsePart], None]:
-        return self.serving.respond(request)
+    async def respond(self, request: OpenAIRequest) -> AsyncGenerator[list[ResponsePart], None]:
+        # Until the engine has it, the request is in the load the replica checks its limits on: a long prompt is
+        # tokenized and hashed off the event loop first, and another request's check may run meanwhile.
+        self._arriving[request.rid] = request.uncached_tokens
+        try:
+            async with contextlib.aclosing(self.serving.respond(request)) as parts:
+                async for batch in parts:
+                    yield batch
+        finally:
+            self._arriving.pop(request.rid, None)
 
     # -- views -----------------------------------------------------------------------------
     def load(self) -> ReplicaLoad:
         e, policy, planner = self.engine, self.scheduler.cfg, self.scheduler.planner
         prefilling = [r for r in e.running if r.phase is Phase.PREFILLING]
+        arriving = [tokens for rid, tokens in self._arriving.items() if rid not in self.streams]
         # The sizer's own bound, on its cost model; the simulator plans no pass before it sees an arrival (its
         # snapshots count no admission or output lag).
         own_pass_s = planner.sizer.slo.arrival_own_pass_s(planner.pass_cost)
         return ReplicaLoad(
-            num_waiting=len(e.waiting),
+            num_waiting=len(e.waiting) + len(arriving),
             num_prefilling=len(prefilling),
             num_decoding=len(e.running) - len(prefilling),
-            prefill_tokens=sum(r.extend_tokens for r in e.waiting) + sum(r.extend_tokens for r in prefilling),
+            prefill_tokens=sum(r.extend_tokens for r in (*e.waiting, *prefilling)) + sum(arriving),
             max_running_requests=self.scheduler.max_running_requests,
             kv_used_tokens=e.kv_used_tokens,
             kv_total_tokens=self.preset.cost.kv_pool_tokens,
