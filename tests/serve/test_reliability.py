@@ -35,6 +35,7 @@ from benchmarks.reliability_report import (
 )
 from serve_app.config import EngineKnobs
 from tests.serve.conftest import ServeHandle, deployment
+from tests.serve.test_serve_app import doc
 
 pytestmark = pytest.mark.serve
 
@@ -60,11 +61,6 @@ def error_of(r: httpx.Response) -> dict:
     err = r.json()["error"]
     assert set(err) == {"message", "type", "param", "code"} and err["message"]
     return err
-
-
-def doc(num_tokens: int, seed: str = "") -> str:
-    unit = f"{seed} lorem ipsum dolor sit amet " if seed else "lorem ipsum dolor sit amet "
-    return (unit * (num_tokens * 4 // len(unit) + 1))[: num_tokens * 4]
 
 
 def deploy_engine_knobs(served: ServeHandle, cfg: dict, timeout_s: float = SETTLE_S) -> None:
@@ -259,8 +255,8 @@ def test_queued_prefill_tokens_shed_documents_beyond_the_limit(served: ServeHand
 
 async def _documents_against_a_full_queue(served: ServeHandle, doc_tokens: int, n_more: int) -> list[httpx.Response]:
     url = f"{served.base_url}/v1/chat/completions"
-    # Its own text: a refused prompt that begins the same (the window test's) counts as cached on the replica it was
-    # sent to until that replica's next publication, and so would make these documents short follow-ups there.
+    # Its own text: nothing an earlier test sent (the window test's refused document begins like `doc`'s default)
+    # may count as cached on a replica for these documents.
     content = doc(doc_tokens, seed="queued")
     body = {"model": served.model, "messages": [{"role": "user", "content": content}], "max_tokens": 4}
     async with httpx.AsyncClient(timeout=60) as client:
