@@ -167,17 +167,5 @@ def stop() -> None:
     ray.shutdown()
 
 
-def server_timing(header: str) -> dict[str, float]:
-    """`Server-Timing: route;dur=1.2, ttft;dur=3.4` -> {"route": 1.2, "ttft": 3.4} (milliseconds)."""
-    out: dict[str, float] = {}
-    for part in header.split(","):
-        name, _, params = part.strip().partition(";")
-        for param in params.split(";"):
-            key, _, value = param.strip().partition("=")
-            if key == "dur" and name:
-                out[name] = float(value)
-    return out
-
-
 def pct(xs: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(xs), q)) if xs else float("nan")

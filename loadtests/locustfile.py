@@ -28,7 +28,7 @@ from locust.env import Environment
 from pydantic import ValidationError
 
 from loadtests import prompts
-from loadtests.recording import SHED_STATUSES, Sample, SampleLog, fire_metrics
+from loadtests.recording import SHED_STATUSES, Sample, SampleLog, fire_metrics, response_meta
 from loadtests.settings import LoadSettings, describe_error, from_options, register
 from loadtests.sse import SseParser, StreamOutcome, content_of, outcome
 
@@ -157,16 +157,7 @@ class StreamingUser(HttpUser):
             name=label,
             timeout=self.settings.request_timeout_s,
         ) as resp:
-            meta = dict(
-                user=self.kind,
-                intent=intent,
-                traffic_class=resp.headers.get("X-Traffic-Class") or intent,
-                status=resp.status_code,
-                sent_at_s=sent_at_s,
-                lane=resp.headers.get("X-Lane", ""),
-                replica=resp.headers.get("X-Replica", ""),
-                session=self.session,
-            )
+            meta = dict(user=self.kind, sent_at_s=sent_at_s, session=self.session, **response_meta(resp, intent))
             return record_stream(self.environment, resp, parser, sent, meta)
 
     def question(self) -> str:

@@ -23,6 +23,7 @@ from pydantic import ValidationError
 
 # Registers the locustfile's options, sample log and model lookup; its own users are not this file's.
 from loadtests.locustfile import record_stream
+from loadtests.recording import response_meta
 from loadtests.settings import LoadSettings
 from loadtests.sse import SseParser
 from loadtests.workloads import PlainRequest, PlainWorkload, UserKind, script
@@ -86,15 +87,7 @@ class PlainUser(HttpUser):
             name=request.kind,
             timeout=self.settings.request_timeout_s,
         ) as resp:
-            meta = dict(
-                user=self.kind,
-                intent=request.intent,
-                traffic_class=resp.headers.get("X-Traffic-Class") or request.intent,
-                status=resp.status_code,
-                sent_at_s=sent_at_s,
-                lane=resp.headers.get("X-Lane", ""),
-                replica=resp.headers.get("X-Replica", ""),
-            )
+            meta = dict(user=self.kind, sent_at_s=sent_at_s, **response_meta(resp, request.intent))
             return record_stream(self.environment, resp, parser, sent, meta)
 
 

@@ -40,6 +40,10 @@ class Sample:
     session: str = ""
     replica: str = ""
     """The engine replica that served it (`X-Replica`; empty behind a front that does not say)."""
+    app_ttft_s: float | None = None
+    """Its first token inside the app: from the ingress's receipt to the engine's first item (`Server-Timing`
+    ``ttft``; None behind a front that does not say). The client's TTFT less this is the path outside the ingress
+    (the front's proxy, the client, the machine's wait for a core)."""
 
     @classmethod
     def of(cls, outcome: StreamOutcome, **kw: Any) -> Sample:
@@ -57,6 +61,32 @@ class Sample:
     @property
     def ok(self) -> bool:
         return not self.shed and self.error is None and self.status == 200
+
+
+def response_meta(resp: Any, intent: str) -> dict[str, Any]:
+    """What a response's status and headers say of its request, as `Sample` fields (the class the front served it
+    in, else `intent`)."""
+    headers = resp.headers
+    return dict(
+        intent=intent,
+        traffic_class=headers.get("X-Traffic-Class") or intent,
+        status=resp.status_code,
+        lane=headers.get("X-Lane", ""),
+        replica=headers.get("X-Replica", ""),
+        app_ttft_s=None if (ms := server_timing(headers.get("Server-Timing", "")).get("ttft")) is None else ms / 1000,
+    )
+
+
+def server_timing(header: str) -> dict[str, float]:
+    """`Server-Timing: route;dur=1.2, ttft;dur=3.4` -> {"route": 1.2, "ttft": 3.4} (milliseconds)."""
+    out: dict[str, float] = {}
+    for part in header.split(","):
+        name, _, params = part.strip().partition(";")
+        for param in params.split(";"):
+            key, _, value = param.strip().partition("=")
+            if key == "dur" and name:
+                out[name] = float(value)
+    return out
 
 
 def fire_metrics(request_event, sample: Sample) -> None:

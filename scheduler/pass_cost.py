@@ -50,6 +50,14 @@ def stated_error_of(cost: object) -> object:
     return getattr(cost, "relative_error", 0.0)
 
 
+def loop_overhead_of(cost: object) -> float:
+    """Seconds the engine's scheduler spends between two back-to-back passes that the model's passes do not include
+    (its ``loop_overhead_s``): on a device that runs a pass within its launch (CPU), the loop's own work between
+    them (the last result processed, the next pass planned and built). 0 for a model that has none: the simulator's
+    presets, and a GPU's overlap loop, whose passes are timed result to result, the loop's work inside."""
+    return float(getattr(cost, "loop_overhead_s", 0.0))
+
+
 class Overruns:
     """The error a model states from how its latest predictions ran: the `quantile` quantile of ``measured /
     predicted - 1`` over the latest `window` passes added, at least 0; `prior` while fewer than `min_count` were.

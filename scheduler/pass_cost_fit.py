@@ -264,6 +264,9 @@ class OnlinePassCost:
         """The most attended pairs of any pass measured since start."""
         self._latest: deque[tuple[int, float, int, int, float]] = deque(maxlen=self.settings.floor_passes)
         """(prefill tokens, pairs, decode rows, their contexts, seconds) of the latest measured passes (`floor`)."""
+        self.loop_overhead_s = 0.0
+        """The scheduler's own seconds between back-to-back passes, which its timed passes leave out
+        (`scheduler.pass_cost.loop_overhead_of`); its timer measures them (`sglang_plugin.pass_timer.LoopGaps`)."""
 
     def pass_s(self, prefill_tokens: int, prefill_ctx_pairs: float, decode_rows: int, decode_ctx_tokens: int) -> float:
         """The fitted model's seconds, charged for `extrapolation`, and at least the `floor`; NaN (no prediction)
@@ -401,4 +404,5 @@ class OnlinePassCost:
             "measured_prefill_pairs": self.measured_prefill_pairs,
             "frozen": self.frozen_reason,
             "attention": self.attention.value,
+            "loop_overhead_s": self.loop_overhead_s,
         }

@@ -60,6 +60,7 @@ from scheduler.pass_cost import (
     attention_of,
     chunk_ctx_pairs,
     extend_pairs,
+    loop_overhead_of,
     riding_figures,
     stated_error_of,
 )
@@ -207,14 +208,18 @@ def largest_within(bound_s: float, floor: int, limit: int, seconds: Callable[[in
     return lo
 
 
-def throughput_knee(slack: float, floor: int, tokens: int, seconds: Callable[[int], float]) -> int:
+def throughput_knee(
+    slack: float, floor: int, tokens: int, seconds: Callable[[int], float], overhead_s: float = 0.0
+) -> int:
     """The fewest long tokens in [floor, tokens] whose pass the model predicts within ``1 - slack`` of the best long
-    prefill throughput (tokens / `seconds`) any size in that range reaches. A pass's cost is a fixed part (its launch,
-    the short requests and decoding rows it carries) plus a part that grows with its tokens, at least linearly (a
-    chunk attends to itself): the throughput rises to a peak and falls after it, and near the peak it is flat, so a
-    pass much shorter than the largest the targets allow may cost documents almost nothing. On the CPU engines' fit
-    the peak is under a thousand tokens at any depth, and within 2% of it a few hundred deep in a document.
-    Non-decreasing in `tokens`, so the pass size stays non-decreasing in each target."""
+    prefill throughput (tokens / (`seconds` + `overhead_s`)) any size in that range reaches. A pass's cost is a fixed
+    part (its launch, the short requests and decoding rows it carries, and the scheduler's own work between passes,
+    `overhead_s`, which the pass's timing does not include: `scheduler.pass_cost.loop_overhead_of`) plus a part that
+    grows with its tokens, at least linearly (a chunk attends to itself): the throughput rises to a peak and falls
+    after it, and near the peak it is flat, so a pass much shorter than the largest the targets allow may cost
+    documents almost nothing. On the CPU engines' fit the peak is under a thousand tokens at any depth, and within 2%
+    of it a few hundred deep in a document; the loop's 5 ms between passes there (measured beside chats) moves both
+    up. Non-decreasing in `tokens` and in `overhead_s`, so the pass size stays non-decreasing in each target."""
     lo = max(floor, 1)
     if tokens <= lo:
         return tokens
@@ -222,7 +227,7 @@ def throughput_knee(slack: float, floor: int, tokens: int, seconds: Callable[[in
 
     def rate(n: int) -> float:
         if n not in memo:
-            s = seconds(n)
+            s = seconds(n) + overhead_s
             memo[n] = n / s if s > 0 else math.inf
         return memo[n]
 
@@ -338,7 +343,7 @@ class SloSizer:
             return PassSize(tokens, tightest.by, tightest.seconds, missed, minimal_s)
         tokens = largest_within(tightest.seconds, floor, load.limit_long_tokens, seconds)
         if cfg.pass_throughput_slack is not None:
-            knee = throughput_knee(cfg.pass_throughput_slack, floor, tokens, seconds)
+            knee = throughput_knee(cfg.pass_throughput_slack, floor, tokens, seconds, loop_overhead_of(cost))
             if knee < tokens:
                 return PassSize(knee, SizedBy.THROUGHPUT, tightest.seconds, minimal_s=minimal_s)
         by = SizedBy.CHUNK if tokens == load.limit_long_tokens else tightest.by

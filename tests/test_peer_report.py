@@ -4,14 +4,15 @@ acceptance of the comparison with sglang's router."""
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
+from types import SimpleNamespace
 
 import pytest
 
 from loadtests.cpu_share import CpuSampler
 from loadtests.peer_report import Front, front_cpu_ms, markdown, meets_slo, table, verdict
 from loadtests.peers import EngineSettings, front_of
-from loadtests.recording import Sample
+from loadtests.recording import Sample, response_meta
 
 
 def chat(ttft_s: float, sent_s: float = 0.0, gaps=(0.02,), status: int = 200) -> Sample:
@@ -107,3 +108,29 @@ def test_the_result_says_whether_the_fronts_ran_as_shipped(reniced):
     text = markdown([front("fairshare", [0.1] * 3, 1.0)], EngineSettings(), 4.0, 60.0, 1, reniced=reniced)
     settings = text.splitlines()[0]
     assert ("not as shipped" in settings) is reniced and ("as shipped: Ray's workers" in settings) is not reniced
+
+
+def test_a_sample_reads_its_class_replica_and_first_token_inside_the_app_from_the_headers():
+    app = SimpleNamespace(
+        status_code=200,
+        headers={
+            "X-Traffic-Class": "short",
+            "X-Lane": "chat",
+            "X-Replica": "r1",
+            "Server-Timing": "route;dur=1.5, ttft;dur=42",
+        },
+    )
+    assert response_meta(app, "long") == dict(
+        intent="long", traffic_class="short", status=200, lane="chat", replica="r1", app_ttft_s=0.042
+    )
+    stock = SimpleNamespace(status_code=200, headers={})  # a front that says none of it
+    assert response_meta(stock, "long") == dict(
+        intent="long", traffic_class="long", status=200, lane="", replica="", app_ttft_s=None
+    )
+    # The table gives the app's share of a chat's first token where a front said it, and nothing for one that did not.
+    said = front(
+        "fairshare", [0.1] * 10, 1.0, extra=[replace(chat(0.08, 20.0 + i), app_ttft_s=0.05) for i in range(11)]
+    )
+    rows = table([said, front("cache_aware", [1.0] * 10, 2.0)]).splitlines()
+    inside = next(r for r in rows if r.startswith("| chat TTFT p50 inside the app"))
+    assert inside.split(" | ")[1:3] == ["0.05", "—"]

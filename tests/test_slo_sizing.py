@@ -422,6 +422,26 @@ def test_the_throughput_knee_is_the_fewest_tokens_near_the_best_rate(
     assert throughput_knee(slack, floor, tokens + more, seconds) >= knee  # so the targets stay monotone
 
 
+@settings(max_examples=examples(200), deadline=None, derandomize=True)
+@given(
+    fixed_s=st.floats(1e-4, 0.01),
+    pair_s=st.floats(1e-9, 1e-7),
+    ctx=st.integers(0, 30_000),
+    tokens=st.integers(2, 2048),
+    overhead_s=st.floats(0.0, 0.05),
+    more_s=st.floats(0.0, 0.05),
+)
+def test_the_loops_time_between_passes_counts_in_the_knee_and_only_moves_it_up(
+    fixed_s, pair_s, ctx, tokens, overhead_s, more_s
+):
+    seconds = linear_seconds(fixed_s, 2e-5, pair_s, ctx)
+    knee = throughput_knee(0.02, 0, tokens, seconds, overhead_s)
+    rates = {n: n / (seconds(n) + overhead_s) for n in range(1, tokens + 1)}
+    assert rates[knee] >= 0.98 * max(rates.values()) * (1 - 1e-12)
+    assert all(rates[n] < 0.98 * max(rates.values()) for n in range(1, knee))
+    assert throughput_knee(0.02, 0, tokens, seconds, overhead_s + more_s) >= knee
+
+
 def test_a_cpu_engine_deep_in_a_document_plans_passes_near_its_best_rate_not_its_largest():
     # A CPU engine's fitted costs (scheduler.pass_cost_fit on the peer benchmark's engines): 6.5 ms a pass.
     cpu = LinearPassCost(

@@ -33,6 +33,12 @@ extend batch attends through the extend kernel: under `AttentionWork.PADDED_CAUS
 of its sequence (pairs, not context tokens). (A one-token prefill chunk counts as a decode row: it is the same
 work.)
 
+**Between passes.** On a synchronous device the loop's own work between two passes (the last result processed,
+the next pass planned and built: about 5 ms on the CPU engines beside chats, more than a few hundred tokens'
+forward) is in no pass. `LoopGaps` measures it, between back-to-back prefill passes, and states it as the fit's
+``loop_overhead_s``, which the SLO sizer's throughput knee counts as a cost of every pass
+(`scheduler.slo_sizing.throughput_knee`). The overlap loop's passes already include it.
+
 **Not timed:** speculative decoding (several tokens a row and a draft model: figures the model does not have),
 split prefill, dLLM, prebuilt (disaggregated decode) and idle (data-parallel padding) batches. Their landing still
 bounds the next pass's start.
@@ -40,6 +46,8 @@ bounds the next pass's start.
 
 from __future__ import annotations
 
+import statistics
+from collections import deque
 from typing import TYPE_CHECKING, NamedTuple
 
 from sglang.srt.model_executor.forward_batch_info import ForwardMode
@@ -102,6 +110,23 @@ def pass_figures(batch: ScheduleBatch, work: AttentionWork = AttentionWork.QUERI
     return PassFigures(tokens, pairs, rows, ctx)
 
 
+class LoopGaps:
+    """The loop's own time between back-to-back prefill passes on a synchronous device: the median of the latest
+    `window` gaps from one prefill pass's end to the next one's launch. A gap over `max_gap_s` is the scheduler
+    waiting for work (or preempted), not its work, and is left out."""
+
+    def __init__(self, window: int = 64, max_gap_s: float = 0.05) -> None:
+        self.latest: deque[float] = deque(maxlen=window)
+        self.max_gap_s = max_gap_s
+
+    def add(self, gap_s: float) -> float | None:
+        """Add one gap; the median of the latest, or None when this one was left out (nothing changed)."""
+        if not 0.0 <= gap_s <= self.max_gap_s:
+            return None
+        self.latest.append(gap_s)
+        return statistics.median(self.latest)
+
+
 class PassTimer:
     """Times passes by the module docstring's rule and feeds `fit`. `synchronous_launch`: the device runs a pass
     before ``run_batch`` returns (a pass then ends there, not where its result lands)."""
@@ -115,6 +140,9 @@ class PassTimer:
         """Forward pass -> when ``run_batch`` returned, for passes whose results have not landed yet."""
         self._held: list[tuple[int, PassFigures, float]] = []
         """Passes timed by `landed_later` and not yet fed to the fit."""
+        self.gaps = LoopGaps()
+        self._last_prefilled = False
+        """The last pass timed carried prefill (a synchronous device's gap to the next one is then the loop's)."""
 
     def run_returned(self, forward_pass: int, returned_s: float) -> None:
         """``run_batch`` of `forward_pass` returned at `returned_s` (``time.monotonic()``)."""
@@ -156,8 +184,13 @@ class PassTimer:
     ) -> float | None:
         ended_s = self._ended(forward_pass, landed_s)
         previous, self.last_ended_s = self.last_ended_s, ended_s
+        prefilled, self._last_prefilled = self._last_prefilled, figures is not None and figures.prefill_tokens > 0
         if figures is None or launched_s is None:
             return None
+        if self.synchronous_launch and prefilled and self._last_prefilled and previous is not None:
+            overhead_s = self.gaps.add(launched_s - previous)
+            if overhead_s is not None:
+                self.fit.loop_overhead_s = overhead_s
         started_s = launched_s if previous is None else max(launched_s, previous)
         return ended_s - started_s
 

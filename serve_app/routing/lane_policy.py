@@ -21,9 +21,10 @@ lane). The rules, in order (each is a method of `placement.Candidates`):
    in the long lane where its prefix is cached, or when every chat replica is busy (`chat_spill`).
 3. **Chats where their first token comes soonest.** Each replica's TTFT for this request is predicted from
    what it published (`ttft_prediction.predict_ttft_s`: outstanding prefill, pass cost, whether a short
-   request overtakes queued prefill there). A chat replica is busy when, behind a document, that prediction
-   is over the engines' TTFT target (or `busy_pending_requests` wait there); a chat goes to the lowest
-   prediction.
+   request overtakes queued prefill there), at one prefill rate for every replica, the highest published
+   (`ttft_prediction.with_engine_rate`: a rate measured on chats alone understates a document's). A chat replica
+   is busy when, behind a document, that prediction is over the engines' TTFT target (or
+   `busy_pending_requests` wait there); a chat goes to the lowest prediction.
 4. **Documents anywhere the chat SLO survives.** A document may use any replica as long as, with it there,
    some replica chats may use still predicts a chat (the 99th percentile of the uncached prompts of the chats
    this router placed lately, as the engines' own reserve: `scheduler.slo_sizing.ChatPrompts`) within the TTFT
@@ -34,9 +35,11 @@ lane). The rules, in order (each is a method of `placement.Candidates`):
 5. **Affinity.** A request goes to the replica that holds most of its prompt (where no replica holds any, the
    replica of its session's last request, when the client named a session) unless that replica is busy for this
    request *and* another allowed replica is not, and is predicted faster (the class is recomputed there:
-   a document's follow-up elsewhere is a whole document again, so it stays unless that is sooner). A chat
-   behind a document (more than a chat's worth of prefill queued) moves to any replica not busy for it that
-   is predicted faster, busy or not where it is: its cache is already in the prediction.
+   a document's follow-up elsewhere is a whole document again, so it stays unless that is sooner). A request that
+   is a document even there is placed as any document is (rule 4): the prefix it holds counts in each replica's
+   drain, and a session's name alone pins no document. A chat behind a document (more than a chat's worth of
+   prefill queued) moves to any replica not busy for it that is predicted faster, busy or not where it is: its
+   cache is already in the prediction.
 6. **Backpressure limits.** A replica over one of the limits it publishes (`backpressure.assess` on the load
    it published, with this request's uncached tokens; the in-flight limit is Serve's own, `full`) is never
    chosen: it counts as busy, and when no replica the rules above allow admits the request, the decision is a
@@ -64,7 +67,7 @@ from serve_app.routing.placement import Candidates, SessionRecord
 from serve_app.routing.prefix_pages import PAGE_TOKENS, SentPrefixes, held_pages
 from serve_app.routing.records import ARRIVAL_MARGIN_S, ReplicaView, RouteDecision, RouteHint, RouteReason, serving_lane
 from serve_app.routing.tenant_limits import over_limit, queued_tokens
-from serve_app.routing.ttft_prediction import pass_s
+from serve_app.routing.ttft_prediction import pass_s, with_engine_rate
 
 RECENTLY_COMPLETED_S = 30.0
 
@@ -218,11 +221,19 @@ class LanePolicy:
         rec = self._sessions.get(sid) if sid else None
         cached = {v.replica_id: self.cached_tokens(hint.prefix_pages, v) for v in usable}
         pinned = self._pinned(rec, usable, cached)
-        loads = {v.replica_id: self.effective_load(v, now_s) for v in usable}
+        loads = with_engine_rate({v.replica_id: self.effective_load(v, now_s) for v in usable})
         c = Candidates(hint, rec, usable, loads, cached, self._chat_prompts.reserve_tokens)
         takers = [v for v in usable if c.takes(v)]
         if pinned is not None:
             pinned_cls = c.traffic_class(pinned)
+            if pinned_cls is TrafficClass.LONG and c.allowed(pinned, pinned_cls, is_pinned=True):
+                # A document even where its prefix (or its session) is: what the pin saves is in each replica's
+                # uncached tokens already, so it goes where it drains soonest, as any document does.
+                chosen = c.best_admitting([pinned, *(v for v in takers if v is not pinned)], RouteReason.AFFINITY)
+                moved = isinstance(chosen, RouteDecision) and chosen.replica_id != pinned.replica_id
+                if moved and chosen.reason is RouteReason.AFFINITY:
+                    chosen = replace(chosen, reason=RouteReason.GAVE_WAY)
+                return chosen
             if c.allowed(pinned, pinned_cls, is_pinned=True):
                 others = [v for v in takers if v is not pinned and c.admits(v)]
                 better = [v for v in others if not c.busy(v, c.traffic_class(v)) and c.faster(v, pinned)]

@@ -378,3 +378,38 @@ def test_documents_spread_once_chats_keep_a_replicas_passes_interactive() -> Non
     # chats still meet the target there.
     assert p.decide("c", hint(None, 40), views, T0).replica_id == "R2"
     assert p.decide("d3", hint("doc3", 12_000), views, T0 + 1).replica_id == "R2"
+
+
+def test_a_replica_that_measured_its_rate_on_chats_alone_still_takes_the_next_document() -> None:
+    # R1 prefills a document and measured 4,800 tokens/s on it; R2 served chats only, whose small passes measured
+    # 2,200. Both run the same engine: at R1's rate the idle R2 drains the next document first, and a chat beside a
+    # document still meets the target on either, so the document goes to R2, not behind the first on R1.
+    wait = dict(wait_pass_s=0.25)
+    views = [
+        view("R1", load(12_000, prefill_tok_per_s=4800.0, **wait)),
+        view("R2", load(prefill_tok_per_s=2200.0, **wait)),
+    ]
+    d = LanePolicy().decide("d2", hint("doc2", 12_000), views, T0)
+    assert (d.replica_id, d.traffic_class) == ("R2", TrafficClass.LONG)
+    # At R2's own rate it would not have: its drain (5.5 s) is past R1's with both documents (5.0 s).
+    assert prefill_drain_s(load(prefill_tok_per_s=2200.0), 12_000) > prefill_drain_s(
+        load(12_000, prefill_tok_per_s=4800.0), 12_000
+    )
+
+
+def test_a_sessions_next_document_goes_where_it_drains_soonest_not_to_its_last_replica() -> None:
+    # A named session's last replica holds nothing of its next document: the name pins no document there.
+    p = LanePolicy()
+    wait = dict(wait_pass_s=0.25)
+    views = [view("R1", load(**wait)), view("R2", load(**wait))]
+    first = p.decide("d1", hint("doc1", 12_000, session="s"), views, T0)
+    prefilling = [
+        view(v.replica_id, load(12_000, **wait) if v.replica_id == first.replica_id else load(**wait)) for v in views
+    ]
+    d = p.decide("d2", hint("doc2", 12_000, session="s"), prefilling, T0 + 1)
+    assert d.replica_id != first.replica_id
+    assert (d.reason, d.traffic_class) == (RouteReason.GAVE_WAY, TrafficClass.LONG)
+    # Where it is the soonest, the session's replica keeps it (and says why).
+    ahead = [view(v.replica_id, load(**wait) if v.replica_id == d.replica_id else load(40_000, **wait)) for v in views]
+    again = p.decide("d3", hint("doc3", 12_000, session="s"), ahead, T0 + 2)
+    assert (again.replica_id, again.reason) == (d.replica_id, RouteReason.AFFINITY)

@@ -5,13 +5,16 @@ from __future__ import annotations
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from scheduler.slo_sizing import ChatPrompts
+from scheduler.traffic import TrafficClass, classify
 from serve_app.config import RoutingKnobs
 from serve_app.replica.backend import ReplicaLoad
 from serve_app.routing.backpressure import BackpressureLimits, assess
 from serve_app.routing.lane_policy import ARRIVAL_MARGIN_S, LanePolicy
+from serve_app.routing.placement import Candidates
 from serve_app.routing.prefix_pages import PAGE_TOKENS, SentPrefixes, held_pages, held_tokens, page_hashes
 from serve_app.routing.records import Lane, ReplicaView, RouteDecision, RouteHint, RouteReason
-from serve_app.routing.ttft_prediction import predict_ttft_s
+from serve_app.routing.ttft_prediction import predict_ttft_s, prefill_drain_s, with_engine_rate
 from tests.hypothesis_budget import examples
 from tests.serve.prefixes import held, pages, token_ids
 from tests.serve.strategies import loads_st
@@ -111,13 +114,29 @@ def test_a_request_goes_where_its_prefix_is_unless_over_a_limit_or_a_cold_prefil
     if d is None or not isinstance(d, RouteDecision) or d.replica_id == holder.replica_id:
         return
     # It left the replica that holds its prefix: that replica was over a limit, or a cold prefill elsewhere is
-    # predicted to give the first token sooner.
+    # predicted to give the first token sooner. Predicted as the router predicts: every replica at the engine's rate
+    # (`with_engine_rate`); a document (even on the holder) by when it would be prefilled (its drain).
     over = (
         limits is not None and not assess(holder.load, max(1, prompt - held_of_it), limits, count_ongoing=False).admits
     )
-    here = predict_ttft_s(holder.load, max(1, prompt - held_of_it))
-    sooner = [v for v in views if v is not holder and (predict_ttft_s(v.load, prompt) or 0) < (here or 0)]
-    assert over or sooner
+    rated = with_engine_rate({v.replica_id: v.load for v in views})
+    document = classify(max(1, prompt - held_of_it), 2048) is TrafficClass.LONG
+    predict = prefill_drain_s if document else predict_ttft_s
+    here = predict(rated[holder.replica_id], max(1, prompt - held_of_it))
+    # A document's drain ties break by the tokens queued (`Candidates.best`): as soon elsewhere counts.
+    sooner = [
+        v
+        for v in views
+        if v is not holder
+        and ((p := predict(rated[v.replica_id], prompt) or 0) < (here or 0) or (document and p == (here or 0)))
+    ]
+    request = RouteHint(None, prompt, pages("doc", prompt), KNOBS)
+    cached_on = {holder.replica_id: held_of_it}
+    c = Candidates(request, None, views, rated, cached_on, ChatPrompts().reserve_tokens)
+    # Or, for a document, rule 4 kept it off the holder: a chat would then miss the target everywhere, or the holder
+    # already queues `busy_prefill_tokens`.
+    kept_off = document and (not c.keeps_chat_slo(holder) or c.busy(holder, TrafficClass.LONG))
+    assert over or sooner or kept_off
 
 
 @settings(max_examples=examples(100), deadline=None)

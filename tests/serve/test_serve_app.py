@@ -17,7 +17,7 @@ import httpx
 import openai
 import pytest
 
-from harness.local_serve import server_timing
+from loadtests.recording import server_timing
 from tests.serve.conftest import ServeHandle, deployment
 
 pytestmark = pytest.mark.serve

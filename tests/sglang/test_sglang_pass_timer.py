@@ -185,3 +185,33 @@ def test_the_policy_feeds_the_fit_before_anything_reads_it():
     assert fit.num_observed == 0  # no trace, no diagnostics: held
     state = policy.describe()
     assert fit.num_observed == 20 and state["timed_passes"] == 20 and state["pass_cost"]["observed_passes"] == 20
+
+
+def test_on_a_synchronous_device_the_loops_time_between_prefill_passes_is_the_fits_loop_overhead():
+    fit = OnlinePassCost()
+    timer = PassTimer(fit, synchronous_launch=True)
+    decode = PassFigures(0, 0.0, 2, 100)
+    # A document's chunks back to back: each launched 4-6 ms after the last one's forward returned.
+    launched = 10.0
+    for i, gap_s in enumerate((0.005, 0.004, 0.006)):
+        timer.run_returned(i, launched + 0.04)
+        timer.landed(launched, PREFILL, launched + 0.041, forward_pass=i)
+        launched += 0.04 + gap_s
+    assert round(fit.loop_overhead_s, 9) == 0.0045  # the median of the two gaps between them so far
+    # A wait for work (over 50 ms) is not the loop's work; nor is the gap before or after a decode-only pass.
+    timer.run_returned(3, launched + 0.04)
+    timer.landed(launched, PREFILL, launched + 0.041, forward_pass=3)
+    timer.run_returned(4, launched + 1.0 + 0.01)
+    timer.landed(launched + 1.0, decode, launched + 1.011, forward_pass=4)
+    timer.run_returned(5, launched + 1.02 + 0.04)
+    timer.landed(launched + 1.02, PREFILL, launched + 1.061, forward_pass=5)
+    timer.run_returned(6, launched + 1.2 + 0.04)
+    timer.landed(launched + 1.2, PREFILL, launched + 1.241, forward_pass=6)
+    assert round(fit.loop_overhead_s, 9) == 0.005  # the gaps 5, 4, 6 ms: the idle 140 ms left out
+    assert fit.describe()["loop_overhead_s"] == fit.loop_overhead_s
+    # Where passes are timed result to result (the overlap loop on a GPU), the loop's work is in them already.
+    gpu_fit = OnlinePassCost()
+    gpu = PassTimer(gpu_fit)
+    gpu.landed(10.0, PREFILL, 10.04, forward_pass=1)
+    gpu.landed(10.045, PREFILL, 10.085, forward_pass=2)
+    assert gpu_fit.loop_overhead_s == 0.0
