@@ -227,13 +227,7 @@ class LanePolicy:
         if pinned is not None:
             pinned_cls = c.traffic_class(pinned)
             if pinned_cls is TrafficClass.LONG and c.allowed(pinned, pinned_cls, is_pinned=True):
-                # A document even where its prefix (or its session) is: what the pin saves is in each replica's
-                # uncached tokens already, so it goes where it drains soonest, as any document does.
-                chosen = c.best_admitting([pinned, *(v for v in takers if v is not pinned)], RouteReason.AFFINITY)
-                moved = isinstance(chosen, RouteDecision) and chosen.replica_id != pinned.replica_id
-                if moved and chosen.reason is RouteReason.AFFINITY:
-                    chosen = replace(chosen, reason=RouteReason.GAVE_WAY)
-                return chosen
+                return c.pinned_document(pinned, takers)
             if c.allowed(pinned, pinned_cls, is_pinned=True):
                 others = [v for v in takers if v is not pinned and c.admits(v)]
                 better = [v for v in others if not c.busy(v, c.traffic_class(v)) and c.faster(v, pinned)]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from scheduler.traffic import TrafficClass, classify
 from serve_app.replica.backend import ReplicaLoad
@@ -191,6 +191,16 @@ class Candidates:
             # Outside its own lane: a chat spilled to a saturated chat lane's neighbour, or the lane is missing.
             reason = RouteReason.NO_LANE if self.home(chosen, cls) else RouteReason.SPILL
         return self.decision(chosen, reason)
+
+    def pinned_document(self, pinned: ReplicaView, takers: Sequence[ReplicaView]) -> RouteDecision | Shed:
+        """A document even on the replica its prefix (or its named session) pins it to: what the pin saves is in
+        each replica's uncached tokens already, so it goes where it drains soonest, as any document does (`best`);
+        `gave-way` where that is another replica."""
+        chosen = self.best_admitting([pinned, *(v for v in takers if v is not pinned)], RouteReason.AFFINITY)
+        moved = isinstance(chosen, RouteDecision) and chosen.replica_id != pinned.replica_id
+        if moved and chosen.reason is RouteReason.AFFINITY:
+            return replace(chosen, reason=RouteReason.GAVE_WAY)
+        return chosen
 
     def best_admitting(self, candidates: Sequence[ReplicaView], reason: RouteReason) -> RouteDecision | Shed:
         """The best of the candidates under their limits; a shed when there is none."""
