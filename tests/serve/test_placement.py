@@ -391,7 +391,7 @@ def test_a_replica_that_measured_its_rate_on_chats_alone_still_takes_the_next_do
     ]
     d = LanePolicy().decide("d2", hint("doc2", 12_000), views, T0)
     assert (d.replica_id, d.traffic_class) == ("R2", TrafficClass.LONG)
-    # At R2's own rate it would not have: its drain (5.5 s) is past R1's with both documents (5.0 s).
+    # At R2's own rate it would not have: its drain (5.5 s) is past R1's with both documents (5.1 s).
     assert prefill_drain_s(load(prefill_tok_per_s=2200.0), 12_000) > prefill_drain_s(
         load(12_000, prefill_tok_per_s=4800.0), 12_000
     )
