@@ -184,10 +184,11 @@ class PassTimer:
     ) -> float | None:
         ended_s = self._ended(forward_pass, landed_s)
         previous, self.last_ended_s = self.last_ended_s, ended_s
-        prefilled, self._last_prefilled = self._last_prefilled, figures is not None and figures.prefill_tokens > 0
+        previous_prefilled = self._last_prefilled
+        self._last_prefilled = figures is not None and figures.prefill_tokens > 0
         if figures is None or launched_s is None:
             return None
-        if self.synchronous_launch and prefilled and self._last_prefilled and previous is not None:
+        if self.synchronous_launch and previous_prefilled and self._last_prefilled and previous is not None:
             overhead_s = self.gaps.add(launched_s - previous)
             if overhead_s is not None:
                 self.fit.loop_overhead_s = overhead_s

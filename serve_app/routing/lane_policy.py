@@ -226,19 +226,15 @@ class LanePolicy:
         takers = [v for v in usable if c.takes(v)]
         if pinned is not None:
             pinned_cls = c.traffic_class(pinned)
-            if pinned_cls is TrafficClass.LONG and c.allowed(pinned, pinned_cls, is_pinned=True):
-                return c.pinned_document(pinned, takers)
             if c.allowed(pinned, pinned_cls, is_pinned=True):
+                if pinned_cls is TrafficClass.LONG:
+                    return c.pinned_document(pinned, takers)
                 others = [v for v in takers if v is not pinned and c.admits(v)]
                 better = [v for v in others if not c.busy(v, c.traffic_class(v)) and c.faster(v, pinned)]
                 # A chat's cache is in its predicted TTFT already: behind a document it stays only where its first
                 # token comes soonest. Otherwise it stays (a published load up to a stats period old still shows its
                 # last turn: chasing that would move a session between idle replicas).
-                chases_ttft = (
-                    pinned_cls is TrafficClass.SHORT
-                    and c.behind_document(pinned)
-                    and c.predicted_ttft_s(pinned) is not None
-                )
+                chases_ttft = c.behind_document(pinned) and c.predicted_ttft_s(pinned) is not None
                 stays = not better if chases_ttft else (not c.busy(pinned, pinned_cls) or not better)
                 if c.admits(pinned) and stays:
                     return c.decision(pinned, RouteReason.AFFINITY)
