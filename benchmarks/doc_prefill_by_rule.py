@@ -17,13 +17,11 @@ import threading
 import time
 from pathlib import Path
 
-import requests
-
 from harness.cpu_env import cpu_sglang_env
 from harness.results import records
 from harness.sglang_server import LocalServer
 from loadtests import prompts
-from loadtests.peers import EngineSettings, build_model, chars_per_token
+from loadtests.peers import EngineSettings, build_model, chars_per_token, first_content_s
 
 DOC_TOKENS = 12_000
 CHAT_EVERY_S = 0.5
@@ -36,37 +34,25 @@ VARIANTS: dict[str, dict[str, object]] = {
 }
 
 
-def ttft_s(port: int, model: str, content: str, max_tokens: int) -> float:
-    """Seconds to the first streamed content of one chat completion."""
-    body = {"model": model, "messages": [{"role": "user", "content": content}], "max_tokens": max_tokens}
-    sent = time.perf_counter()
-    with requests.post(
-        f"http://127.0.0.1:{port}/v1/chat/completions", json={**body, "stream": True}, stream=True, timeout=600
-    ) as r:
-        for chunk in r.iter_content(chunk_size=None):
-            if b'"content"' in chunk:
-                return time.perf_counter() - sent
-    raise RuntimeError("a stream without content")
-
-
 def run_variant(model: Path, env: dict[str, object], cpt: float, log: Path) -> tuple[float, list[float]]:
     rng = random.Random(0)
     with LocalServer(model, EngineSettings().server_args(), cpu_sglang_env(**env), log) as server:
+        url = f"http://127.0.0.1:{server.port}"
         for _ in range(2):
-            ttft_s(server.port, str(model), "hello", 2)
+            first_content_s(url, str(model), "hello", 2)
         chats: list[float] = []
         done = threading.Event()
 
         def chat_loop() -> None:
             while not done.is_set():
-                chats.append(ttft_s(server.port, str(model), prompts.question(40, cpt, rng), 16))
+                chats.append(first_content_s(url, str(model), prompts.question(40, cpt, rng), 16))
                 time.sleep(CHAT_EVERY_S)
 
         chatter = threading.Thread(target=chat_loop)
         chatter.start()
         time.sleep(1.0)
         document = prompts.document("d", DOC_TOKENS, cpt, rng) + "\nQuestion?"
-        doc_s = ttft_s(server.port, str(model), document, 1)
+        doc_s = first_content_s(url, str(model), document, 1)
         done.set()
         chatter.join()
     return doc_s, sorted(chats)

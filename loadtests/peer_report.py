@@ -8,7 +8,9 @@ cached) over the time during which at least one document was between its send an
 from their cache over the prompt tokens they were sent, both the engines' own counts (each stream's
 `usage.prompt_tokens_details.cached_tokens` and `usage.prompt_tokens`, with sglang's `enable_cache_report`).
 Chat TTFT inside the app: from the ingress's receipt to the engine's first item, as this app's `Server-Timing`
-says (`recording.Sample.app_ttft_s`); the client's TTFT less it is the path outside the ingress.
+says (`recording.Sample.app_ttft_s`); the client's TTFT less it is the path outside the ingress. Chat TTFT with the
+engines idle: chats sent one at a time before the load (`Front.idle_ttft_s`), the front's and the engine's own
+latency; the loaded chat TTFT less it is what waiting beside the load adds.
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ TTFT_TARGET_S = 0.5
 TBT_TARGET_S = 0.3
 """The SLO's defaults: a chat meets it when its first token comes within TTFT_TARGET_S and no gap between its
 tokens exceeds TBT_TARGET_S."""
+IDLE_TTFT_P50 = "chat TTFT p50, engines idle"
+"""A chat alone on a front whose engines do nothing else: the path's own latency, without the load's."""
+
 CHAT_TTFT_P99_RATIO = 0.25
 DOC_RATE_RATIO = 0.9
 """Acceptance: this app's chat TTFT p99 at most this share of the best peer's, its document rate at least this."""
@@ -54,9 +59,11 @@ class Front:
     """Cores-worth of each role's threads ready to run but waiting for a core (`CpuSampler.waiting_cores`)."""
     kv_pool_tokens: list[int] = field(default_factory=list)
     """Each engine's KV pool as sglang reports it (`max_total_num_tokens`); empty where the front does not say."""
+    idle_ttft_s: list[float] = field(default_factory=list)
+    """TTFTs of chats sent one at a time before the load (`loadtests.peers.idle_chat_ttfts`)."""
 
     def __post_init__(self) -> None:
-        self.figures = figures(self.samples)
+        self.figures = {**figures(self.samples), IDLE_TTFT_P50: pct(self.idle_ttft_s, 50)}
 
     @property
     def failures(self) -> int:
@@ -125,6 +132,7 @@ METRICS: list[tuple[str, str, str | None, Callable[[Sequence[Sample]], float | N
     ("chat TTFT p99", "s", "low", lambda xs: pct(_ttfts(xs, "chat"), 99)),
     ("chat TTFT max", "s", "low", lambda xs: max(_ttfts(xs, "chat"), default=None)),
     ("chat TTFT p50 inside the app", "s", None, lambda xs: pct(_app_ttfts(xs, "chat"), 50)),
+    (IDLE_TTFT_P50, "s", "low", lambda xs: None),  # measured apart, before the load: `Front.idle_ttft_s`
     ("chat ITL p99", "s", "low", lambda xs: pct([g for s in _ok(xs, "chat") for g in s.itl_s], 99)),
     ("chat SLO attainment", "%", "high", _attainment),
     ("document TTFT p50", "s", "low", lambda xs: pct(_ttfts(xs, "doc"), 50)),

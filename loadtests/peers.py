@@ -210,7 +210,13 @@ def load_of(name: str, seed: int, cpt: float, duration_s: float, engine: EngineS
 
 
 def run_locust(
-    url: str, name: str, flags: list[str], out: Path, duration_s: float, locustfile: Path = LOCUSTFILES[SESSIONS]
+    url: str,
+    name: str,
+    flags: list[str],
+    out: Path,
+    duration_s: float,
+    locustfile: Path = LOCUSTFILES[SESSIONS],
+    idle_ttft_s: list[float] | None = None,
 ) -> Front:
     samples = out / f"{name}.samples.jsonl"
     samples.unlink(missing_ok=True)
@@ -227,11 +233,19 @@ def run_locust(
             proc.terminate()
             proc.wait(timeout=60)
     cpu.stop()
-    return front_of(name, samples, load_start, proc.returncode, cpu)
+    return front_of(name, samples, load_start, proc.returncode, cpu, idle_ttft_s)
 
 
-def front_of(name: str, samples: Path, load_start: float, locust_rc: int | None, cpu: CpuSampler) -> Front:
-    """One front's result: its samples (none if the file is missing) and what the sampler measured."""
+def front_of(
+    name: str,
+    samples: Path,
+    load_start: float,
+    locust_rc: int | None,
+    cpu: CpuSampler,
+    idle_ttft_s: list[float] | None = None,
+) -> Front:
+    """One front's result: its samples (none if the file is missing), what the sampler measured and the idle probe's
+    TTFTs (`idle_chat_ttfts`)."""
     start = float(Path(f"{samples}.start").read_text()) if Path(f"{samples}.start").exists() else time.time()
     got = read_samples(samples) if samples.exists() else []
     return Front(
@@ -243,6 +257,7 @@ def front_of(name: str, samples: Path, load_start: float, locust_rc: int | None,
         locust_rc,
         cpu_cores=cpu.cores(),
         cpu_waiting=cpu.waiting_cores(),
+        idle_ttft_s=idle_ttft_s or [],
     )
 
 
@@ -382,6 +397,35 @@ def warm_up(url: str, model: str, timeout_s: float = 300) -> None:
             time.sleep(1)
 
 
+IDLE_PROBES = 20
+"""Chats sent one at a time to each front before its load (`idle_chat_ttfts`)."""
+IDLE_PROBE_TOKENS = 40
+
+
+def first_content_s(url: str, model: str, content: str, max_tokens: int) -> float:
+    """Seconds from sending one streamed chat completion to its first content, as the client sees it."""
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": [{"role": "user", "content": content}],
+        "max_tokens": max_tokens,
+    }
+    sent = time.perf_counter()
+    with requests.post(f"{url}/v1/chat/completions", json={**body, "stream": True}, stream=True, timeout=600) as r:
+        r.raise_for_status()
+        for chunk in r.iter_content(chunk_size=None):
+            if b'"content"' in chunk:
+                return time.perf_counter() - sent
+    raise RuntimeError("a stream without content")
+
+
+def idle_chat_ttfts(url: str, model: str, cpt: float, seed: int, n: int = IDLE_PROBES) -> list[float]:
+    """TTFTs of `n` new chats sent one after another to a front whose engines do nothing else: the path's own
+    latency (front, engine hops, a chat's passes), apart from what the load adds. The same questions for every
+    front (`seed`), each new (no cached prefix beyond the chat template)."""
+    rng = random.Random(seed)
+    return [first_content_s(url, model, prompts.question(IDLE_PROBE_TOKENS, cpt, rng), 4) for _ in range(n)]
+
+
 def model_id(url: str) -> str:
     return str(requests.get(f"{url}/v1/models", timeout=60).json()["data"][0]["id"])
 
@@ -405,7 +449,7 @@ class WorkloadResult:
 
 
 def run_workload(
-    load: Load, args: argparse.Namespace, model: Path, engine: EngineSettings, out: Path
+    load: Load, args: argparse.Namespace, model: Path, engine: EngineSettings, out: Path, cpt: float
 ) -> WorkloadResult:
     """Every front in turn, each started afresh (cold caches), under the workload `load`."""
     pools: dict[str, list[int]] = {"cache_aware": [], "round_robin": []}
@@ -420,9 +464,10 @@ def run_workload(
         try:
             with starts[name]() as (url, model_name):
                 warm_up(url, model_name)
+                idle = idle_chat_ttfts(url, model_name, cpt, args.seed)
                 print(f"{load.name} / {name}: {args.duration_s:.0f} s of load", flush=True)
                 flags = [*load.flags, "--model", model_name]
-                front = run_locust(url, name, flags, out, args.duration_s, load.locustfile)
+                front = run_locust(url, name, flags, out, args.duration_s, load.locustfile, idle)
         except Exception as e:  # the other fronts still run; the result file says which one did not
             result.broken[name] = f"{type(e).__name__}: {str(e)[:300]}"
             print(f"{load.name} / {name}: did not run: {result.broken[name]}", flush=True)
@@ -459,7 +504,7 @@ def main(argv: list[str] | None = None) -> int:
             out = args.out / name  # each workload's samples, workload file and logs
             out.mkdir(parents=True, exist_ok=True)
             load = load_of(name, args.seed, cpt, args.duration_s, engine, out)
-            results.append(run_workload(load, args, model, engine, out))
+            results.append(run_workload(load, args, model, engine, out, cpt))
     body = report(results, engine, cpt, args)
     print(body)
     title = TITLE if args.workloads == [SESSIONS] else f"{TITLE}, workloads {', '.join(args.workloads)}"

@@ -23,10 +23,13 @@ def document(sent_s: float, ttft_s: float, tokens: int = 10_000) -> Sample:
     return Sample("doc", "long", "long", 200, sent_s, ttft_s=ttft_s, prompt_tokens=tokens, cached_tokens=0)
 
 
-def front(name: str, chat_ttfts: list[float], doc_ttft_s: float, extra: list[Sample] = ()) -> Front:
+def front(
+    name: str, chat_ttfts: list[float], doc_ttft_s: float, extra: list[Sample] = (), idle: list[float] = ()
+) -> Front:
     # One document at a time, back to back: tokens / TTFT is the document rate.
     docs = [document(10.0 * i, doc_ttft_s) for i in range(5)]
-    return Front(name, [*(chat(t, i) for i, t in enumerate(chat_ttfts)), *docs, *extra], 0.0, 1.0, 1.0)
+    chats = [chat(t, i) for i, t in enumerate(chat_ttfts)]
+    return Front(name, [*chats, *docs, *extra], 0.0, 1.0, 1.0, idle_ttft_s=list(idle))
 
 
 def test_a_chat_meets_the_slo_only_with_its_first_token_and_every_gap_within_target():
@@ -71,6 +74,20 @@ def test_the_table_shows_the_cpu_each_role_used_where_it_was_sampled():
     assert "| CPU cores used: engines | 1.10 | 1.20 | |" in rows
     assert "| CPU cores used: front | 0.35 | 0.01 | |" in rows
     assert "| CPU cores waited for: engines | 0.36 | — | |" in rows  # the kernel said nothing for the peer
+
+
+def test_the_table_sets_each_fronts_idle_chat_ttft_beside_the_loads(tmp_path):
+    app = front("fairshare", [0.3] * 10, 1.0, idle=[0.05, 0.04, 0.06])
+    peer = front("cache_aware", [0.1] * 10, 2.0, idle=[0.02, 0.03, 0.01])
+    rows = table([app, peer]).splitlines()
+    assert "| chat TTFT p50, engines idle (s) | 0.05 | 0.02 | 2.50x |" in rows
+    # The probe's TTFTs reach the result as measured; a front with none says so rather than a figure.
+    samples = tmp_path / "fairshare.samples.jsonl"
+    samples.write_text(json.dumps(asdict(chat(0.2, 0))) + "\n")
+    probed = front_of("fairshare", samples, 1.0, 0, CpuSampler(), [0.07])
+    assert probed.figures["chat TTFT p50, engines idle"] == pytest.approx(0.07)
+    unprobed = front_of("fairshare", samples, 1.0, 0, CpuSampler())
+    assert "| chat TTFT p50, engines idle (s) | — | — |" in table([unprobed])
 
 
 @pytest.mark.parametrize("shed", [True, False])
