@@ -70,7 +70,8 @@ class Profile:
 
 
 def owner(frame: str) -> str | None:
-    """ "own" for this project's frame, "sglang" for sglang's (or any other non-library code), None for a library."""
+    """Whose `frame` is: "own" (this project's), "sglang" (sglang's, or other code that is no library), or None (a
+    library's: whoever called it owns the sample)."""
     if OWN_PREFIX in frame:
         return "own"
     if not FRAME_PATH.search(frame) or LIBRARIES.search(frame):

@@ -12,7 +12,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from ray import serve
@@ -29,6 +30,7 @@ from serve_app.replica.backend import (
     EngineCapacity,
     EngineError,
     OpenAIRequest,
+    ReplicaLoad,
     ResponseBody,
     ResponseItem,
     ResponsePart,
@@ -95,6 +97,10 @@ class Engine:
         self._metrics = EngineMetrics(TenantLabels(self.cfg.tenant_metric_labels))
         self._tenants: dict[str, str] = {}
         """Request id -> tenant, for the requests this replica serves (its queued tokens are published by tenant)."""
+        self._admitted: dict[str, int] = {}
+        """Request id -> uncached tokens, for requests admitted here whose stream has not started: the backend counts a
+        request from its stream's first step, a loop turn after the admission, and a request arriving in between
+        must see it (`admission_load`)."""
         self.started_at_s = time.time()
         self.limits = BackpressureLimits()
         self._limits_policy: PolicyConfig | None = None
@@ -175,12 +181,13 @@ class Engine:
         decision = route.decision if route is not None else None
         if decision is not None:
             request = request.routed_as(decision.traffic_class, decision.uncached_tokens)
-        admission = decide({self.replica_id: self.backend.load()}, request.uncached_tokens, self.limits)
+        admission = decide({self.replica_id: self.admission_load()}, request.uncached_tokens, self.limits)
         if not isinstance(admission, Admit):
             # Over a limit: a 429 now, rather than a queue the client waits in until it times out.
             yield [EngineError(admission.status, admission.message, admission.code, admission.retry_after_s)]
             return
-        parts = paced(self.backend.respond(request), self.knobs.stream_spacing_s, carries_output)
+        self._admitted[request.rid] = request.uncached_tokens
+        parts = paced(self._engine_stream(request), self.knobs.stream_spacing_s, carries_output)
         self._tenants[request.rid] = request.tenant
         try:
             async with contextlib.aclosing(parts):
@@ -189,6 +196,26 @@ class Engine:
                     yield joined_bodies(batch)
         finally:
             self._tenants.pop(request.rid, None)
+            self._admitted.pop(request.rid, None)  # closed before its stream started
+
+    def admission_load(self) -> ReplicaLoad:
+        """The backend's load and the requests admitted here that it does not count yet, as waiting."""
+        load = self.backend.load()
+        if not self._admitted:
+            return load
+        return replace(
+            load,
+            num_waiting=load.num_waiting + len(self._admitted),
+            prefill_tokens=load.prefill_tokens + sum(self._admitted.values()),
+        )
+
+    async def _engine_stream(self, request: OpenAIRequest) -> AsyncGenerator[list[ResponsePart], None]:
+        """The backend's stream of `request`. Its first step hands the request from `_admitted` to the backend,
+        which counts it in its load from its own first step, run in the same turn of the loop."""
+        self._admitted.pop(request.rid, None)
+        async with contextlib.aclosing(self.backend.respond(request)) as source:
+            async for batch in source:
+                yield batch
 
     async def describe(self, route: RouteTicket | None = None) -> dict[str, Any]:
         """Admin view of this replica (reach a given replica with a ticket whose hint names `target_replica`)."""

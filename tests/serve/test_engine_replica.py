@@ -183,6 +183,27 @@ def test_over_a_limit_the_replica_refuses_before_its_engine_sees_the_request() -
     assert isinstance(refusal, EngineError) and refusal.status == 429 and refusal.retry_after_s
 
 
+def test_requests_arriving_together_are_admitted_up_to_the_limit_not_past_it() -> None:
+    """A backend counts a request from its stream's first step, a turn of the loop after the replica admitted it (the
+    backend's load stays empty here, as it is in that turn): a request arriving in between must see the admitted
+    one. Two at once against a one-request queue: one is served, one refused."""
+
+    async def go():
+        rep = replica()
+        await rep.reconfigure({"max_queued_requests": 1})
+        rep.backend._load = ReplicaLoad()
+        seen = answering(rep, [[ResponseStart(200, JSON), ResponseBody(b"{}")]])
+        both = await asyncio.gather(items(rep, req("a")), items(rep, req("b")))
+        return seen, both, rep.admission_load()
+
+    seen, (first, second), after = asyncio.run(go())
+    assert [r.rid for r in seen] == ["a"]
+    assert first == [[ResponseStart(200, JSON), ResponseBody(b"{}")]]
+    ((refusal,),) = second
+    assert isinstance(refusal, EngineError) and refusal.status == 429
+    assert after == ReplicaLoad()  # nothing stays counted once the streams ended
+
+
 def test_a_bug_in_a_backend_is_not_a_client_error() -> None:
     async def go():
         rep = replica()
