@@ -178,15 +178,6 @@ def fit_split_cost(samples: Sequence[Mapping[str, float]]) -> dict[str, float]:
     return {**dict(zip(SPLIT_FIGURES, coef, strict=True)), **quality}
 
 
-def fitted_s(fit: Mapping[str, float], sample: Mapping[str, float]) -> float:
-    coef = [fit["fixed_s"], 1.0 / fit["prefill_tok_per_s"], fit["decode_row_s"], fit["attn_s_per_token_ctx"]]
-    return float(np.dot(design_row(sample), coef))
-
-
-def split_fitted_s(fit: Mapping[str, float], sample: Mapping[str, float]) -> float:
-    return float(np.dot(split_design_row(sample), [fit[name] for name in SPLIT_FIGURES]))
-
-
 # ---- The model (torch) ----
 
 
@@ -534,15 +525,19 @@ PRESET_FIGURES = ("fixed_s", "prefill_tok_per_s", "decode_row_s", "attn_s_per_to
 def report_rows(
     measured: Sequence[Mapping[str, Any]], fit: Mapping[str, float], split: Mapping[str, float]
 ) -> list[dict[str, Any]]:
+    """Each pass measured, and as the fitted models and the preset predict it (their own `pass_s`)."""
+    from scheduler.pass_cost_fit import LinearPassCost
+    from scheduler.sim.cost_model import CostModel
     from scheduler.sim.presets import H100_8B
 
+    fitted = CostModel(name="fitted", kv_pool_tokens=1, **{k: fit[k] for k in PRESET_FIGURES})
+    fitted_split = LinearPassCost(**{k: split[k] for k in SPLIT_FIGURES})
+    models = {"fitted_ms": fitted, "split_fitted_ms": fitted_split, "preset_ms": H100_8B.cost}
     return [
         {
             "pass": PassShape(m["kind"], m["size"], m["ctx"]).label(),
             "measured_ms": m["median_s"] * 1e3,
-            "fitted_ms": fitted_s(fit, m) * 1e3,
-            "split_fitted_ms": split_fitted_s(split, m) * 1e3,
-            "preset_ms": H100_8B.cost.pass_s(**{k: m[k] for k in FIGURES}) * 1e3,
+            **{key: model.pass_s(**{k: m[k] for k in FIGURES}) * 1e3 for key, model in models.items()},
         }
         for m in measured
     ]

@@ -30,6 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.sglang_plugin_cost import (
+    CASES as COST_CASES,
+)
+from benchmarks.sglang_plugin_cost import (
     STREAM_PROMPT,
     Batch,
     Stream,
@@ -44,7 +47,8 @@ from harness.results import records
 from harness.sglang_server import LocalServer
 from harness.tiny_model import TinyModelSpec, build_tiny_model
 
-CASES = {"lone": 0, "rejected": 1}
+CASES = {case: COST_CASES[case] for case in ("lone", "rejected")}
+"""`sglang_plugin_cost`'s cases of one stream alone and beside one KV-rejected request."""
 OWN_PREFIX = "(scheduler/"
 """py-spy names a frame ``function (path:line)``, the path relative to its import root: this project's plugin and
 policy core are ``scheduler/...``."""

@@ -83,7 +83,6 @@ def test_pass_figures_are_the_simulators():
 
 @pytest.mark.slow  # starts a process that imports torch and runs a tiny model (seconds)
 def test_tiny_run_on_cpu_without_pydantic_then_fit(tmp_path):
-    pytest.importorskip("torch")
     measured, fitted = tmp_path / "m.json", tmp_path / "f.json"
     args = ["--tiny", "--device", "cpu", "--repeats", "2", "--warmups", "1", "--out", str(measured)]
     proc = subprocess.run(
