@@ -88,3 +88,32 @@ def attainment(met: Iterable[bool], span_s: float) -> Attainment:
     """Attainment and goodput of one class from each request's verdict (`meets_slo`)."""
     verdicts = list(met)
     return Attainment(num_requests=len(verdicts), num_met=sum(verdicts), span_s=span_s)
+
+
+class StreamLatency:
+    """One response's TTFT and gaps between tokens as one observer sees its bytes arrive, one rule for every
+    observer (the ingress, a replica): the first arrival of tokens is the first token (from `started_s`); each
+    later arrival of `n` tokens is one gap, its time since the previous arrival spread over its tokens (gap / n).
+    Arrivals without tokens count nothing."""
+
+    def __init__(self, started_s: float) -> None:
+        self.started_s = started_s
+        self.ttft_s: float | None = None
+        self.gaps_s: list[float] = []
+        self._last_s: float | None = None
+
+    def tokens(self, n: int, at_s: float) -> float | None:
+        """`n` tokens arrived at `at_s` (the clock of `started_s`): the TTFT or the gap this arrival observed, None
+        when it carried none."""
+        if n <= 0:
+            return None
+        if self._last_s is None:
+            self.ttft_s = observed = at_s - self.started_s
+        else:
+            observed = (at_s - self._last_s) / n
+            self.gaps_s.append(observed)
+        self._last_s = at_s
+        return observed
+
+    def meets(self, targets: SloTargets) -> bool:
+        return meets_slo(targets, self.ttft_s, self.gaps_s)

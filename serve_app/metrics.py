@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from ray.serve import metrics as serve_metrics
 from ray.util import metrics as ray_metrics
 
-from scheduler.slo import NOT_JUDGED, SloTargets, meets_slo
+from scheduler.slo import NOT_JUDGED, SloTargets, StreamLatency
 from scheduler.tenants import DEFAULT_TENANT
 from serve_app.protocol.sse import usage_in
 from serve_app.replica.backend import EngineCounters, ReplicaLoad
@@ -110,36 +110,29 @@ class IngressMetrics:
 
 
 class StreamTimer:
-    """TTFT and inter-token latency of one response as the ingress sees it, one rule for every backend: the first
-    arrival of tokens observes TTFT (from the request's receipt); each later arrival of `n` tokens observes one ITL,
-    its gap since the previous arrival spread over its tokens (gap / n). Arrivals without tokens observe nothing.
-    When the stream ends normally (`finish`), the request is judged against `slo`, its class's targets on the
-    replica that served it (`scheduler.slo.meets_slo`), and counted within or over each."""
+    """TTFT and inter-token latency of one response as the ingress sees it (`scheduler.slo.StreamLatency`: one rule
+    for every backend, and for the replicas' own judgement): each observation goes to the histograms. When the
+    stream ends normally (`finish`), the request is judged against `slo`, its class's targets on the replica that
+    served it (`scheduler.slo.meets_slo`), and counted within or over each."""
 
     def __init__(
         self, metrics: IngressMetrics, lane: str, traffic_class: str, received_s: float, slo: SloTargets = NOT_JUDGED
     ) -> None:
         self._metrics = metrics
         self._tags = (lane, traffic_class)
-        self._received_s = received_s
-        self._last_s: float | None = None
+        self._latency = StreamLatency(received_s)
         self._slo = slo
-        self._ttft_s: float | None = None
-        self._gaps_s: list[float] = []
 
     def tokens(self, n: int, at_s: float) -> None:
         """`n` tokens arrived at `at_s` (`time.perf_counter()`)."""
-        if n <= 0:
+        first = self._latency.ttft_s is None
+        observed = self._latency.tokens(n, at_s)
+        if observed is None:
             return
-        if self._last_s is None:
-            self._ttft_s = at_s - self._received_s
-            self._metrics.observe_ttft(*self._tags, self._ttft_s)
+        if first:
+            self._metrics.observe_ttft(*self._tags, observed)
         else:
-            gap_s = (at_s - self._last_s) / n
-            self._metrics.observe_itl(*self._tags, gap_s)
-            if self._slo.tbt_s is not None:
-                self._gaps_s.append(gap_s)
-        self._last_s = at_s
+            self._metrics.observe_itl(*self._tags, observed)
 
     def finish(self) -> None:
         """The stream ended normally: count the request within or over its targets (none: not counted)."""
@@ -147,11 +140,12 @@ class StreamTimer:
         if slo.ttft_s is None and slo.tbt_s is None:
             return
         lane, cls = self._tags
-        verdicts = {"all": meets_slo(slo, self._ttft_s, self._gaps_s)}
+        latency = self._latency
+        verdicts = {"all": latency.meets(slo)}
         if slo.ttft_s is not None:
-            verdicts["ttft"] = meets_slo(SloTargets(ttft_s=slo.ttft_s), self._ttft_s, ())
+            verdicts["ttft"] = latency.meets(SloTargets(ttft_s=slo.ttft_s))
         if slo.tbt_s is not None:
-            verdicts["tbt"] = meets_slo(SloTargets(tbt_s=slo.tbt_s), self._ttft_s, self._gaps_s)
+            verdicts["tbt"] = latency.meets(SloTargets(tbt_s=slo.tbt_s))
         for target, within in verdicts.items():
             outcome = "within" if within else "over"
             self._metrics.slo.inc(tags={"lane": lane, "traffic_class": cls, "target": target, "outcome": outcome})

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from serve_app.protocol.sse import TEXT_FIELDS
 from serve_app.replica.backend import EngineKind
 from serve_app.routing.prefix_pages import TokenIds
 from serve_app.tokenizer import PromptTokenizer
@@ -40,7 +41,7 @@ class ChatEndpoint:
     name: EngineKind = "chat"
     id_prefix = "chatcmpl"
     prompt_param = "messages"
-    text_field = "content"
+    text_field = TEXT_FIELDS["chat"]
 
     def prompt_ids(self, raw: dict[str, Any], tokenizer: PromptTokenizer) -> TokenIds:
         messages = raw.get("messages")
@@ -61,7 +62,7 @@ class CompletionsEndpoint:
     name: EngineKind = "completions"
     id_prefix = "cmpl"
     prompt_param = "prompt"
-    text_field = "text"
+    text_field = TEXT_FIELDS["completions"]
 
     def prompt_ids(self, raw: dict[str, Any], tokenizer: PromptTokenizer) -> TokenIds:
         text = _text(raw.get("prompt"))

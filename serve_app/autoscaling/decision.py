@@ -4,7 +4,7 @@ Up, before the chats' TTFT target is missed; any one of:
 
 - **chat TTFT**: even the best replica predicts a new chat's first token above `up_ttft_fraction` of its target;
 - **backlog**: the queued prefill is more than the replicas asked for clear in `backlog_horizon_s` each;
-- **attainment**: the replicas' measured share of chats within the target is below `attainment_floor`.
+- **attainment**: the share of the replicas' latest chats that met the chat SLO is below `attainment_floor`.
 
 The backlog says how many replicas the work needs, and the fleet goes there at once; the other two say only that
 more are needed: one more. Replicas asked for that have not published yet (starting, or loading their engine)

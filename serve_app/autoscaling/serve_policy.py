@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from serve_app.autoscaling.decision import Fleet, ScalingState, decide
-from serve_app.autoscaling.signals import ReplicaSignals
+from serve_app.autoscaling.signals import ATTAINMENT_WINDOW_S, ReplicaSignals
 from serve_app.config.autoscaling import slo_scaling_knobs
 from serve_app.config.config_model import ConfigError
 
@@ -50,7 +50,10 @@ def slo_autoscaling_policy(ctx: AutoscalingContext) -> tuple[int, dict[str, Any]
         max_replicas=ctx.capacity_adjusted_max_replicas,
     )
     now_s = ctx.current_time if ctx.current_time is not None else 0.0
-    decision = decide(fleet, knobs, ScalingState.from_dict(state), now_s, config.look_back_period_s)
+    # Serve's aggregates mix in samples of the last look-back period, and a replica's attainment counts the verdicts
+    # of its own window before that: both still hold the time before a new replica took load.
+    settle_s = config.look_back_period_s + ATTAINMENT_WINDOW_S
+    decision = decide(fleet, knobs, ScalingState.from_dict(state), now_s, settle_s)
     if decision.replicas != ctx.target_num_replicas and state.get(REASON_KEY) != decision.reason.value:
         logger.info(
             "SLO autoscaling wants %d replicas of %s (now %d): %s",

@@ -18,6 +18,10 @@ from scheduler.config import PolicyConfig
 from serve_app.replica.backend import ReplicaLoad
 from serve_app.routing.ttft_prediction import predict_ttft_s
 
+ATTAINMENT_WINDOW_S = 20.0
+"""A replica's `chat_slo_attainment` counts the verdicts of its latest 20 s (`serve_app.replica.chat_slo`). Serve
+then averages what it publishes over `look_back_period_s`, so the policy settles that much longer after a
+scale-up (`serve_policy`)."""
 CHAT_PROBE_TOKENS = 256
 """The uncached prompt of the "new short chat" whose TTFT a replica predicts: a chat turn, well under any
 `short_request_tokens`. (Routers probe with the chats they routed lately; a replica has no such record.)"""
@@ -41,7 +45,8 @@ class ReplicaSignals:
     predicted_chat_ttft_s: float | None = None
     """`predict_ttft_s` of a new chat of `CHAT_PROBE_TOKENS` sent to this replica now."""
     chat_slo_attainment: float | None = None
-    """Share of recent chats whose first token came within the target, where the replica measures it."""
+    """Share of the replica's latest chats that met the chat SLO (TTFT and TBT targets), judged as their bytes left
+    it (`serve_app.replica.chat_slo`); None while too few were judged."""
 
     def to_metrics(self) -> dict[str, float]:
         return {k: float(v) for k, v in dataclasses.asdict(self).items() if v is not None}
@@ -67,9 +72,12 @@ class ReplicaSignals:
         return self.engine_running_requests + self.engine_queued_requests
 
 
-def replica_signals(load: ReplicaLoad, policy: PolicyConfig) -> ReplicaSignals | None:
-    """The signals of a replica with this load under this policy; None while its engine is not ready (it publishes
-    nothing, and the policy counts it as capacity still coming)."""
+def replica_signals(
+    load: ReplicaLoad, policy: PolicyConfig, chat_slo_attainment: float | None = None
+) -> ReplicaSignals | None:
+    """The signals of a replica with this load under this policy, and the share of its latest chats that met the SLO
+    (`serve_app.replica.chat_slo`; None: too few judged); None while its engine is not ready (it publishes nothing,
+    and the policy counts it as capacity still coming)."""
     if not load.ready:
         return None
     rate = load.prefill_tok_per_s
@@ -80,4 +88,5 @@ def replica_signals(load: ReplicaLoad, policy: PolicyConfig) -> ReplicaSignals |
         chat_ttft_target_s=policy.ttft_target_s,
         queued_prefill_s=max(0, load.prefill_tokens) / rate if rate > 0 else None,
         predicted_chat_ttft_s=predict_ttft_s(load, CHAT_PROBE_TOKENS),
+        chat_slo_attainment=chat_slo_attainment,
     )

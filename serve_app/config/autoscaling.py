@@ -61,8 +61,8 @@ class SloScalingKnobs(StrictConfig):
         0.9,
         ge=0,
         le=1,
-        description="Scale up while the replicas' measured share of chats within the TTFT target is below this "
-        "(only where replicas measure it).",
+        description="Scale up while the share of the replicas' latest chats that met the chat SLO (TTFT and TBT "
+        "targets, judged as each response leaves its replica) is below this.",
     )
 
     @model_validator(mode="after")

@@ -45,7 +45,9 @@ class EventTemplate:
         return self._head + to_json(text).decode() + self._tail
 
 
-_TOKEN_EVENT = {field: re.compile(rb'"' + field.encode() + rb'": ?"(?!")') for field in ("content", "text")}
+TEXT_FIELDS = {"chat": "content", "completions": "text"}
+"""The field of each endpoint's streamed chunk (its choice's delta, or its choice) that carries generated text."""
+_TOKEN_EVENT = {field: re.compile(rb'"' + field.encode() + rb'": ?"(?!")') for field in TEXT_FIELDS.values()}
 
 
 def token_events(data: bytes, text_field: str) -> int:

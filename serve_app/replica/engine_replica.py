@@ -19,7 +19,7 @@ from typing import Any
 from ray import serve
 
 from scheduler.config import PolicyConfig
-from scheduler.slo import SloTargets
+from scheduler.slo import NOT_JUDGED, SloTargets
 from scheduler.tenants import DEFAULT_TENANT
 from serve_app.api.request_log import configure_logging
 from serve_app.autoscaling.signals import replica_signals
@@ -36,6 +36,7 @@ from serve_app.replica.backend import (
     ResponsePart,
     joined_bodies,
 )
+from serve_app.replica.chat_slo import ChatJudge, RecentAttainment
 from serve_app.replica.pacing import paced
 from serve_app.routing.backpressure import Admit, BackpressureLimits, decide, derive_limits
 from serve_app.routing.records import PUBLISHED_PENDING, Lane, RouteTicket, RoutingStats
@@ -101,6 +102,8 @@ class Engine:
         """Request id -> uncached tokens, for requests admitted here whose stream has not started: the backend counts a
         request from its stream's first step, a loop turn after the admission, and a request arriving in between
         must see it (`admission_load`)."""
+        self._chat_slo = RecentAttainment()
+        """The verdicts of this replica's latest chats (`chat_slo`), published as `chat_slo_attainment`."""
         self.started_at_s = time.time()
         self.limits = BackpressureLimits()
         self._limits_policy: PolicyConfig | None = None
@@ -156,7 +159,7 @@ class Engine:
     def record_autoscaling_stats(self) -> dict[str, float]:
         """What the SLO autoscaling policy decides on (`serve_app.autoscaling`); nothing while the engine loads, so the
         policy counts this replica as capacity still coming."""
-        signals = replica_signals(self.backend.load(), self.backend.policy)
+        signals = replica_signals(self.backend.load(), self.backend.policy, self._chat_slo.share(time.monotonic()))
         return signals.to_metrics() if signals is not None else {}
 
     def record_replica_metadata(self) -> dict[str, Any]:
@@ -177,6 +180,7 @@ class Engine:
         than `stream_spacing_s` is held (`pacing`), and each stream item carries what is ready together as one body
         (`joined_bodies`: the only place a stream is coalesced). Backpressure first: over a limit, one `EngineError`
         (429) and nothing reaches the engine."""
+        received_s = time.perf_counter()
         await self._ensure_started()
         decision = route.decision if route is not None else None
         if decision is not None:
@@ -189,11 +193,18 @@ class Engine:
         self._admitted[request.rid] = request.uncached_tokens
         parts = paced(self._engine_stream(request), self.knobs.stream_spacing_s, carries_output)
         self._tenants[request.rid] = request.tenant
+        # Judged by the targets the router gave it, as the ingress judges it (documents: none).
+        judge = ChatJudge(request.kind, decision.slo, received_s) if decision and decision.slo != NOT_JUDGED else None
         try:
             async with contextlib.aclosing(parts):
                 async for batch in parts:
                     # The one place a stream is coalesced: what is ready together crosses to the ingress as one body.
-                    yield joined_bodies(batch)
+                    items = joined_bodies(batch)
+                    if judge is not None:
+                        judge.sent(items, time.perf_counter())
+                    yield items
+            if judge is not None and (met := judge.verdict()) is not None:
+                self._chat_slo.add(met, time.monotonic())
         finally:
             self._tenants.pop(request.rid, None)
             self._admitted.pop(request.rid, None)  # closed before its stream started

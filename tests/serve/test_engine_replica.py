@@ -11,6 +11,7 @@ import time
 import pytest
 
 import serve_app.replica.engine_replica as engine_module
+from scheduler.slo import SloTargets
 from scheduler.traffic import TrafficClass
 from serve_app.api import relay
 from serve_app.api.endpoints import CHAT, COMPLETIONS
@@ -20,6 +21,7 @@ from serve_app.config import AppConfig, ConfigError, validate
 from serve_app.engines.sim.generation import Chunk, RequestError
 from serve_app.engines.sim.serving import SimServing
 from serve_app.metrics import IngressMetrics, TenantLabels
+from serve_app.replica import chat_slo
 from serve_app.replica.backend import JSON, SSE, EngineError, OpenAIRequest, ReplicaLoad, ResponseBody, ResponseStart
 from serve_app.routing.records import Lane, RouteDecision, RouteHint, RouteReason, RouteTicket
 from serve_app.tokenizer import ApproxTokenizer
@@ -167,6 +169,47 @@ def test_the_route_decision_sets_the_requests_class() -> None:
 
     (seen,) = asyncio.run(go())
     assert seen.traffic_class is TrafficClass.LONG
+
+
+def chat_event(text: str = "a") -> bytes:
+    return b'data: {"choices":[{"index":0,"delta":{"content":"' + text.encode() + b'"}}]}\n\n'
+
+
+def test_the_replica_publishes_the_share_of_its_latest_chats_that_met_the_slo() -> None:
+    """Chats are judged by the targets the router gave them as their bytes leave the replica; documents are not
+    judged; the share is published once enough chats were judged (`MIN_JUDGED`)."""
+    slo = SloTargets(ttft_s=30.0, tbt_s=0.05)  # a first token always in time; a 0.2 s pause always a miss
+    chat = RouteDecision("Engine#r0", Lane.CHAT, TrafficClass.SHORT, RouteReason.LEAST_LOADED, 5, "s", slo=slo)
+    doc = RouteDecision("Engine#r0", Lane.LONG, TrafficClass.LONG, RouteReason.LEAST_LOADED, 9000, "s")
+
+    def ticket(decision: RouteDecision) -> RouteTicket:
+        return RouteTicket(RouteHint("s", decision.uncached_tokens), decision, 0.0)
+
+    async def respond(request: OpenAIRequest):
+        yield [ResponseStart(200, SSE), ResponseBody(chat_event())]
+        if request.rid.startswith("slow"):
+            await asyncio.sleep(0.2)
+        yield [ResponseBody(chat_event() + b"data: [DONE]\n\n")]
+
+    async def go():
+        rep = replica()
+        await rep.reconfigure({})
+        rep.backend.respond = respond
+        rep.backend.load = lambda: ReplicaLoad(ready=True)  # not the stand-in's load, which its poll refreshes
+        published = []
+        for i in range(chat_slo.MIN_JUDGED - 1):
+            await items(rep, req(f"fast-{i}"), ticket(chat))
+        published.append(rep.record_autoscaling_stats())
+        for i in range(3):
+            await items(rep, req(f"slow-{i}"), ticket(chat))
+            await items(rep, req(f"slow-doc-{i}"), ticket(doc))
+        published.append(rep.record_autoscaling_stats())
+        return published
+
+    too_few, judged = asyncio.run(go())
+    assert "chat_slo_attainment" not in too_few and "chat_ttft_target_s" in too_few  # published, without a share
+    total = chat_slo.MIN_JUDGED - 1 + 3
+    assert judged["chat_slo_attainment"] == (total - 3) / total
 
 
 def test_over_a_limit_the_replica_refuses_before_its_engine_sees_the_request() -> None:

@@ -371,25 +371,55 @@ def _completion_tokens(payloads: list[str]) -> int | None:
     return usage[-1]["completion_tokens"] if usage else None
 
 
+def _stream_body(served: ServeHandle, i: int, max_tokens: int, doc_tokens: int = 0) -> dict:
+    body = chat_body(served.model, i, max_tokens=max_tokens, stream=True, doc_tokens=doc_tokens)
+    body["stream_options"] = {"include_usage": True}
+    return body
+
+
 def _stream_bodies(served: ServeHandle, num_chats: int, max_tokens: int) -> list[dict]:
     """Chats for both chat replicas and two documents for the long lane: every replica holds a stream."""
-    opts = {"max_tokens": max_tokens, "stream": True}
-    bodies = [chat_body(served.model, i, **opts) for i in range(num_chats)]
-    bodies += [chat_body(served.model, 100 + i, doc_tokens=3000, **opts) for i in range(2)]
-    for b in bodies:
-        b["stream_options"] = {"include_usage": True}
-    return bodies
+    bodies = [_stream_body(served, i, max_tokens) for i in range(num_chats)]
+    return bodies + [_stream_body(served, 100 + i, max_tokens, doc_tokens=3000) for i in range(2)]
 
 
-async def _streams_across_a_scale_down(served: ServeHandle, bodies: list[dict], cfg: dict):
-    """Start the streams; once each has its first event, deploy `cfg` (fewer engine replicas) and send chats while
+MAX_EXTRA_STREAMS = 6
+"""Chats added until every engine replica holds a started stream (the router places by load, not round robin)."""
+
+
+def wait_engines_ready(served: ServeHandle, timeout_s: float = SETTLE_S) -> None:
+    """Until every engine replica's engine is ready and has published so for a routing stats period or two (a
+    replica redeployed by the previous test gets nothing from the routers before)."""
+    deadline = time.monotonic() + timeout_s
+    while not all(served.replica(rid)["load"]["ready"] for rid in engine_replicas()):
+        assert time.monotonic() < deadline, "engine replicas not ready"
+        time.sleep(0.25)
+    time.sleep(1.0)
+
+
+async def _streams_across_a_scale_down(served: ServeHandle, bodies: list[dict], cfg: dict, max_tokens: int):
+    """Start the streams (and more chats of `max_tokens` until every engine replica holds one: whichever Serve stops
+    has streams to drain); once each has its first event, deploy `cfg` (fewer engine replicas) and send chats while
     Serve stops a replica. Returns each stream's (replica, payloads), the replica stopped and the chats' outcomes."""
     url = f"{served.base_url}/v1/chat/completions"
+    wait_engines_ready(served)
     before = set(engine_replicas())
-    watches = [_Seen() for _ in bodies]
+    watches: list[_Seen] = []
+    streams: list[asyncio.Task[list[str]]] = []
     async with httpx.AsyncClient(timeout=180) as client:
-        streams = [asyncio.create_task(_read_stream(client, url, b, w)) for b, w in zip(bodies, watches, strict=True)]
-        await asyncio.wait_for(asyncio.gather(*(w.done.wait() for w in watches)), SETTLE_S)
+
+        async def open_streams(more: list[dict]) -> None:
+            new = [_Seen() for _ in more]
+            watches.extend(new)
+            streams.extend(asyncio.create_task(_read_stream(client, url, b, w)) for b, w in zip(more, new, strict=True))
+            await asyncio.wait_for(asyncio.gather(*(w.done.wait() for w in new)), SETTLE_S)
+
+        await open_streams(bodies)
+        for extra in range(MAX_EXTRA_STREAMS):
+            if before <= {w.replica for w in watches if w.refused is None}:
+                break
+            await open_streams([_stream_body(served, 200 + extra, max_tokens)])
+        assert before <= {w.replica for w in watches if w.refused is None}, "a replica holds no stream to drain"
         deploying = asyncio.create_task(asyncio.to_thread(served.deploy, cfg))
         during = []
         while not all(s.done() for s in streams):  # new requests while the replica drains
@@ -419,7 +449,7 @@ def test_a_replica_stopped_by_serve_finishes_its_streams_within_the_drain_timeou
     original = served.config
     try:
         streams, stopped, during = asyncio.run(
-            _streams_across_a_scale_down(served, _stream_bodies(served, 4, max_tokens), cfg)
+            _streams_across_a_scale_down(served, _stream_bodies(served, 4, max_tokens), cfg, max_tokens)
         )
     finally:
         served.deploy(original)
@@ -442,7 +472,7 @@ def test_streams_past_the_drain_timeout_end_with_an_error_event_and_done(served:
     try:
         served.deploy(short_drain)
         streams, stopped, during = asyncio.run(
-            _streams_across_a_scale_down(served, _stream_bodies(served, 4, max_tokens), scaled_down)
+            _streams_across_a_scale_down(served, _stream_bodies(served, 4, max_tokens), scaled_down, max_tokens)
         )
     finally:
         served.deploy(original)
