@@ -58,7 +58,7 @@ import psutil  # type: ignore[import-untyped]
 import requests
 
 from harness import local_serve as sc
-from harness.cpu_env import CPU_SERVER_ARGS, cpu_sglang_env
+from harness.cpu_env import CPU_ENGINE_KWARGS, CPU_SERVER_ARGS, cpu_sglang_env
 from harness.net import free_port
 from harness.processes import service
 from harness.results import LATEST_NAME, BenchmarkRun
@@ -123,6 +123,28 @@ class EngineSettings:
             "warning",
             "--enable-cache-report",
         ]
+
+    def engine_kwargs(self) -> dict[str, Any]:
+        """The same settings as `sglang.Engine`'s arguments (an engine in a process of one's own)."""
+        return {
+            **CPU_ENGINE_KWARGS,
+            "context_length": self.context_tokens,
+            "chunked_prefill_size": self.chunk_tokens,
+            "max_running_requests": self.max_running_requests,
+            "max_total_tokens": self.max_total_tokens,
+            "log_level": "warning",
+            "enable_cache_report": True,
+        }
+
+
+def app_policy(engine: EngineSettings, upstream: bool) -> dict[str, Any]:
+    """The policy this app's engines run here: the config file's, with this benchmark's class bound; `upstream`:
+    the plugin taking upstream's decisions."""
+    policy = dict(sc.deployment(_config(), "Engine")["user_config"].get("policy") or {})
+    policy["short_request_tokens"] = engine.short_request_tokens
+    if upstream:
+        policy.update(sglang_upstream_overrides())
+    return policy
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -290,10 +312,7 @@ def app_front(
         if upstream:
             sc.deployment(cfg, "Engine").pop("request_router_config", None)  # Ray Serve's default router
 
-    policy = dict(sc.deployment(_config(), "Engine")["user_config"].get("policy") or {})
-    policy["short_request_tokens"] = engine.short_request_tokens
-    if upstream:
-        policy.update(sglang_upstream_overrides())
+    policy = app_policy(engine, upstream)
 
     @contextlib.contextmanager
     def start() -> Iterator[tuple[str, str]]:

@@ -7,8 +7,8 @@ that carry text (`protocol.sse.token_events`), and judged by `meets_slo` against
 (`RouteDecision.slo`, which the ingress judges by: chats by this replica's TTFT and TBT targets, documents not at
 all). The clock starts when the replica receives the request and the bytes are timed as they leave it, paced: what
 the replica and its engine add, and what more replicas can take away (the network and the ingress are not in it).
-Only responses that end normally are judged, as at the ingress; a request refused at admission is a 429 the backlog
-rule sees instead.
+Only responses that end normally are judged, as at the ingress: a request refused at admission (429) is not, and the
+queue that refused it is what the backlog and TTFT rules read.
 """
 
 from __future__ import annotations

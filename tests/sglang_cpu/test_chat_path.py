@@ -1,0 +1,18 @@
+"""The chat-path benchmark's `engine` way on real CPU sglang: the engine in a process of its own, called through the
+replica's serving path (`EngineThread`, `SglangOpenAI`), answers every chat it is sent and times each."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks import chat_path
+from loadtests import peers
+
+pytestmark = [pytest.mark.sglang_cpu, pytest.mark.timeout(1200)]  # an engine start on a loaded 2-core CPU
+
+
+def test_the_engine_way_times_every_chat_through_the_replicas_serving_path(tmp_path):
+    model = peers.build_model(tmp_path, peers.EngineSettings().context_tokens)
+    ttfts = chat_path.engine_ttfts(model, peers.chars_per_token(model), 3, tmp_path)
+    assert len(ttfts) == 3
+    assert all(0 < t < 60 for t in ttfts), ttfts  # seconds from the send to the first content
