@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from scheduler.config import PolicyConfig
 from serve_app.autoscaling.decision import Decision, Fleet, Reason, ScalingState, chat_ttft_over, decide, up_reason
 from serve_app.autoscaling.serve_policy import slo_autoscaling_policy
-from serve_app.autoscaling.signals import CHAT_PROBE_TOKENS, ReplicaSignals, replica_signals
+from serve_app.autoscaling.signals import ATTAINMENT_WINDOW_S, CHAT_PROBE_TOKENS, ReplicaSignals, replica_signals
 from serve_app.config.autoscaling import SloScalingKnobs, slo_scaling_knobs
 from serve_app.config.config_model import ConfigError
 from serve_app.replica.backend import ReplicaLoad
@@ -329,6 +329,15 @@ def test_the_adapter_reads_serves_aggregates_per_replica() -> None:
     assert state["slo_reason"] == Reason.STARTING.value and state["__decision_counters"] == 2
     ctx = context(3, {"r1": busy, "r2": busy, "r3": busy}, {"up_ttft_fraction": 0.8}, {})
     assert slo_autoscaling_policy(ctx)[0] == 4
+
+
+def test_the_adapter_settles_for_the_look_back_and_the_replicas_attainment_window() -> None:
+    """After the last replica started, Serve's means hold a look-back period of samples from before, and each
+    replica's attainment its own window before that: the fleet is judged again only after both."""
+    busy = dict.fromkeys(("a", "b", "c"), signals(ratio=1.5).to_metrics())
+    for since_s, replicas in ((SETTLE_S + ATTAINMENT_WINDOW_S - 1, 3), (SETTLE_S + ATTAINMENT_WINDOW_S, 4)):
+        state = ScalingState(last_starting_s=NOW_S - since_s).to_dict()
+        assert slo_autoscaling_policy(context(3, busy, {}, state))[0] == replicas, since_s
 
 
 def test_the_adapter_holds_the_fleet_on_bad_knobs_instead_of_raising_in_serves_controller() -> None:
