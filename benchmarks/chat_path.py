@@ -34,6 +34,7 @@ from typing import Any
 
 from harness.cpu_env import cpu_sglang_env
 from harness.results import records
+from harness.sglang_engine import log_tail
 from harness.sglang_server import LocalServer
 from loadtests import peers, prompts
 from scheduler.sglang_plugin.env import policy_env
@@ -54,7 +55,7 @@ def engine_ttfts(model: Path, cpt: float, probes: int, out: Path) -> list[float]
     with open(out / "engine.log", "w") as log:
         done = subprocess.run(cmd, env=engine_env(peers.EngineSettings()), stdout=subprocess.PIPE, stderr=log)
     if done.returncode != 0:
-        raise RuntimeError(f"the in-process engine failed (rc {done.returncode}); see {out / 'engine.log'}")
+        raise RuntimeError(f"the in-process engine failed (rc {done.returncode}):\n{log_tail(out / 'engine.log')}")
     return [float(x) for x in json.loads(done.stdout.decode().strip().splitlines()[-1])]
 
 
@@ -104,6 +105,25 @@ async def _in_process(model: Path, cpt: float, probes: int) -> list[float]:
         thread.stop()
 
 
+MEASURE: dict[str, Callable[[Path, float, int, Path], list[float]]] = {
+    "engine": engine_ttfts,
+    "sglang server": server_ttfts,
+    "app": app_ttfts,
+}
+
+
+def measure(tmp: Path, rounds: int, probes: int) -> dict[str, list[float]]:
+    """Each way's TTFTs over `rounds`, the ways taking turns; the model and the logs in `tmp`."""
+    model = peers.build_model(tmp, peers.EngineSettings().context_tokens)
+    cpt = peers.chars_per_token(model)
+    ttfts: dict[str, list[float]] = {way: [] for way in WAYS}
+    for r in range(rounds):
+        for way in WAYS if r % 2 == 0 else WAYS[::-1]:
+            ttfts[way] += MEASURE[way](model, cpt, probes, tmp)
+            print(f"round {r + 1}, {way}: p50 {statistics.median(ttfts[way]) * 1000:.1f} ms so far")
+    return ttfts
+
+
 def percentiles(values: list[float]) -> tuple[float, float, float]:
     q = statistics.quantiles(values, n=10)
     return q[0], statistics.median(values), q[-1]
@@ -115,20 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--probes", type=int, default=30, help="Chats a way, a round.")
     ap.add_argument("--rounds", type=int, default=2, help="Rounds: each way once a round, the order reversed.")
     args = ap.parse_args(argv)
-    tmp = Path(tempfile.mkdtemp(prefix="chat-path-"))
-    model = peers.build_model(tmp, peers.EngineSettings().context_tokens)
-    cpt = peers.chars_per_token(model)
-    measure: dict[str, Callable[[Path, float, int, Path], list[float]]] = {
-        "engine": engine_ttfts,
-        "sglang server": server_ttfts,
-        "app": app_ttfts,
-    }
     print(f"{args.rounds} rounds of {args.probes} new chats (4 tokens) a way, one at a time; TTFT at the client")
-    ttfts: dict[str, list[float]] = {way: [] for way in WAYS}
-    for r in range(args.rounds):
-        for way in WAYS if r % 2 == 0 else WAYS[::-1]:
-            ttfts[way] += measure[way](model, cpt, args.probes, tmp)
-            print(f"round {r + 1}, {way}: p50 {statistics.median(ttfts[way]) * 1000:.1f} ms so far")
+    with tempfile.TemporaryDirectory(prefix="chat-path-") as folder:
+        ttfts = measure(Path(folder), args.rounds, args.probes)
     base = statistics.median(ttfts["engine"])
     print("\n| way | chats | TTFT p10 (ms) | p50 (ms) | p90 (ms) | p50 over `engine` (ms) |")
     print("| --- | --- | --- | --- | --- | --- |")
