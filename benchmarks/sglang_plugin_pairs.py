@@ -8,13 +8,20 @@ drifts by tens of percent over seconds (runs one after the other differ by 0.86-
 together sees the same drift, so the ratio within a pair is what the plugin costs, and swapping cores cancels a
 difference between the two cores.
 
-Printed per pair and as medians with a bootstrap interval over pairs: the stream's wall milliseconds per token on
-against off, the scheduler loop's CPU per iteration on against off (the kernel's count for the scheduler's main
-thread: the figure the other processes on the core move least), and the question's time to first token on and off
-(the plugin lets it skip ahead of the waiting document; upstream keeps it behind).
+A server started once runs a few percent faster or slower than another started the same way, for its whole life
+(``--upstream-both`` runs two upstream servers against each other: one start of the pair read 0.98x and the next
+1.01x here, each with an interval of about +-2.5% over its pairs). Pairs on the same two
+servers share that difference, so the servers are started afresh every ``--per-round`` pairs, and the interval is
+a bootstrap over rounds (a round's pairs are resampled together): it spans the servers' own spread as well as the
+pairs'.
 
-    python -m benchmarks.sglang_plugin_pairs --pairs 12           # about 10 minutes on 2 CPU cores
-    python -m benchmarks.sglang_plugin_pairs --quick              # 4 pairs, a shorter window
+Printed per pair and as medians with a bootstrap interval: the stream's wall milliseconds per token on against
+off, the scheduler loop's CPU per iteration on against off (the kernel's count for the scheduler's main thread:
+the figure the other processes on the core move least), and the question's time to first token on and off (the
+plugin lets it skip ahead of the waiting document; upstream keeps it behind).
+
+    python -m benchmarks.sglang_plugin_pairs                      # 32 pairs in 8 rounds: about 15 minutes on 2 CPUs
+    python -m benchmarks.sglang_plugin_pairs --quick              # 4 pairs in 2 rounds, a shorter window
 
 On a machine with fewer than two cores the servers share one.
 """
@@ -22,6 +29,7 @@ On a machine with fewer than two cores the servers share one.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import http.client
 import json
@@ -31,6 +39,7 @@ import statistics
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -161,12 +170,18 @@ def pair(servers: dict[str, LocalServer], index: int, window: int) -> dict[str, 
     return runs
 
 
-def median_interval(values: list[float]) -> tuple[float, float, float]:
-    """The median and a bootstrap `CONFIDENCE` interval of it (fixed seed)."""
+def median_interval(rounds: list[list[float]]) -> tuple[float, float, float]:
+    """The median of every round's values and a bootstrap `CONFIDENCE` interval of it (fixed seed) that resamples
+    whole rounds (values measured on the same servers share their bias). With one round, its values are
+    resampled one by one."""
     rng = random.Random(0)
-    medians = [statistics.median(rng.choices(values, k=len(values))) for _ in range(BOOTSTRAP_RESAMPLES)]
+    groups = rounds if len(rounds) > 1 else [[v] for v in rounds[0]]
+    medians = [
+        statistics.median([v for g in rng.choices(groups, k=len(groups)) for v in g])
+        for _ in range(BOOTSTRAP_RESAMPLES)
+    ]
     tail = (1 - CONFIDENCE) / 2
-    return statistics.median(values), percentile(medians, tail), percentile(medians, 1 - tail)
+    return statistics.median([v for g in rounds for v in g]), percentile(medians, tail), percentile(medians, 1 - tail)
 
 
 def verdict(low: float, high: float) -> str:
@@ -176,26 +191,30 @@ def verdict(low: float, high: float) -> str:
     return "missed" if low > TARGET_RATIO else "unresolved"
 
 
-def report(pairs: list[dict[str, Run]]) -> None:
+def report(rounds: list[list[dict[str, Run]]]) -> None:
+    pairs = [p for r in rounds for p in r]
+    first_of_round = {sum(len(r) for r in rounds[:k]): k for k in range(len(rounds))}
     print(
-        f"\n{'pair':>4} | {'on core':>7} | {'ms/token on':>11} | {'off':>6} | {'on/off':>6} | "
+        f"\n{'round':>5} | {'pair':>4} | {'on core':>7} | {'ms/token on':>11} | {'off':>6} | {'on/off':>6} | "
         f"{'CPU us/iter on':>14} | {'off':>6} | {'on/off':>6} | {'question TTFT s on':>18} | {'off':>6}"
     )
     for i, p in enumerate(pairs):
         on, off = p["on"], p["off"]
+        label = str(first_of_round[i]) if i in first_of_round else ""
         print(
-            f"{i:>4} | {i % 2:>7} | {on.ms_per_token:11.3f} | {off.ms_per_token:6.3f} | "
+            f"{label:>5} | {i:>4} | {i % 2:>7} | {on.ms_per_token:11.3f} | {off.ms_per_token:6.3f} | "
             f"{on.ms_per_token / off.ms_per_token:6.3f} | {on.cpu_us_per_iteration:14.0f} | "
             f"{off.cpu_us_per_iteration:6.0f} | {on.cpu_us_per_iteration / off.cpu_us_per_iteration:6.3f} | "
             f"{on.question_ttft_s:18.3f} | {off.question_ttft_s:6.3f}"
         )
     interval = f"{CONFIDENCE:.0%} CI"
-    print(f"\n{'on/off, median of pairs':>32} | {'median':>6} | {interval:>13} | at most {TARGET_RATIO:.2f}")
+    print(f"\n{len(pairs)} pairs on {len(rounds)} pairs of servers (the interval resamples whole rounds)")
+    print(f"{'on/off, median of pairs':>32} | {'median':>6} | {interval:>13} | at most {TARGET_RATIO:.2f}")
     for name, field in (
         ("stream ms per token", "ms_per_token"),
         ("scheduler CPU per iteration", "cpu_us_per_iteration"),
     ):
-        ratios = [getattr(p["on"], field) / getattr(p["off"], field) for p in pairs]
+        ratios = [[getattr(p["on"], field) / getattr(p["off"], field) for p in r] for r in rounds]
         mid, low, high = median_interval(ratios)
         print(f"{name:>32} | {mid:6.3f} | {f'{low:.3f}-{high:.3f}':>13} | {verdict(low, high)}")
     for name in ("on", "off"):
@@ -208,31 +227,57 @@ def report(pairs: list[dict[str, Run]]) -> None:
 @records("sglang-plugin-pairs", "The plugin on against off, in pairs run at the same time (real sglang on CPU)")
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pairs", type=int, default=12, help="pairs of runs (at least 4)")
+    parser.add_argument("--pairs", type=int, default=32, help="pairs of runs in all (at least 4)")
+    parser.add_argument("--per-round", type=int, default=4, help="pairs on one start of the two servers")
     parser.add_argument("--window", type=int, default=900, help="decode tokens measured per run")
-    parser.add_argument("--quick", action="store_true", help="4 pairs of 300 tokens")
+    parser.add_argument("--quick", action="store_true", help="4 pairs of 300 tokens in 2 rounds")
+    parser.add_argument(
+        "--upstream-both", action="store_true", help="an A/A check: the 'on' server runs upstream too (plugin off)"
+    )
     args = parser.parse_args()
-    pairs_n, window = (4, 300) if args.quick else (args.pairs, args.window)
+    pairs_n, per_round, window = (4, 2, 300) if args.quick else (args.pairs, args.per_round, args.window)
     if pairs_n < 4:
         parser.error(f"--pairs {pairs_n}: at least 4 pairs are needed for a median and an interval")
+    if not 1 <= per_round <= pairs_n:
+        parser.error(f"--per-round {per_round}: between 1 and --pairs ({pairs_n})")
     if not 30 <= window <= 1500:
         parser.error(f"--window {window}: between 30 and 1500 decode tokens")
-    with tempfile.TemporaryDirectory(prefix="plugin-pairs-") as tmp, contextlib.ExitStack() as stack:
+    with tempfile.TemporaryDirectory(prefix="plugin-pairs-") as tmp:
         tmp_path = Path(tmp)
         model = build_tiny_model(tmp_path / "model", TinyModelSpec())
-        print(f"starting sglang servers (cpu); machine load {os.getloadavg()[0]:.1f}", flush=True)
-        envs = {"on": server_env("cpu"), "off": server_env("cpu", plugin_enabled=0)}
-        servers = {
-            name: stack.enter_context(
-                LocalServer(model, server_args("cpu"), env, tmp_path / f"{name}.log", startup_timeout_s=900)
-            )
-            for name, env in envs.items()
-        }
-        pairs = []
-        for index in range(pairs_n):
-            pairs.append(pair(servers, index, window))
-            print(f"pair {index} done; machine load {os.getloadavg()[0]:.1f}", flush=True)
-        report(pairs)
+        rounds: list[list[dict[str, Run]]] = []
+        done = 0
+        while done < pairs_n:
+            print(f"round {len(rounds)}: starting both sglang servers (cpu); machine load {os.getloadavg()[0]:.1f}")
+            with servers_started(model, tmp_path / f"round-{len(rounds)}", args.upstream_both) as servers:
+                rounds.append([])
+                for _ in range(min(per_round, pairs_n - done)):
+                    rounds[-1].append(pair(servers, done, window))
+                    done += 1
+                    print(f"pair {done - 1} done; machine load {os.getloadavg()[0]:.1f}", flush=True)
+        report(rounds)
+
+
+@contextlib.contextmanager
+def servers_started(model: Path, logs: Path, upstream_both: bool = False) -> Iterator[dict[str, LocalServer]]:
+    """A fresh plugin-on and plugin-off server (`upstream_both`: two plugin-off servers), started at the same time;
+    both stopped on leaving."""
+    logs.mkdir(parents=True)
+    off = server_env("cpu", plugin_enabled=0)
+    envs = {"on": off if upstream_both else server_env("cpu"), "off": off}
+    servers = {
+        name: LocalServer(model, server_args("cpu"), env, logs / f"{name}.log", startup_timeout_s=900)
+        for name, env in envs.items()
+    }
+    with contextlib.ExitStack() as stack:
+        with concurrent.futures.ThreadPoolExecutor(len(servers)) as pool:
+            started = {name: pool.submit(s.start) for name, s in servers.items()}
+            for name, future in started.items():
+                if future.exception() is None:
+                    stack.callback(servers[name].stop)
+        for future in started.values():
+            future.result()  # a server that failed to start: its error, the others stopped by the stack
+        yield servers
 
 
 if __name__ == "__main__":

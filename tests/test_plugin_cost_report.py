@@ -41,13 +41,15 @@ def clocked(name: str, call_us: list[float], kind: PassKind, cpu_us: list[float]
     return mode
 
 
-def test_the_plugin_adds_its_calls_median_over_upstreams_as_a_share_of_upstreams_iteration():
-    plugin = clocked("clocked", [20.0, 24.0, 500.0], PassKind.IDLE)  # a preempted call (500 us): not the median
+def test_the_plugin_adds_its_calls_over_upstreams_as_medians_and_as_means():
+    # A call of 500 us (a catch-up of the fit, or a preemption): not the median, but in the mean.
+    plugin = clocked("clocked", [20.0, 24.0, 500.0], PassKind.IDLE)
     upstream = clocked("off-clocked", [2.0, 3.0, 4.0, 90.0], PassKind.NONE)
     off = clocked("off", [], PassKind.NONE, cpu_us=[2400.0, 2500.0, 2600.0])
-    added_us, share = added_per_iteration(plugin, upstream, off, "rejected")
-    assert added_us == 24.0 - 3.5
-    assert share == added_us / 2500.0
+    median_us, mean_us, upstream_us = added_per_iteration(plugin, upstream, off, "rejected")
+    assert median_us == 24.0 - 3.5
+    assert abs(mean_us - (544.0 / 3 - 99.0 / 4)) < 1e-9
+    assert upstream_us == 2500.0
     assert added_per_iteration(plugin, clocked("off-clocked", [], PassKind.NONE), off, "rejected") is None
     older_clock = clocked("before", [], PassKind.NONE)
     older_clock.passes["rejected"] = [ClockPass(18_000, None, None)]

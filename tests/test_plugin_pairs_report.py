@@ -1,5 +1,6 @@
 """The paired on/off benchmark's figures (`benchmarks/sglang_plugin_pairs.py`): the median of the pairs' ratios
-with a bootstrap interval, and the verdict on "at most 1.02x", met or missed only where the whole interval says so."""
+with a bootstrap interval over rounds (servers started afresh), and the verdict on "at most 1.02x", met or missed
+only where the whole interval says so."""
 
 from __future__ import annotations
 
@@ -9,21 +10,33 @@ from hypothesis import strategies as st
 from benchmarks.sglang_plugin_pairs import TARGET_RATIO, median_interval, verdict
 
 RATIOS = st.lists(st.floats(0.5, 1.5), min_size=4, max_size=20)
+ROUNDS = st.lists(RATIOS, min_size=1, max_size=6)
 
 
 def test_tight_pairs_are_judged_on_their_side_of_the_target():
-    assert verdict(*median_interval([1.004, 1.006, 1.005, 1.003, 1.007])[1:]) == "met"
-    assert verdict(*median_interval([1.06, 1.05, 1.07, 1.055, 1.065])[1:]) == "missed"
+    assert verdict(*median_interval([[1.004, 1.006], [1.005, 1.003, 1.007]])[1:]) == "met"
+    assert verdict(*median_interval([[1.06, 1.05], [1.07, 1.055, 1.065]])[1:]) == "missed"
 
 
 def test_pairs_spread_around_the_target_are_unresolved():
-    _, low, high = median_interval([0.90, 1.15, 0.95, 1.10, 1.02, 0.98, 1.05])
+    _, low, high = median_interval([[0.90, 1.15, 0.95, 1.10, 1.02, 0.98, 1.05]])
     assert low < TARGET_RATIO < high
     assert verdict(low, high) == "unresolved"
 
 
-@given(RATIOS)
-def test_the_interval_holds_the_median_within_the_pairs(ratios):
-    mid, low, high = median_interval(ratios)
+def test_servers_that_differ_widen_the_interval_that_their_pairs_alone_would_give():
+    """Four starts of the servers, each consistent within itself (0.99x to 1.04x): the pairs resampled one by one
+    keep the median's interval inside the middle starts; resampled by round, it reaches the outer ones."""
+    rounds = [[start + d for d in (-0.001, 0.0, 0.001, 0.0005)] for start in (0.99, 1.00, 1.03, 1.04)]
+    _, low_pairs, high_pairs = median_interval([[v for r in rounds for v in r]])
+    _, low, high = median_interval(rounds)
+    assert low_pairs > 0.998 and high_pairs < 1.032
+    assert low < 0.996 and high > 1.034
+
+
+@given(ROUNDS)
+def test_the_interval_holds_the_median_within_the_pairs(rounds):
+    ratios = [v for r in rounds for v in r]
+    mid, low, high = median_interval(rounds)
     assert min(ratios) <= low <= high <= max(ratios)
     assert min(ratios) <= mid <= max(ratios)

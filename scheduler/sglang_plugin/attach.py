@@ -190,8 +190,8 @@ class SchedulerPolicy:
         not planned, as `end_pass` would."""
         if self.clock is not None:
             self.clock.begin_call()
-        if self.inactive_reason is None and self.cfg.skip_ahead:
-            self._timed(self._refresh_short_index, sched)
+        if self.inactive_reason is None and self.cfg.skip_ahead and (sched.waiting_queue or self.short_index.reqs):
+            self._timed(self._refresh_short_index, sched)  # an empty queue leaves an empty index as it is
         if self.planner.tenants.backlogged:
             self.planner.tenants.observe(())  # nobody waits: as `PassPlanner.plan` would observe (no decode charge)
         try:

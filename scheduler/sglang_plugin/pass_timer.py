@@ -60,7 +60,7 @@ if TYPE_CHECKING:
 
 
 MAX_HELD = 64
-"""The most timed passes `PassTimer.landed_later` holds before it feeds them to the fit."""
+"""The most landings `PassTimer.landed_later` holds before it times them and feeds them to the fit."""
 
 
 class PassFigures(NamedTuple):
@@ -136,10 +136,10 @@ class PassTimer:
         self.synchronous_launch = synchronous_launch
         self.last_ended_s: float | None = None
         self.num_timed = 0
-        self._returned_s: dict[int, float] = {}
-        """Forward pass -> when ``run_batch`` returned, for passes whose results have not landed yet."""
-        self._held: list[tuple[int, PassFigures, float]] = []
-        """Passes timed by `landed_later` and not yet fed to the fit."""
+        self._returned_s: deque[tuple[int, float]] = deque()
+        """(forward pass, when ``run_batch`` returned) in launch order, for passes not timed yet."""
+        self._held: list[tuple[float | None, PassFigures | None, float, int]] = []
+        """The landings `landed_later` took and did not time yet, in order."""
         self.gaps = LoopGaps()
         self._last_prefilled = False
         """The last pass timed carried prefill (a synchronous device's gap to the next one is then the loop's)."""
@@ -147,37 +147,41 @@ class PassTimer:
     def run_returned(self, forward_pass: int, returned_s: float) -> None:
         """``run_batch`` of `forward_pass` returned at `returned_s` (``time.monotonic()``)."""
         if self.synchronous_launch:
-            self._returned_s[forward_pass] = returned_s
+            self._returned_s.append((forward_pass, returned_s))
 
     def landed(
         self, launched_s: float | None, figures: PassFigures | None, landed_s: float, forward_pass: int
     ) -> TimedPass | None:
         """A pass launched at `launched_s` (``time.monotonic()``) had its result processed at `landed_s`; returns the
         pass as timed and predicted, or None when it is not one the fit learns from. Passes held by `landed_later`
-        are fed to the fit first, in order."""
+        are timed and fed to the fit first, in order."""
         self.catch_up()
-        measured_s = self._measured(launched_s, figures, landed_s, forward_pass)
-        return None if measured_s is None else self._observe(forward_pass, figures, measured_s)
+        return self._time(launched_s, figures, landed_s, forward_pass)
 
     def landed_later(
         self, launched_s: float | None, figures: PassFigures | None, landed_s: float, forward_pass: int
     ) -> None:
-        """`landed`, the pass timed now and fed to the fit at the next `catch_up` (at most `MAX_HELD` passes later).
-        The fit then takes the same passes in the same order, so it is the same at every read that follows a
-        `catch_up`; meanwhile a decode-only iteration costs the scheduler loop a list append, and the fit's work runs
-        in batches whose code and data stay in the CPU's caches (a forward pass evicts them between two passes)."""
-        measured_s = self._measured(launched_s, figures, landed_s, forward_pass)
-        if measured_s is not None:
-            self._held.append((forward_pass, figures, measured_s))
-            if len(self._held) >= MAX_HELD:
-                self.catch_up()
+        """`landed`, the pass timed and fed to the fit at the next `catch_up` (at most `MAX_HELD` passes later).
+        Timing is a function of the landings in order, so the fit takes the same passes in the same order and is the
+        same at every read that follows a `catch_up`; meanwhile an iteration costs the scheduler loop a list append,
+        and the timer's and the fit's work runs in batches whose code and data stay in the CPU's caches (a forward
+        pass evicts them between two passes)."""
+        self._held.append((launched_s, figures, landed_s, forward_pass))
+        if len(self._held) >= MAX_HELD:
+            self.catch_up()
 
     def catch_up(self) -> None:
-        """Feed the fit the passes `landed_later` holds: call before anything reads the fit."""
+        """Time the landings `landed_later` holds and feed them to the fit: call before anything reads the fit."""
         if self._held:
             held, self._held = self._held, []
-            for forward_pass, figures, measured_s in held:
-                self._observe(forward_pass, figures, measured_s)
+            for landing in held:
+                self._time(*landing)
+
+    def _time(
+        self, launched_s: float | None, figures: PassFigures | None, landed_s: float, forward_pass: int
+    ) -> TimedPass | None:
+        measured_s = self._measured(launched_s, figures, landed_s, forward_pass)
+        return None if measured_s is None or figures is None else self._observe(forward_pass, figures, measured_s)
 
     def _measured(
         self, launched_s: float | None, figures: PassFigures | None, landed_s: float, forward_pass: int
@@ -209,9 +213,13 @@ class PassTimer:
         return TimedPass(forward_pass, figures, measured_s, predicted_s)
 
     def _ended(self, forward_pass: int, landed_s: float) -> float:
+        """When `forward_pass` ended: where its ``run_batch`` returned on a synchronous device (returns of passes
+        launched before it, whose results never landed, are dropped: results land in launch order), else `landed_s`."""
         if not self.synchronous_launch:
             return landed_s
-        returned_s = self._returned_s.pop(forward_pass, landed_s)
-        for stale in [p for p in self._returned_s if p < forward_pass]:  # results land in order: never asked for
-            del self._returned_s[stale]
-        return returned_s
+        returned = self._returned_s
+        while returned and returned[0][0] < forward_pass:
+            returned.popleft()
+        if returned and returned[0][0] == forward_pass:
+            return returned.popleft()[1]
+        return landed_s

@@ -76,7 +76,7 @@ def test_a_synchronous_timer_forgets_returns_whose_results_never_landed():
     timer.run_returned(1, 1.1)  # its result is never processed
     timer.run_returned(2, 1.3)
     assert timer.landed(1.15, PREFILL, 1.4, forward_pass=2).measured_s == 1.3 - 1.15
-    assert timer._returned_s == {}
+    assert not timer._returned_s
 
 
 def test_a_pass_the_fit_does_not_learn_from_still_bounds_the_next_one():
@@ -157,6 +157,7 @@ def test_passes_held_for_later_feed_the_fit_as_passes_fed_at_once_would():
     timed_stream(at_once, later=False, passes=MAX_HELD - 1, seed=5)
     timed_stream(later, later=True, passes=MAX_HELD - 1, seed=5)
     assert later.fit.num_observed == 0 and later.num_timed == 0  # held: nothing read the fit yet
+    assert later.last_ended_s is None and len(later._returned_s) == MAX_HELD - 1  # nor timed: a list append a pass
     later.catch_up()
     assert later.fit.num_observed == at_once.fit.num_observed == MAX_HELD - 1
     assert later.fit.model == at_once.fit.model and later.fit.num_fits == at_once.fit.num_fits > 0
