@@ -8,19 +8,19 @@ drifts by tens of percent over seconds (runs one after the other differ by 0.86-
 together sees the same drift, so the ratio within a pair is what the plugin costs, and swapping cores cancels a
 difference between the two cores.
 
-A server started once runs a few percent faster or slower than another started the same way, for its whole life
-(``--upstream-both`` runs two upstream servers against each other: one start of the pair read 0.98x and the next
-1.01x here, each with an interval of about +-2.5% over its pairs). Pairs on the same two
-servers share that difference, so the servers are started afresh every ``--per-round`` pairs, and the interval is
-a bootstrap over rounds (a round's pairs are resampled together): it spans the servers' own spread as well as the
-pairs'.
+A server started once runs a few percent faster or slower than another started the same way, for its whole life:
+runs of this benchmark on one start of the servers each, on the same code, read medians of 1.099 and 0.994, each
+interval far narrower than that (CHANGELOG, 2026-12-04). Pairs on the same two servers share that difference, so
+the servers are started afresh every ``--per-round`` pairs, and the interval is a bootstrap over rounds (a round's
+pairs are resampled together): it spans the servers' own spread as well as the pairs'. ``--upstream-both`` runs
+two upstream servers against each other: what the method reads where there is nothing to find.
 
 Printed per pair and as medians with a bootstrap interval: the stream's wall milliseconds per token on against
 off, the scheduler loop's CPU per iteration on against off (the kernel's count for the scheduler's main thread:
 the figure the other processes on the core move least), and the question's time to first token on and off (the
 plugin lets it skip ahead of the waiting document; upstream keeps it behind).
 
-    python -m benchmarks.sglang_plugin_pairs                      # 32 pairs in 8 rounds: about 15 minutes on 2 CPUs
+    python -m benchmarks.sglang_plugin_pairs                      # 32 pairs in 8 rounds: about 8 minutes on 2 CPUs
     python -m benchmarks.sglang_plugin_pairs --quick              # 4 pairs in 2 rounds, a shorter window
 
 On a machine with fewer than two cores the servers share one.
@@ -208,7 +208,7 @@ def report(rounds: list[list[dict[str, Run]]]) -> None:
             f"{on.question_ttft_s:18.3f} | {off.question_ttft_s:6.3f}"
         )
     interval = f"{CONFIDENCE:.0%} CI"
-    print(f"\n{len(pairs)} pairs on {len(rounds)} pairs of servers (the interval resamples whole rounds)")
+    print(f"\n{len(pairs)} pairs on {len(rounds)} starts of the two servers (the interval resamples whole starts)")
     print(f"{'on/off, median of pairs':>32} | {'median':>6} | {interval:>13} | at most {TARGET_RATIO:.2f}")
     for name, field in (
         ("stream ms per token", "ms_per_token"),

@@ -20,7 +20,7 @@ class Endpoint(Protocol):
     prompt_param: str
     """The request field that holds the prompt (named by a too-long-prompt error)."""
     text_field: str
-    """The field of a streamed chunk's choice that carries the generated text (`sse.token_events`)."""
+    """The field of a streamed chunk's choice that carries the generated text (`sse.output_events`)."""
 
     def prompt_ids(self, raw: dict[str, Any], tokenizer: PromptTokenizer) -> TokenIds:
         """The prompt's token ids as the engine will make them (routing counts and hashes them), from a request the

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from typing import Any
@@ -37,7 +36,7 @@ from serve_app.api.request_count import counting
 from serve_app.api.routed_call import RoutedCall
 from serve_app.metrics import IngressMetrics, ServedTokens, StreamTimer
 from serve_app.protocol.errors import OpenAIError
-from serve_app.protocol.sse import token_events
+from serve_app.protocol.sse import output_events
 from serve_app.replica.backend import SSE, EngineError, ResponseBody, ResponseItem, ResponsePart, ResponseStart
 from serve_app.routing.backpressure import LanesFull
 from serve_app.routing.records import RouteTicket
@@ -106,16 +105,12 @@ def call_error(e: BaseException, metrics: IngressMetrics, tenant: str, what: str
     return e
 
 
-_TOOL_CALL = re.compile(rb'"tool_calls": ?\[')
-"""A streamed tool call's delta (sglang): output without text, which `token_events` does not count."""
-
-
 def shows_output(part: ResponseItem, text_field: str) -> bool:
-    """A body the client must see now: generated text or a tool call, or the error that ends the stream."""
+    """A body the client must see now: generated output (text, reasoning or a tool call), or the error that ends the
+    stream."""
     if not isinstance(part, ResponseBody):
         return False
-    data = part.data
-    return part.error_status is not None or token_events(data, text_field) > 0 or _TOOL_CALL.search(data) is not None
+    return part.error_status is not None or output_events(part.data, text_field) > 0
 
 
 def awaits_output(items: Sequence[ResponseItem], text_field: str) -> bool:
@@ -213,7 +208,7 @@ async def relay(
             try:
                 async with contextlib.aclosing(arrivals):
                     async for body, at_s in arrivals:
-                        timer.tokens(token_events(body.data, endpoint.text_field), at_s)
+                        timer.tokens(output_events(body.data, endpoint.text_field), at_s)
                         usage.seen(body.data)
                         status = body.error_status or status
                         yield body.data
@@ -267,7 +262,7 @@ async def whole_body(
     data = b"".join(parts)
     if timed:
         timer = StreamTimer(metrics, call.lane, call.traffic_class, call.received_s, call.slo)
-        timer.tokens(token_events(data, endpoint.text_field), arrived_s)
+        timer.tokens(output_events(data, endpoint.text_field), arrived_s)
         timer.finish()
         served = ServedTokens(metrics, call.tenant)
         served.seen(data)

@@ -1,5 +1,5 @@
 """Server-sent events of OpenAI's streams: writing one (`sse`, `EventTemplate` for the many deltas of a stream),
-counting the ones that carry text in relayed bytes (`token_events`) and reading the `usage` they carry
+counting the ones that carry generated output in relayed bytes (`output_events`) and reading the `usage` they carry
 (`usage_in`, which reads a whole JSON response's too)."""
 
 from __future__ import annotations
@@ -47,15 +47,22 @@ class EventTemplate:
 
 TEXT_FIELDS = {"chat": "content", "completions": "text"}
 """The field of each endpoint's streamed chunk (its choice's delta, or its choice) that carries generated text."""
-_TOKEN_EVENT = {field: re.compile(rb'"' + field.encode() + rb'": ?"(?!")') for field in TEXT_FIELDS.values()}
+_OUTPUT_EVENT = {
+    "content": re.compile(rb'"(?:content|reasoning_content)": ?"(?!")|"tool_calls": ?\['),
+    "text": re.compile(rb'"text": ?"(?!")'),
+}
+"""Per text field, what marks an event that carries generated output: a non-empty string in the field, and in a chat
+chunk's delta also a non-empty `reasoning_content` (a reasoning model's thinking) or a `tool_calls` list (a tool
+call's name or a fragment of its arguments: sglang streams a call so, with no text)."""
 
 
-def token_events(data: bytes, text_field: str) -> int:
-    """How many SSE events in `data` carry generated text: a non-empty `text_field` string (`content` in chat
-    chunks, `text` in completion chunks). A byte scan, no JSON decoding: the opening role chunk (`"content":""`),
-    the finish, usage and error events and `[DONE]` carry none. One event may carry several tokens (engines
-    coalesce under load); the ingress cannot see how many without the tokenizer."""
-    return len(_TOKEN_EVENT[text_field].findall(data))
+def output_events(data: bytes, text_field: str) -> int:
+    """How many SSE events in `data` carry generated output (`_OUTPUT_EVENT`): text in `text_field` (`content` in
+    chat chunks, `text` in completion chunks), or a chat delta's reasoning text or tool call. A byte scan, no JSON
+    decoding: the opening role chunk (`"content":""`), the finish, usage and error events and `[DONE]` carry none,
+    and a quote inside text is escaped, so text that quotes a field is no match. One event may carry several tokens
+    (engines coalesce under load); the ingress cannot see how many without the tokenizer."""
+    return len(_OUTPUT_EVENT[text_field].findall(data))
 
 
 _USAGE = re.compile(rb'"usage": ?\{')

@@ -2,13 +2,13 @@
 the latest ones that did is the replica's `chat_slo_attainment`, which the SLO autoscaling policy scales up on
 (`serve_app.autoscaling`).
 
-One rule with the ingress: a response's TTFT and gaps are `scheduler.slo.StreamLatency`'s, counted from the events
-that carry text (`protocol.sse.token_events`), and judged by `meets_slo` against the targets the router gave it
-(`RouteDecision.slo`, which the ingress judges by: chats by this replica's TTFT and TBT targets, documents not at
-all). The clock starts when the replica receives the request and the bytes are timed as they leave it, paced: what
-the replica and its engine add, and what more replicas can take away (the network and the ingress are not in it).
-Only responses that end normally are judged, as at the ingress: a request refused at admission (429) is not, and the
-queue that refused it is what the backlog and TTFT rules read.
+One rule with the ingress: a response's TTFT and gaps are `scheduler.slo.StreamLatency`'s, counted from the events that
+carry generated output (text, reasoning text or a tool call: `protocol.sse.output_events`), and judged by `meets_slo`
+against the targets the router gave it (`RouteDecision.slo`, which the ingress judges by: chats by this replica's TTFT
+and TBT targets, documents not at all). The clock starts when the replica receives the request and the bytes are timed
+as they leave it, paced: what the replica and its engine add, and what more replicas can take away (the network and the
+ingress are not in it). Only responses that end normally are judged, as at the ingress: a request refused at admission
+(429) is not, and the queue that refused it is what the backlog and TTFT rules read.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from scheduler.slo import SloTargets, StreamLatency
 from serve_app.autoscaling.signals import ATTAINMENT_WINDOW_S
-from serve_app.protocol.sse import TEXT_FIELDS, token_events
+from serve_app.protocol.sse import TEXT_FIELDS, output_events
 from serve_app.replica.backend import EngineKind, ResponseBody, ResponseItem, ResponseStart
 
 MIN_JUDGED = 10
@@ -39,7 +39,7 @@ class ChatJudge:
         """`items` left the replica at `at_s`."""
         for item in items:
             if isinstance(item, ResponseBody) and item.error_status is None:
-                self._latency.tokens(token_events(item.data, self._text_field), at_s)
+                self._latency.tokens(output_events(item.data, self._text_field), at_s)
             elif not isinstance(item, ResponseStart) or item.status >= 400:
                 self._failed = True  # a refusal, an error response or an error ending the stream: not a normal end
 

@@ -49,6 +49,22 @@ def test_a_whole_response_is_its_first_token_and_an_error_is_not_judged() -> Non
     assert cut.verdict() is None and refused.verdict() is None and error_response.verdict() is None
 
 
+def test_an_answer_of_tool_calls_alone_is_timed_from_its_first_call() -> None:
+    call = b'data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{}"}}]}}]}\n\n'
+    streamed = ChatJudge("chat", TARGETS, started_s=0.0)
+    streamed.sent([ResponseStart(200, SSE), ResponseBody(ROLE)], 0.1)
+    streamed.sent([ResponseBody(call)], 0.3)
+    streamed.sent([ResponseBody(call)], 0.35)
+    whole = ChatJudge("chat", TARGETS, started_s=0.0)
+    whole.sent(
+        [ResponseStart(200, JSON), ResponseBody(b'{"choices":[{"message":{"content":null,"tool_calls":[]}}]}')], 0.2
+    )
+    late = ChatJudge("chat", TARGETS, started_s=0.0)
+    late.sent([ResponseStart(200, SSE), ResponseBody(ROLE)], 0.1)
+    late.sent([ResponseBody(call)], 0.7)  # the first call 0.7 s after receipt: over the TTFT target
+    assert streamed.verdict() is True and whole.verdict() is True and late.verdict() is False
+
+
 def test_the_share_counts_the_windows_verdicts_and_says_nothing_below_the_minimum() -> None:
     recent = RecentAttainment(window_s=20.0, min_judged=4)
     for at_s, met in ((0.0, False), (1.0, True), (2.0, True)):

@@ -10,6 +10,13 @@ import json
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from sglang.srt.entrypoints.openai.protocol import (
+    ChatCompletionResponseStreamChoice,
+    ChatCompletionStreamResponse,
+    DeltaMessage,
+    FunctionResponse,
+    ToolCall,
+)
 from sglang.srt.entrypoints.openai.sse_utils import build_sse_content
 
 import serve_app.api.relay as relay_module
@@ -22,7 +29,7 @@ from serve_app.engines.sim.generation import Chunk
 from serve_app.engines.sim.serving import SimServing
 from serve_app.metrics import IngressMetrics, StreamTimer, TenantLabels
 from serve_app.protocol.openai_models import Usage
-from serve_app.protocol.sse import EventTemplate, sse, token_events
+from serve_app.protocol.sse import EventTemplate, output_events, sse
 from serve_app.replica.backend import JSON, SSE, OpenAIRequest, ReplicaLoad, ResponseBody, ResponseStart
 from serve_app.routing.records import Lane, ReplicaView, RouteDecision, RouteReason, RoutingStats
 from serve_app.tokenizer import ApproxTokenizer
@@ -128,7 +135,7 @@ def _our_stream(fmt, texts: list[str], include_usage: bool) -> bytes:
 @pytest.mark.parametrize("fmt", list(FORMATS.values()), ids=lambda f: f.endpoint.name)
 @given(texts=st.lists(st.text(min_size=1), max_size=8), include_usage=st.booleans())
 def test_every_delta_with_text_counts_once_and_nothing_else_does(fmt, texts: list[str], include_usage) -> None:
-    assert token_events(_our_stream(fmt, texts, include_usage), fmt.endpoint.text_field) == len(texts)
+    assert output_events(_our_stream(fmt, texts, include_usage), fmt.endpoint.text_field) == len(texts)
 
 
 @given(texts=st.lists(st.text(min_size=1), max_size=8))
@@ -137,13 +144,39 @@ def test_sglangs_own_chat_chunks_count_as_their_text_deltas(texts: list[str]) ->
     events = [build_sse_content(**common, role="assistant", content="")]
     events += [build_sse_content(**common, content=t) for t in texts]
     events += [build_sse_content(**common, finish_reason="stop"), "data: [DONE]\n\n"]
-    assert token_events("".join(events).encode(), CHAT.text_field) == len(texts)
-    assert token_events(events[0].encode(), CHAT.text_field) == 0  # the role chunk comes with the first output
+    assert output_events("".join(events).encode(), CHAT.text_field) == len(texts)
+    assert output_events(events[0].encode(), CHAT.text_field) == 0  # the role chunk comes with the first output
+
+
+def sglang_tool_call_chunk(name: str | None, arguments: str) -> str:
+    """A streamed tool call's chunk as sglang's serving class writes it: a delta with the call and no text."""
+    call = ToolCall(index=0, function=FunctionResponse(name=name, arguments=arguments))
+    choice = ChatCompletionResponseStreamChoice(index=0, delta=DeltaMessage(tool_calls=[call]))
+    return f"data: {ChatCompletionStreamResponse(id='chatcmpl-1', model='m', choices=[choice]).model_dump_json()}\n\n"
+
+
+@given(thoughts=st.lists(st.text(min_size=1), max_size=4), fragments=st.lists(st.text(), max_size=4))
+def test_sglangs_reasoning_and_tool_call_chunks_are_output_without_text(thoughts: list[str], fragments) -> None:
+    """A reasoning model thinks before it answers, and a tool-calling agent's answer may be calls alone: both are
+    generated output, the first of it the time to first token."""
+    common = {"chunk_id": "chatcmpl-1", "created": 0, "model": "m", "index": 0}
+    events = [build_sse_content(**common, role="assistant", content="")]
+    events += [build_sse_content(**common, reasoning_content=t) for t in thoughts]
+    events += [sglang_tool_call_chunk("get_weather", "")]
+    events += [sglang_tool_call_chunk(None, f) for f in fragments]
+    events += [build_sse_content(**common, finish_reason="tool_calls"), "data: [DONE]\n\n"]
+    assert output_events("".join(events).encode(), CHAT.text_field) == len(thoughts) + 1 + len(fragments)
+
+
+def test_text_that_quotes_a_field_name_is_one_event() -> None:
+    common = {"chunk_id": "chatcmpl-1", "created": 0, "model": "m", "index": 0}
+    quoting = build_sse_content(**common, content='{"tool_calls": [], "reasoning_content": "x", "text": "y"}')
+    assert output_events(quoting.encode(), CHAT.text_field) == 1
 
 
 def test_an_error_event_carries_no_text() -> None:
     error = b'data: {"error": {"message": "aborted", "type": "server_error", "code": 503}}\n\ndata: [DONE]\n\n'
-    assert token_events(error, "content") == token_events(error, "text") == 0
+    assert output_events(error, "content") == output_events(error, "text") == 0
 
 
 # -- every backend's bytes, relayed, observe the same -----------------------------------------------
