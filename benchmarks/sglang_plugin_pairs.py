@@ -13,7 +13,8 @@ runs of this benchmark on one start of the servers each, on the same code, read 
 interval far narrower than that (CHANGELOG, 2026-12-04). Pairs on the same two servers share that difference, so
 the servers are started afresh every ``--per-round`` pairs, and the interval is a bootstrap over rounds (a round's
 pairs are resampled together): it spans the servers' own spread as well as the pairs'. ``--upstream-both`` runs
-two upstream servers against each other: what the method reads where there is nothing to find.
+two upstream servers against each other: what the method reads where there is nothing to find (recorded in a
+results folder of its own, ``sglang-plugin-pairs-upstream-both``).
 
 Printed per pair and as medians with a bootstrap interval: the stream's wall milliseconds per token on against
 off, the scheduler loop's CPU per iteration on against off (the kernel's count for the scheduler's main thread:
@@ -57,7 +58,7 @@ from benchmarks.sglang_plugin_cost import (
     wait_until,
 )
 from harness.net import http_json
-from harness.results import records
+from harness.results import recording
 from harness.sglang_server import LocalServer
 from harness.tiny_model import TinyModelSpec, build_tiny_model
 
@@ -224,7 +225,14 @@ def report(rounds: list[list[dict[str, Run]]]) -> None:
     print(f"the question skips ahead with the plugin on (its slowest first token before off's fastest): {skips}")
 
 
-@records("sglang-plugin-pairs", "The plugin on against off, in pairs run at the same time (real sglang on CPU)")
+RESULTS = ("sglang-plugin-pairs", "The plugin on against off, in pairs run at the same time (real sglang on CPU)")
+RESULTS_UPSTREAM_BOTH = (
+    "sglang-plugin-pairs-upstream-both",
+    "Two upstream sglang servers against each other, in pairs run at the same time: the pairs method's A/A check",
+)
+"""Where runs are recorded: the A/A check in a folder of its own, so the plugin's latest figures stay its own."""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pairs", type=int, default=32, help="pairs of runs in all (at least 4)")
@@ -242,7 +250,10 @@ def main() -> None:
         parser.error(f"--per-round {per_round}: between 1 and --pairs ({pairs_n})")
     if not 30 <= window <= 1500:
         parser.error(f"--window {window}: between 30 and 1500 decode tokens")
-    with tempfile.TemporaryDirectory(prefix="plugin-pairs-") as tmp:
+    with (
+        recording(*(RESULTS_UPSTREAM_BOTH if args.upstream_both else RESULTS)),
+        tempfile.TemporaryDirectory(prefix="plugin-pairs-") as tmp,
+    ):
         tmp_path = Path(tmp)
         model = build_tiny_model(tmp_path / "model", TinyModelSpec())
         rounds: list[list[dict[str, Run]]] = []
