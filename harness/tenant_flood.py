@@ -105,15 +105,20 @@ class FloodRun:
 
 
 def run_flood(server: LocalServer, trace: Path, flood: Flood, tag: str, seed: int) -> FloodRun:
-    """The flood, then the lone document once one of the flood's is in prefill; returns once all have answered."""
+    """The flood, then the lone document once every flood document is in sglang's queue and one is in prefill (the
+    flood's requests are sent at once, and on a loaded machine one could otherwise arrive after the lone document);
+    returns once all have answered."""
     start = len(read_pass_trace(trace))
     docs = [f"{tag}-flood{i}" for i in range(flood.num_flood_docs)]
     sent = [send(server, rid, FLOOD, flood.doc_tokens, seed + i, flood) for i, rid in enumerate(docs)]
 
-    def flood_in_prefill() -> bool:
-        return any(a[0] in docs for r in trace_since(trace, start) for a in r["admitted"])
+    def flood_queued_and_in_prefill() -> bool:
+        records = trace_since(trace, start)
+        admitted = {a[0] for r in records for a in r["admitted"]}
+        seen = admitted.union(*(r["arrived"] for r in records))
+        return seen.issuperset(docs) and not admitted.isdisjoint(docs)
 
-    wait_for("the flood's first document in prefill", flood_in_prefill)
+    wait_for("the whole flood queued and its first document in prefill", flood_queued_and_in_prefill)
     lone = f"{tag}-lone"
     lone_stream = send(server, lone, LONE, flood.doc_tokens, seed + len(docs), flood)
     for stream in (*sent, lone_stream):
