@@ -194,16 +194,15 @@ def verdict(low: float, high: float) -> str:
 
 def report(rounds: list[list[dict[str, Run]]]) -> None:
     pairs = [p for r in rounds for p in r]
-    first_of_round = {sum(len(r) for r in rounds[:k]): k for k in range(len(rounds))}
+    round_of_first_pair = [str(k) if j == 0 else "" for k, r in enumerate(rounds) for j in range(len(r))]
     print(
         f"\n{'round':>5} | {'pair':>4} | {'on core':>7} | {'ms/token on':>11} | {'off':>6} | {'on/off':>6} | "
         f"{'CPU us/iter on':>14} | {'off':>6} | {'on/off':>6} | {'question TTFT s on':>18} | {'off':>6}"
     )
     for i, p in enumerate(pairs):
         on, off = p["on"], p["off"]
-        label = str(first_of_round[i]) if i in first_of_round else ""
         print(
-            f"{label:>5} | {i:>4} | {i % 2:>7} | {on.ms_per_token:11.3f} | {off.ms_per_token:6.3f} | "
+            f"{round_of_first_pair[i]:>5} | {i:>4} | {i % 2:>7} | {on.ms_per_token:11.3f} | {off.ms_per_token:6.3f} | "
             f"{on.ms_per_token / off.ms_per_token:6.3f} | {on.cpu_us_per_iteration:14.0f} | "
             f"{off.cpu_us_per_iteration:6.0f} | {on.cpu_us_per_iteration / off.cpu_us_per_iteration:6.3f} | "
             f"{on.question_ttft_s:18.3f} | {off.question_ttft_s:6.3f}"

@@ -4,6 +4,7 @@ relayed bytes, whichever backend wrote them."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import json
 
@@ -138,12 +139,15 @@ def test_every_delta_with_text_counts_once_and_nothing_else_does(fmt, texts: lis
     assert output_events(_our_stream(fmt, texts, include_usage), fmt.endpoint.text_field) == len(texts)
 
 
+sglang_chunk = functools.partial(build_sse_content, chunk_id="chatcmpl-1", created=0, model="m", index=0)
+"""A chat chunk as sglang's serving class writes it, for the fields given."""
+
+
 @given(texts=st.lists(st.text(min_size=1), max_size=8))
 def test_sglangs_own_chat_chunks_count_as_their_text_deltas(texts: list[str]) -> None:
-    common = {"chunk_id": "chatcmpl-1", "created": 0, "model": "m", "index": 0}
-    events = [build_sse_content(**common, role="assistant", content="")]
-    events += [build_sse_content(**common, content=t) for t in texts]
-    events += [build_sse_content(**common, finish_reason="stop"), "data: [DONE]\n\n"]
+    events = [sglang_chunk(role="assistant", content="")]
+    events += [sglang_chunk(content=t) for t in texts]
+    events += [sglang_chunk(finish_reason="stop"), "data: [DONE]\n\n"]
     assert output_events("".join(events).encode(), CHAT.text_field) == len(texts)
     assert output_events(events[0].encode(), CHAT.text_field) == 0  # the role chunk comes with the first output
 
@@ -159,18 +163,16 @@ def sglang_tool_call_chunk(name: str | None, arguments: str) -> str:
 def test_sglangs_reasoning_and_tool_call_chunks_are_output_without_text(thoughts: list[str], fragments) -> None:
     """A reasoning model thinks before it answers, and a tool-calling agent's answer may be calls alone: both are
     generated output, the first of it the time to first token."""
-    common = {"chunk_id": "chatcmpl-1", "created": 0, "model": "m", "index": 0}
-    events = [build_sse_content(**common, role="assistant", content="")]
-    events += [build_sse_content(**common, reasoning_content=t) for t in thoughts]
+    events = [sglang_chunk(role="assistant", content="")]
+    events += [sglang_chunk(reasoning_content=t) for t in thoughts]
     events += [sglang_tool_call_chunk("get_weather", "")]
     events += [sglang_tool_call_chunk(None, f) for f in fragments]
-    events += [build_sse_content(**common, finish_reason="tool_calls"), "data: [DONE]\n\n"]
+    events += [sglang_chunk(finish_reason="tool_calls"), "data: [DONE]\n\n"]
     assert output_events("".join(events).encode(), CHAT.text_field) == len(thoughts) + 1 + len(fragments)
 
 
 def test_text_that_quotes_a_field_name_is_one_event() -> None:
-    common = {"chunk_id": "chatcmpl-1", "created": 0, "model": "m", "index": 0}
-    quoting = build_sse_content(**common, content='{"tool_calls": [], "reasoning_content": "x", "text": "y"}')
+    quoting = sglang_chunk(content='{"tool_calls": [], "reasoning_content": "x", "text": "y"}')
     assert output_events(quoting.encode(), CHAT.text_field) == 1
 
 
