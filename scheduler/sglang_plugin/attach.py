@@ -56,7 +56,7 @@ from scheduler.sglang_plugin.env import (
     plugin_clock_path,
 )
 from scheduler.sglang_plugin.idle_scan import IdleScan
-from scheduler.sglang_plugin.pass_timer import PassFigures, PassTimer
+from scheduler.sglang_plugin.pass_timer import Launch, PassTimer
 from scheduler.sglang_plugin.policy import policy_config_for as policy_config_for  # tests import it from here
 from scheduler.sglang_plugin.server_args import POLICY_FIELD_TO_SERVER_ARG
 from scheduler.sglang_plugin.short_index import ShortIndex
@@ -329,9 +329,7 @@ class SchedulerPolicy:
             return PassKind.SCAN
         return PassKind.REPLAY if run.adder is not None else PassKind.IDLE
 
-    def pass_landed(
-        self, launched_s: float | None, figures: PassFigures | None, landed_s: float, forward_pass: int
-    ) -> None:
+    def pass_landed(self, launched_s: float | None, figures: Launch | None, landed_s: float, forward_pass: int) -> None:
         """A pass's result was processed (`pass_timer`): time it, fit it, trace it. Unless the trace or the
         diagnostics read each pass's fit, the fit takes the pass later (`PassTimer.landed_later`): before anything
         reads it (`fit_current`), so every read sees the fit it would have seen."""

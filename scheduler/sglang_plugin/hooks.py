@@ -40,7 +40,7 @@ from scheduler.sglang_plugin.attach import INIT_INFO_KEY, attach_policy, policy_
 from scheduler.sglang_plugin.clock import PassKind, PluginClock
 from scheduler.sglang_plugin.env import plugin_clock_path
 from scheduler.sglang_plugin.loading import check_scheduler_infos
-from scheduler.sglang_plugin.pass_timer import pass_figures
+from scheduler.sglang_plugin.pass_timer import launch_figures
 from scheduler.sglang_plugin.server_args import apply_policy_env
 from scheduler.sglang_plugin.upstream_trace import around_get_new_batch_prefill_raw as around_upstream_prefill_traced
 from scheduler.sglang_plugin.upstream_trace import around_get_prefill_adder_class as around_upstream_adder_traced
@@ -123,7 +123,7 @@ def around_process_batch_result(
     if policy is None or policy.timer is None:
         return original(sched, batch, *args, **kwargs)
     # Read as launched: processing may change the batch.
-    figures = policy.outside(pass_figures, batch, policy.pass_cost.attention) if sched.is_generation else None
+    figures = policy.outside(launch_figures, batch, policy.pass_cost.attention) if sched.is_generation else None
     result = original(sched, batch, *args, **kwargs)
     policy.outside(policy.pass_landed, batch.launch_ts, figures, time.monotonic(), batch.forward_iter)
     return result

@@ -56,11 +56,15 @@ from scheduler.pass_cost import AttentionWork, extend_pairs
 from scheduler.pass_cost_fit import OnlinePassCost
 
 if TYPE_CHECKING:
+    import torch
     from sglang.srt.managers.schedule_batch import ScheduleBatch
 
 
-MAX_HELD = 64
-"""The most landings `PassTimer.landed_later` holds before it times them and feeds them to the fit."""
+MAX_HELD = 256
+"""The most landings `PassTimer.landed_later` holds before it times them and feeds them to the fit. A batch's first
+passes and refit run with the CPU's caches cold (a forward pass evicts the timer's and the fit's code and data),
+the rest warm: on a lone decoding stream 256 passes a batch cost the loop about 20 us a pass where 64 cost 35 (a
+cache-flushing loop on this project's 2-core VM), one 3 ms stop every 256 passes against 1.5 ms every 64."""
 
 
 class PassFigures(NamedTuple):
@@ -72,6 +76,9 @@ class PassFigures(NamedTuple):
     decode_rows: int
     decode_ctx_tokens: int
 
+    def figures(self) -> PassFigures:
+        return self
+
 
 class TimedPass(NamedTuple):
     forward_pass: int
@@ -82,16 +89,36 @@ class TimedPass(NamedTuple):
     """The model in force's prediction, made before the pass joined the fit's window."""
 
 
-def pass_figures(batch: ScheduleBatch, work: AttentionWork = AttentionWork.QUERIES) -> PassFigures | None:
-    """The figures of a generation batch the fit learns from, its attention counted as `work` computes it; None for
-    a batch it does not learn from (see the module docstring)."""
+class DecodeLaunch(NamedTuple):
+    """A decode batch as launched, its rows' contexts not summed yet. sglang never writes into a batch's
+    ``seq_lens_cpu``: it builds a new tensor for every change (``prepare_for_decode``: "New-tensor avoids racing
+    model_worker_batch refs queued for overlap forward"; ``filter_batch``, ``merge_batch`` and the overlap
+    resolver's clone likewise), so the tensor held is the batch's as launched. The sum is a torch call, which in the
+    scheduler loop, its caches cold after a forward pass, costs more than the rest of timing a pass: a held landing
+    sums it in the timer's batch (`PassTimer.landed_later`)."""
+
+    rows: int
+    seq_lens: torch.Tensor
+
+    def figures(self) -> PassFigures:
+        return PassFigures(0, 0.0, self.rows, sum(self.seq_lens.tolist()))
+
+
+Launch = PassFigures | DecodeLaunch
+"""A pass's figures as read where it was launched: a decode batch's contexts may still be to sum."""
+
+
+def launch_figures(batch: ScheduleBatch, work: AttentionWork = AttentionWork.QUERIES) -> Launch | None:
+    """The figures of a generation batch the fit learns from, its attention counted as `work` computes it, a decode
+    batch's contexts left to sum (`DecodeLaunch`); None for a batch it does not learn from (the module docstring)."""
     mode = batch.forward_mode
     if not batch.spec_algorithm.is_none() or batch.dllm_config is not None:
         return None
     if mode == ForwardMode.DECODE:
         seq_lens = batch.seq_lens_cpu
-        ctx = sum(seq_lens.tolist()) if seq_lens is not None else sum(r.seqlen for r in batch.reqs)  # one torch call
-        return PassFigures(0, 0.0, len(batch.reqs), ctx)
+        if seq_lens is not None:
+            return DecodeLaunch(len(batch.reqs), seq_lens)
+        return PassFigures(0, 0.0, len(batch.reqs), sum(r.seqlen for r in batch.reqs))
     if mode != ForwardMode.EXTEND and mode != ForwardMode.MIXED:
         return None
     tokens = rows = ctx = 0
@@ -108,6 +135,12 @@ def pass_figures(batch: ScheduleBatch, work: AttentionWork = AttentionWork.QUERI
             tokens += extend
             pairs += extend_pairs(work, prefix, extend)
     return PassFigures(tokens, pairs, rows, ctx)
+
+
+def pass_figures(batch: ScheduleBatch, work: AttentionWork = AttentionWork.QUERIES) -> PassFigures | None:
+    """`launch_figures`, summed."""
+    launch = launch_figures(batch, work)
+    return None if launch is None else launch.figures()
 
 
 class LoopGaps:
@@ -138,7 +171,7 @@ class PassTimer:
         self.num_timed = 0
         self._returned_s: deque[tuple[int, float]] = deque()
         """(forward pass, when ``run_batch`` returned) in launch order, for passes not timed yet."""
-        self._held: list[tuple[float | None, PassFigures | None, float, int]] = []
+        self._held: list[tuple[float | None, Launch | None, float, int]] = []
         """The landings `landed_later` took and did not time yet, in order."""
         self.gaps = LoopGaps()
         self._last_prefilled = False
@@ -150,7 +183,7 @@ class PassTimer:
             self._returned_s.append((forward_pass, returned_s))
 
     def landed(
-        self, launched_s: float | None, figures: PassFigures | None, landed_s: float, forward_pass: int
+        self, launched_s: float | None, figures: Launch | None, landed_s: float, forward_pass: int
     ) -> TimedPass | None:
         """A pass launched at `launched_s` (``time.monotonic()``) had its result processed at `landed_s`; returns the
         pass as timed and predicted, or None when it is not one the fit learns from. Passes held by `landed_later`
@@ -159,7 +192,7 @@ class PassTimer:
         return self._time(launched_s, figures, landed_s, forward_pass)
 
     def landed_later(
-        self, launched_s: float | None, figures: PassFigures | None, landed_s: float, forward_pass: int
+        self, launched_s: float | None, figures: Launch | None, landed_s: float, forward_pass: int
     ) -> None:
         """`landed`, the pass timed and fed to the fit at the next `catch_up` (at most `MAX_HELD` passes later).
         Timing is a function of the landings in order, so the fit takes the same passes in the same order and is the
@@ -178,8 +211,9 @@ class PassTimer:
                 self._time(*landing)
 
     def _time(
-        self, launched_s: float | None, figures: PassFigures | None, landed_s: float, forward_pass: int
+        self, launched_s: float | None, launch: Launch | None, landed_s: float, forward_pass: int
     ) -> TimedPass | None:
+        figures = None if launch is None else launch.figures()
         measured_s = self._measured(launched_s, figures, landed_s, forward_pass)
         return None if measured_s is None or figures is None else self._observe(forward_pass, figures, measured_s)
 

@@ -11,7 +11,14 @@ from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
 from scheduler.pass_cost import AttentionWork, chunk_ctx_pairs
 from scheduler.pass_cost_fit import OnlinePassCost
-from scheduler.sglang_plugin.pass_timer import MAX_HELD, PassFigures, PassTimer, pass_figures
+from scheduler.sglang_plugin.pass_timer import (
+    MAX_HELD,
+    DecodeLaunch,
+    PassFigures,
+    PassTimer,
+    launch_figures,
+    pass_figures,
+)
 from scheduler.sglang_plugin.translate import admission_lag_passes, launch_is_synchronous, output_lag_passes
 
 NO_SPEC = SpeculativeAlgorithm.NONE
@@ -99,6 +106,17 @@ def test_a_decode_batch_is_rows_and_their_sequence_lengths():
     assert pass_figures(batch(ForwardMode.DECODE, seq_lens=[101, 2001, 31])) == PassFigures(0, 0.0, 3, 2133)
 
 
+def test_a_decode_launch_sums_its_contexts_as_launched_when_it_is_timed():
+    decode = batch(ForwardMode.DECODE, seq_lens=[101, 2001, 31])
+    launch = launch_figures(decode)
+    assert isinstance(launch, DecodeLaunch) and launch.seq_lens is decode.seq_lens_cpu  # nothing summed at landing
+    decode.seq_lens_cpu = decode.seq_lens_cpu + 1  # sglang's next decode step builds a new tensor
+    decode.reqs.pop()  # and a request that finished leaves the batch
+    assert launch.figures() == PassFigures(0, 0.0, 3, 2133)
+    no_tensor = batch(ForwardMode.DECODE, reqs=[SimpleNamespace(seqlen=101), SimpleNamespace(seqlen=31)])
+    assert launch_figures(no_tensor) == PassFigures(0, 0.0, 2, 132)  # request state changes: summed at once
+
+
 def test_a_mixed_batch_splits_prefill_chunks_from_decode_rows():
     # sglang's mixed chunk: two prefill rows (a cached prefix of 1,000, a fresh prompt), then two decoding rows
     # appended as one-token extends after their contexts.
@@ -141,11 +159,13 @@ def test_the_overlap_loop_on_a_synchronous_device_sends_first_tokens_a_pass_late
 
 def timed_stream(timer: PassTimer, later: bool, passes: int, seed: int) -> None:
     """`passes` passes of a stream under the synchronous overlap loop: a document's chunks, then decode-only
-    passes, each landing after the next one's launch returned."""
+    passes (as the hook reads them: their contexts summed when timed), each landing after the next one's launch
+    returned."""
     rng = random.Random(seed)
     now = 10.0
     for n in range(passes):
-        figures = PassFigures(256, chunk_ctx_pairs(256 * n, 256), 0, 0) if n < 12 else PassFigures(0, 0.0, 1, 3000 + n)
+        prefill = PassFigures(256, chunk_ctx_pairs(256 * n, 256), 0, 0)
+        figures = prefill if n < 12 else launch_figures(batch(ForwardMode.DECODE, seq_lens=[3000 + n, n]))
         launched, now = now, now + rng.uniform(0.002, 0.3 if n < 12 else 0.004)
         timer.run_returned(n, now)
         land = timer.landed_later if later else timer.landed
@@ -167,7 +187,7 @@ def test_passes_held_for_later_feed_the_fit_as_passes_fed_at_once_would():
 def test_a_timer_holds_at_most_max_held_passes_and_a_landing_fed_at_once_feeds_the_held_ones_first():
     timer, reference = PassTimer(OnlinePassCost(), True), PassTimer(OnlinePassCost(), True)
     timed_stream(timer, later=True, passes=MAX_HELD + 5, seed=6)
-    assert timer.fit.num_observed == MAX_HELD  # fed at the 64th, then 5 held again
+    assert timer.fit.num_observed == MAX_HELD  # fed at the last one it may hold, then 5 held again
     timed_stream(reference, later=False, passes=MAX_HELD + 5, seed=6)
     timer.run_returned(MAX_HELD + 5, 50.0)
     reference.run_returned(MAX_HELD + 5, 50.0)
