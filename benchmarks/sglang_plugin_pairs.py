@@ -43,6 +43,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from benchmarks.sglang_plugin_cost import (
     STREAM_PROMPT,
@@ -192,12 +193,28 @@ def verdict(low: float, high: float) -> str:
     return "missed" if low > TARGET_RATIO else "unresolved"
 
 
-def report(rounds: list[list[dict[str, Run]]]) -> None:
+class Sides(NamedTuple):
+    """What the report calls the pair's two servers ("on" and "off" in `pair`'s runs) and its verdicts."""
+
+    first: str
+    second: str
+    skip_ahead: bool
+    """The first runs the plugin: whether the question skipped ahead is a finding (not in an A/A check)."""
+
+
+PLUGIN_SIDES = Sides("on", "off", skip_ahead=True)
+UPSTREAM_BOTH_SIDES = Sides("A", "B", skip_ahead=False)
+"""An A/A check: both servers run upstream, and neither is the plugin."""
+
+
+def report(rounds: list[list[dict[str, Run]]], sides: Sides = PLUGIN_SIDES) -> None:
     pairs = [p for r in rounds for p in r]
+    a, b = sides.first, sides.second
+    ratio = f"{a}/{b}"
     round_of_first_pair = [str(k) if j == 0 else "" for k, r in enumerate(rounds) for j in range(len(r))]
     print(
-        f"\n{'round':>5} | {'pair':>4} | {'on core':>7} | {'ms/token on':>11} | {'off':>6} | {'on/off':>6} | "
-        f"{'CPU us/iter on':>14} | {'off':>6} | {'on/off':>6} | {'question TTFT s on':>18} | {'off':>6}"
+        f"\n{'round':>5} | {'pair':>4} | {f'{a} core':>7} | {f'ms/token {a}':>11} | {b:>6} | {ratio:>6} | "
+        f"{f'CPU us/iter {a}':>14} | {b:>6} | {ratio:>6} | {f'question TTFT s {a}':>18} | {b:>6}"
     )
     for i, p in enumerate(pairs):
         on, off = p["on"], p["off"]
@@ -209,7 +226,7 @@ def report(rounds: list[list[dict[str, Run]]]) -> None:
         )
     interval = f"{CONFIDENCE:.0%} CI"
     print(f"\n{len(pairs)} pairs on {len(rounds)} starts of the two servers (the interval resamples whole starts)")
-    print(f"{'on/off, median of pairs':>32} | {'median':>6} | {interval:>13} | at most {TARGET_RATIO:.2f}")
+    print(f"{f'{ratio}, median of pairs':>32} | {'median':>6} | {interval:>13} | at most {TARGET_RATIO:.2f}")
     for name, field in (
         ("stream ms per token", "ms_per_token"),
         ("scheduler CPU per iteration", "cpu_us_per_iteration"),
@@ -217,11 +234,13 @@ def report(rounds: list[list[dict[str, Run]]]) -> None:
         ratios = [[getattr(p["on"], field) / getattr(p["off"], field) for p in r] for r in rounds]
         mid, low, high = median_interval(ratios)
         print(f"{name:>32} | {mid:6.3f} | {f'{low:.3f}-{high:.3f}':>13} | {verdict(low, high)}")
-    for name in ("on", "off"):
-        ttfts = [p[name].question_ttft_s for p in pairs]
-        print(f"question TTFT, plugin {name:>3}: median {statistics.median(ttfts):.3f} s, max {max(ttfts):.3f} s")
-    skips = max(p["on"].question_ttft_s for p in pairs) < min(p["off"].question_ttft_s for p in pairs)
-    print(f"the question skips ahead with the plugin on (its slowest first token before off's fastest): {skips}")
+    for key, name in (("on", a), ("off", b)):
+        ttfts = [p[key].question_ttft_s for p in pairs]
+        server = f"plugin {name}" if sides.skip_ahead else f"upstream {name}"
+        print(f"question TTFT, {server:>10}: median {statistics.median(ttfts):.3f} s, max {max(ttfts):.3f} s")
+    if sides.skip_ahead:
+        skips = max(p["on"].question_ttft_s for p in pairs) < min(p["off"].question_ttft_s for p in pairs)
+        print(f"the question skips ahead with the plugin on (its slowest first token before off's fastest): {skips}")
 
 
 RESULTS = ("sglang-plugin-pairs", "The plugin on against off, in pairs run at the same time (real sglang on CPU)")
@@ -265,7 +284,7 @@ def main() -> None:
                     rounds[-1].append(pair(servers, done, window))
                     done += 1
                     print(f"pair {done - 1} done; machine load {os.getloadavg()[0]:.1f}", flush=True)
-        report(rounds)
+        report(rounds, UPSTREAM_BOTH_SIDES if args.upstream_both else PLUGIN_SIDES)
 
 
 @contextlib.contextmanager

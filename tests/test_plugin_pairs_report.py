@@ -4,10 +4,21 @@ only where the whole interval says so."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+
 from hypothesis import given
 from hypothesis import strategies as st
 
-from benchmarks.sglang_plugin_pairs import TARGET_RATIO, median_interval, verdict
+from benchmarks.sglang_plugin_pairs import (
+    PLUGIN_SIDES,
+    TARGET_RATIO,
+    UPSTREAM_BOTH_SIDES,
+    Run,
+    median_interval,
+    report,
+    verdict,
+)
 
 RATIOS = st.lists(st.floats(0.5, 1.5), min_size=4, max_size=20)
 ROUNDS = st.lists(RATIOS, min_size=1, max_size=6)
@@ -40,3 +51,27 @@ def test_the_interval_holds_the_median_within_the_pairs(rounds):
     mid, low, high = median_interval(rounds)
     assert min(ratios) <= low <= high <= max(ratios)
     assert min(ratios) <= mid <= max(ratios)
+
+
+def fake_rounds() -> list[list[dict[str, Run]]]:
+    run = Run(ms_per_token=4.0, cpu_us_per_iteration=3400.0, question_ttft_s=0.02)
+    slower = Run(ms_per_token=4.1, cpu_us_per_iteration=3500.0, question_ttft_s=2.5)
+    return [[{"on": run, "off": slower}] * 2, [{"on": slower, "off": run}] * 2]
+
+
+def test_the_report_names_the_plugins_sides_and_judges_the_skip():
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        report(fake_rounds(), PLUGIN_SIDES)
+    text = out.getvalue()
+    assert "ms/token on" in text and "on/off, median of pairs" in text and "question TTFT,  plugin on" in text
+    assert "skips ahead with the plugin on" in text and text.rstrip().endswith("False")  # one pair's question waited
+
+
+def test_an_aa_check_names_no_plugin_and_judges_no_skip():
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        report(fake_rounds(), UPSTREAM_BOTH_SIDES)
+    text = out.getvalue()
+    assert "ms/token A" in text and "A/B, median of pairs" in text and "question TTFT, upstream B" in text
+    assert "plugin" not in text and "skips ahead" not in text
