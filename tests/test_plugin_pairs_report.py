@@ -59,19 +59,20 @@ def fake_rounds() -> list[list[dict[str, Run]]]:
     return [[{"on": run, "off": slower}] * 2, [{"on": slower, "off": run}] * 2]
 
 
-def test_the_report_names_the_plugins_sides_and_judges_the_skip():
+def printed_report(sides) -> str:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        report(fake_rounds(), PLUGIN_SIDES)
-    text = out.getvalue()
+        report(fake_rounds(), sides)
+    return out.getvalue()
+
+
+def test_the_report_names_the_plugins_sides_and_judges_the_skip():
+    text = printed_report(PLUGIN_SIDES)
     assert "ms/token on" in text and "on/off, median of pairs" in text and "question TTFT,  plugin on" in text
     assert "skips ahead with the plugin on" in text and text.rstrip().endswith("False")  # one pair's question waited
 
 
 def test_an_aa_check_names_no_plugin_and_judges_no_skip():
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        report(fake_rounds(), UPSTREAM_BOTH_SIDES)
-    text = out.getvalue()
+    text = printed_report(UPSTREAM_BOTH_SIDES)
     assert "ms/token A" in text and "A/B, median of pairs" in text and "question TTFT, upstream B" in text
     assert "plugin" not in text and "skips ahead" not in text
