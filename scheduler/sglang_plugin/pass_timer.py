@@ -63,8 +63,9 @@ if TYPE_CHECKING:
 MAX_HELD = 256
 """The most landings `PassTimer.landed_later` holds before it times them and feeds them to the fit. A batch's first
 passes and refit run with the CPU's caches cold (a forward pass evicts the timer's and the fit's code and data),
-the rest warm: on a lone decoding stream 256 passes a batch cost the loop about 20 us a pass where 64 cost 35 (a
-cache-flushing loop on this project's 2-core VM), one 3 ms stop every 256 passes against 1.5 ms every 64."""
+the rest warm: on a lone decoding stream 256 passes a batch cost the loop about 20 us a pass where 64 cost 27 (a
+cache-flushing loop on this project's 2-core VM), in one stop of about 3 ms every 256 passes against 1.5 ms every
+64."""
 
 
 class PassFigures(NamedTuple):
