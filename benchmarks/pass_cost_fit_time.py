@@ -1,10 +1,11 @@
 """What timing every pass and fitting the pass-cost model online cost the scheduler loop, per pass.
 
 The plugin's `process_batch_result` hook runs once per forward pass: it reads the pass's figures from the batch
-(`pass_timer.pass_figures`: a decode batch's sequence lengths are summed from its CPU tensor, a mixed batch's rows
-walked), and `PassTimer.landed` predicts the pass, writes it into the fit's window and refits every
-`FitSettings.refit_every_passes` passes (`scheduler.pass_cost_fit`). Measured here on stand-in batches with
-sglang's own forward modes and torch tensors (no model), as CPU time of the timing thread:
+(`pass_timer.launch_figures`: a mixed batch's rows walked, a decode batch's CPU tensor of sequence lengths held and
+summed when the pass is timed; `pass_timer.pass_figures`, timed here, does both), and `PassTimer.landed` predicts
+the pass, writes it into the fit's window and refits every `FitSettings.refit_every_passes` passes
+(`scheduler.pass_cost_fit`). Measured here on stand-in batches with sglang's own forward modes and torch tensors (no
+model), as CPU time of the timing thread:
 
 1. the figures of one batch, for decode batches of 8, 64 and 256 rows and a mixed batch (a 2,048-token chunk
    beside 64 decoding rows);
