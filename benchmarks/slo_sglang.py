@@ -28,6 +28,14 @@ CPU timings on a shared machine are noisy: read the medians and ratios, and comp
 
     python -m benchmarks.slo_sglang             # 5 measured runs per mode
     python -m benchmarks.slo_sglang --runs 9
+
+A policy knob of the plugin's server: ``--set KEY=VALUE`` (a `PolicyConfig` field, ``none`` for None; repeatable).
+``--against KEY=VALUE`` compares it with the plugin under the same policy but that knob, in place of upstream (the
+second server is then named ``baseline``): what one knob does, in one run. The CPU config's policy with and without
+its cap on a chat's own pass (`admit_pass_long_tokens`, docs/tuning.md):
+
+    python -m benchmarks.slo_sglang --runs 9 --set pass_throughput_slack=0.02 --set delivery_margin_s=0.01 \
+        --set admit_pass_long_tokens=0 --against admit_pass_long_tokens=none
 """
 
 from __future__ import annotations
@@ -42,6 +50,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from pydantic import ValidationError
 
 from harness.cpu_env import CPU_SERVER_ARGS, cpu_sglang_env
 from harness.results import records
@@ -73,7 +83,11 @@ SERVER_ARGS = [
     "--log-level",
     "warning",
 ]
-MODES = ("fairshare", "upstream")
+BASELINE = "baseline"
+"""The second server's name with `--against` (the plugin with some knobs changed); else it is upstream."""
+TRACE_NAME = "fairshare-trace.jsonl"
+Server = tuple[LocalServer, Path | None]
+"""A running server and its pass trace (the plugin's server only)."""
 FIT_ERROR_TARGET = 0.15
 NOISE_BUCKET = 0.1
 """Passes whose figures (prefill tokens, attended pairs, decode contexts) fall in the same 10%-wide bucket, at the
@@ -202,7 +216,9 @@ def mode_row(name: str, runs: list[RunResult]) -> tuple[str, float]:
 
 
 def report(results: dict[str, list[RunResult]], fit_state: dict[str, Any] | None) -> None:
-    timed = [t for r in results["fairshare"] for t in r.timed_passes]
+    """`results`: the plugin's runs first, then those of the server it is compared with."""
+    mine, other = list(results)
+    timed = [t for r in results[mine] for t in r.timed_passes]
     print(f"\n(a) The online pass-cost fit, {len(timed)} passes timed during the measured runs (fairshare server)")
     for line in fit_table(timed):
         print(line)
@@ -229,26 +245,48 @@ def report(results: dict[str, list[RunResult]], fit_state: dict[str, Any] | None
         f"{'attainment':>10} | {'goodput':>8} | doc prefill tok/s, median (min-max)"
     )
     p99 = {}
-    for name in MODES:
+    for name in results:
         row, p99[name] = mode_row(name, results[name])
         print(row)
-    ratios = [a.doc_tok_per_s / b.doc_tok_per_s for a, b in zip(results["fairshare"], results["upstream"], strict=True)]
+    ratios = [a.doc_tok_per_s / b.doc_tok_per_s for a, b in zip(results[mine], results[other], strict=True)]
     print(
-        f"document throughput fairshare / upstream: {statistics.median(ratios):.3f} "
+        f"document throughput {mine} / {other}: {statistics.median(ratios):.3f} "
         f"(per-run ratios {min(ratios):.3f}-{max(ratios):.3f})"
     )
-    for name in MODES:
+    for name in results:
         verdict = "met" if p99[name] <= TARGETS.ttft_s else f"missed by {p99[name] - TARGETS.ttft_s:.2f} s"
         print(f"{name}: chat TTFT p99 {p99[name]:.3f} s against {TARGETS.ttft_s} s: {verdict}")
 
 
-def start_servers(model_dir: Path, work: Path) -> dict[str, tuple[LocalServer, Path | None]]:
-    servers: dict[str, tuple[LocalServer, Path | None]] = {}
-    trace = work / "fairshare-trace.jsonl"
-    envs = {"fairshare": cpu_sglang_env(pass_trace=trace), "upstream": cpu_sglang_env(plugin_enabled=False)}
+def policy_knobs(pairs: list[str], flag: str) -> dict[str, str]:
+    """``KEY=VALUE`` pairs as policy knobs (`PolicyConfig` fields; ``none`` for None), each server's
+    ``FAIRSHARE_<KEY>``; checked as the plugin will read them: a bad one is a `ValueError` naming it."""
+    knobs = dict(pair.partition("=")[::2] for pair in pairs)
+    for key, value in knobs.items():
+        if key not in PolicyConfig.model_fields or not value:
+            raise ValueError(f"{flag} {key}={value}: not KEY=VALUE with KEY a PolicyConfig field")
     try:
-        for name in MODES:
-            server = LocalServer(model_dir, [*CPU_SERVER_ARGS, *SERVER_ARGS], envs[name], work / f"{name}.log")
+        PolicyConfig(**{k: None if v.lower() == "none" else v for k, v in knobs.items()})
+    except ValidationError as e:
+        raise ValueError(f"{flag}: {e}") from None
+    return knobs
+
+
+def server_envs(trace: Path, policy: dict[str, str], against: dict[str, str] | None) -> dict[str, dict[str, str]]:
+    """Each server's environment: the plugin with `policy` (its pass trace on), and upstream, or with `against`
+    the plugin with `policy` changed by it."""
+    mine = cpu_sglang_env(pass_trace=trace, **policy)
+    if against is None:
+        return {"fairshare": mine, "upstream": cpu_sglang_env(plugin_enabled=False)}
+    return {"fairshare": mine, BASELINE: cpu_sglang_env(**{**policy, **against})}
+
+
+def start_servers(model_dir: Path, work: Path, envs: dict[str, dict[str, str]]) -> dict[str, Server]:
+    servers: dict[str, Server] = {}
+    trace = work / TRACE_NAME
+    try:
+        for name, env in envs.items():
+            server = LocalServer(model_dir, [*CPU_SERVER_ARGS, *SERVER_ARGS], env, work / f"{name}.log")
             server.start()
             servers[name] = (server, trace if name == "fairshare" else None)
     except BaseException:
@@ -263,14 +301,29 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5, help="measured runs per mode (after one warm-up run each)")
     parser.add_argument("--keep", type=Path, help="keep the servers' logs and the pass trace in this folder")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="a policy knob of the plugin's server"
+    )
+    parser.add_argument(
+        "--against",
+        action="append",
+        metavar="KEY=VALUE",
+        help=f"compare with the plugin under the same policy but this knob (repeatable), the server named "
+        f"{BASELINE!r}, instead of upstream",
+    )
     args = parser.parse_args(argv)
     if args.runs < 1:
         parser.error(f"--runs {args.runs}: must be >= 1")
+    try:
+        policy = policy_knobs(args.set, "--set")
+        against = None if args.against is None else policy_knobs(args.against, "--against")
+    except ValueError as e:
+        parser.error(str(e))
     with tempfile.TemporaryDirectory(prefix="slo-sglang-") as tmp:
         work = Path(tmp) if args.keep is None else args.keep
         work.mkdir(parents=True, exist_ok=True)
         model_dir = build_tiny_model(work / "model", MODEL)
-        servers = start_servers(model_dir, work)
+        servers = start_servers(model_dir, work, server_envs(work / TRACE_NAME, policy, against))
         try:
             results, fit_state = measure(servers, args.runs)
         finally:
@@ -279,14 +332,15 @@ def main(argv: list[str] | None = None) -> None:
     report(results, fit_state)
 
 
-def measure(servers: dict[str, tuple[LocalServer, Path | None]], runs: int) -> tuple[dict[str, list[RunResult]], Any]:
-    results: dict[str, list[RunResult]] = {name: [] for name in MODES}
-    for name in MODES:  # warm-up: caches, and the first passes the fit learns from
+def measure(servers: dict[str, Server], runs: int) -> tuple[dict[str, list[RunResult]], Any]:
+    modes = list(servers)
+    results: dict[str, list[RunResult]] = {name: [] for name in modes}
+    for name in modes:  # warm-up: caches, and the first passes the fit learns from
         one_run(servers[name][0], f"warmup-{name}", schedule(10_000), seed=10_000)
     for run in range(runs):
         plan = schedule(run)
         print(f"run {run}: document {plan.doc_tokens} tokens, {len(plan.chat_offsets_s)} chats", flush=True)
-        for name in MODES if run % 2 == 0 else reversed(MODES):
+        for name in modes if run % 2 == 0 else reversed(modes):
             server, trace = servers[name]
             before = len(read_pass_timings(trace)) if trace is not None else 0
             result = one_run(server, f"{name}-{run}", plan, seed=run + 1)

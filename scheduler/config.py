@@ -106,6 +106,14 @@ class PolicyConfig(BaseSettings):
         "throughput_knee): shorter passes shorten the chats' waits past the targets where the model says they cost "
         "documents little (a CPU engine). None: the largest pass the targets allow.",
     )
+    admit_pass_long_tokens: int | None = Field(
+        None,
+        ge=0,
+        description="With SLO sizing, a pass that admits short requests carries at most this many document tokens "
+        "beside them, whatever the bounds allow: a chat's own pass is then short, and the documents go on in the "
+        "next. Its first token comes a document pass sooner, at the cost of one more pass per chat to the documents "
+        "(docs/tuning.md). None: as many as the bounds allow.",
+    )
     pass_overrun_quantile: float = Field(
         0.9,
         ge=0,

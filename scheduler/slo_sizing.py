@@ -14,7 +14,9 @@ A forward pass in flight cannot be interrupted, so the policy keeps its service 
   now. So a pass planned while no chat has been seen for long is bounded too. A pass that admits short requests
   also gets no more than their wait left: ``ttft_target_s - (1 + lag) x`` the last pass's predicted seconds, less
   the ``out`` passes after it; and the pass right after it, which their first tokens wait for, is the minimal
-  pass (no long prefill beyond the floor: `SizedBy.OUTPUT`), which the bounds count as long as ``own``.
+  pass (no long prefill beyond the floor: `SizedBy.OUTPUT`), which the bounds count as long as ``own``. With
+  `PolicyConfig.admit_pass_long_tokens` set, a pass that admits short requests carries no more document tokens than
+  that (`SizedBy.ADMIT_CAP`): the chat's own pass is then as short as the bounds assume ``own`` is.
 - **Running slots** (`scheduler.pass_budget.slots_short`, with or without a cost model): while short streams hold
   more than their reserve of slots and short requests lack one, passes carry no long prefill beyond the floor, so
   streams finish at decode speed. A pass that admits short requests that waited for a slot gets what their whole
@@ -83,6 +85,7 @@ class SizedBy(StrEnum):
     TBT = "tbt"
     TTFT = "ttft"  # room for a chat that arrives during this pass
     ADMIT = "admit"  # what the wait of the short requests this pass admits left of their TTFT
+    ADMIT_CAP = "admit_cap"  # the pass admits short requests, and the bounds allowed more: `admit_pass_long_tokens`
     OUTPUT = "output"  # the last pass admitted short requests, whose first tokens leave after this one: minimal
     THROUGHPUT = "throughput"  # within `pass_throughput_slack` of the best prefill throughput the bounds allow
     SLOTS = "slots"  # short requests lack running slots: no long prefill beyond the floor
@@ -310,7 +313,16 @@ class SloSizer:
 
     def size(self, cfg: PolicyConfig, cost: PassCost, load: PassLoad, slots_short: bool) -> PassSize:
         """The long prefill tokens of this pass. Pure: the planner may size a pass more than once. `slots_short`:
-        short requests lack running slots (`pass_budget.slots_short`): no long prefill beyond the floor."""
+        short requests lack running slots (`pass_budget.slots_short`): no long prefill beyond the floor. A pass that
+        admits short requests carries at most `admit_pass_long_tokens` of them (a constant cap on a size that is
+        non-decreasing in each target keeps it so)."""
+        size = self._size(cfg, cost, load, slots_short)
+        cap = cfg.admit_pass_long_tokens
+        if load.short_tokens and cap is not None and size.long_tokens > cap:
+            return PassSize(cap, SizedBy.ADMIT_CAP, size.bound_s, size.missed, size.minimal_s)
+        return size
+
+    def _size(self, cfg: PolicyConfig, cost: PassCost, load: PassLoad, slots_short: bool) -> PassSize:
         floor = long_floor_tokens(cfg, load)
 
         rows, rows_ctx = load.riding

@@ -23,6 +23,10 @@ from tests.hypothesis_budget import examples
 from tests.test_attention_work import PaddedCost
 
 H100 = H100_8B.cost
+CPU_FIT = LinearPassCost(
+    fixed_s=0.0065, prefill_token_s=4.8e-5, prefill_pair_s=2.2e-8, decode_row_s=7e-4, decode_ctx_token_s=7e-7
+)
+"""A CPU engine's fitted costs (scheduler.pass_cost_fit on the peer benchmark's engines): 6.5 ms a pass."""
 
 
 def doc(rid: str = "doc", left: int = 100_000, ctx: int = 0) -> Candidate:
@@ -88,6 +92,27 @@ def test_the_pass_that_admits_a_chat_gets_what_the_pass_before_left_of_its_ttft(
     assert plan.pass_bound_s == pytest.approx(0.5 - before.predicted_pass_s)
     assert before.predicted_pass_s + plan.predicted_pass_s <= 0.5
     assert {g.rid for g in plan.grants} == {"q", "doc"}
+
+
+def test_a_capped_chat_pass_carries_no_more_document_than_the_cap_and_the_next_pass_is_unchanged():
+    """`admit_pass_long_tokens`: the chat's own pass is short whatever its bounds allow, and documents go on in the
+    next pass, sized as without the cap. A CPU engine's passes near their best rate (the CPU config's policy) leave
+    a chat's own pass room for hundreds of document tokens."""
+
+    def passes(cap: int | None) -> tuple[object, object]:
+        knobs = dict(ttft_target_s=0.5, chunk_budget_tokens=2048, pass_throughput_slack=0.02)
+        planner = PassPlanner(cfg(admit_pass_long_tokens=cap, **knobs), pass_cost=CPU_FIT)
+        planner.plan(snap([], continuing=[doc(ctx=12_000)]))
+        admit = planner.plan(snap([cand("q", 200)], continuing=[doc(ctx=12_500)]))
+        return admit, planner.plan(snap([], continuing=[doc(ctx=13_000)]))
+
+    (free, free_next), (none, none_next), (some, some_next) = passes(None), passes(0), passes(64)
+    assert free.sized_by == "throughput" and sum(g.tokens for g in free.grants if g.rid == "doc") > 64
+    assert none.sized_by == "admit_cap" and [(g.rid, g.tokens) for g in none.grants] == [("q", 200)]
+    assert none.predicted_pass_s < free.predicted_pass_s
+    assert some.sized_by == "admit_cap" and sum(g.tokens for g in some.grants if g.rid == "doc") == 64
+    assert none_next.pass_budget_tokens == some_next.pass_budget_tokens == free_next.pass_budget_tokens
+    assert none_next.sized_by == free_next.sized_by == "throughput"
 
 
 def test_an_engine_that_plans_a_pass_ahead_halves_the_pass_in_flight():
@@ -370,6 +395,23 @@ def test_any_answer_from_a_model_with_no_data_yet_plans_within_the_chunk_budget(
     assert 1 <= plan.pass_budget_tokens <= 4096 and plan.num_prefill_tokens <= plan.pass_budget_tokens
 
 
+@settings(max_examples=examples(300), deadline=None, derandomize=True)
+@given(COSTS, situations(), TARGETS_S, TARGETS_S, st.integers(0, 512))
+def test_a_pass_that_admits_short_requests_carries_at_most_the_cap_of_long_tokens(cost, snapshot, ttft_s, tbt_s, cap):
+    """Whatever the targets and the model: with `admit_pass_long_tokens`, a pass that admits a short request grants
+    the documents at most the cap; a pass that admits none is planned exactly as without it."""
+    for slack in (None, 0.05):
+        knobs = dict(ttft_target_s=ttft_s, tbt_target_s=tbt_s, pass_throughput_slack=slack)
+        free = _planned(cost, snapshot, **knobs)
+        capped = _planned(cost, snapshot, admit_pass_long_tokens=cap, **knobs)
+        long_tokens = sum(g.tokens for g in capped.grants if g.rid.startswith("doc"))
+        if any(g.rid.startswith("q") for g in capped.grants):
+            assert long_tokens <= cap
+            assert capped.pass_budget_tokens <= free.pass_budget_tokens
+        else:
+            assert capped == free
+
+
 ERRORS = st.floats(0.0, 2.0)
 
 
@@ -443,10 +485,7 @@ def test_the_loops_time_between_passes_counts_in_the_knee_and_only_moves_it_up(
 
 
 def test_a_cpu_engine_deep_in_a_document_plans_passes_near_its_best_rate_not_its_largest():
-    # A CPU engine's fitted costs (scheduler.pass_cost_fit on the peer benchmark's engines): 6.5 ms a pass.
-    cpu = LinearPassCost(
-        fixed_s=0.0065, prefill_token_s=4.8e-5, prefill_pair_s=2.2e-8, decode_row_s=7e-4, decode_ctx_token_s=7e-7
-    )
+    cpu = CPU_FIT
     snapshot = snap([], continuing=[doc(ctx=12_000)])
     largest = PassPlanner(cfg(ttft_target_s=0.5, chunk_budget_tokens=2048), pass_cost=cpu).plan(snapshot)
     knee = PassPlanner(
