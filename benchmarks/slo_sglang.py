@@ -54,7 +54,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from harness.cpu_env import CPU_SERVER_ARGS, cpu_sglang_env
-from harness.results import records
+from harness.results import recording
 from harness.sglang_server import LocalServer
 from harness.sglang_traffic import StreamedGeneration, prompt_ids, wait_idle
 from harness.tiny_model import TinyModelSpec, build_tiny_model
@@ -296,7 +296,17 @@ def start_servers(model_dir: Path, work: Path, envs: dict[str, dict[str, str]]) 
     return servers
 
 
-@records("slo-sglang", "Real sglang on CPU: chat TTFT during documents and the online pass-cost fit, against upstream")
+RESULTS = (
+    "slo-sglang",
+    "Real sglang on CPU: chat TTFT during documents and the online pass-cost fit, against upstream",
+)
+RESULTS_AGAINST = (
+    "slo-sglang-against",
+    "Real sglang on CPU: chat TTFT during documents, the plugin against itself with one policy knob changed",
+)
+"""Where runs are recorded: `--against` runs in a folder of their own, so the latest against upstream stays there."""
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5, help="measured runs per mode (after one warm-up run each)")
@@ -319,17 +329,18 @@ def main(argv: list[str] | None = None) -> None:
         against = None if args.against is None else policy_knobs(args.against, "--against")
     except ValueError as e:
         parser.error(str(e))
-    with tempfile.TemporaryDirectory(prefix="slo-sglang-") as tmp:
-        work = Path(tmp) if args.keep is None else args.keep
-        work.mkdir(parents=True, exist_ok=True)
-        model_dir = build_tiny_model(work / "model", MODEL)
-        servers = start_servers(model_dir, work, server_envs(work / TRACE_NAME, policy, against))
-        try:
-            results, fit_state = measure(servers, args.runs)
-        finally:
-            for server, _ in servers.values():
-                server.stop()
-    report(results, fit_state)
+    with recording(*(RESULTS if against is None else RESULTS_AGAINST)):
+        with tempfile.TemporaryDirectory(prefix="slo-sglang-") as tmp:
+            work = Path(tmp) if args.keep is None else args.keep
+            work.mkdir(parents=True, exist_ok=True)
+            model_dir = build_tiny_model(work / "model", MODEL)
+            servers = start_servers(model_dir, work, server_envs(work / TRACE_NAME, policy, against))
+            try:
+                results, fit_state = measure(servers, args.runs)
+            finally:
+                for server, _ in servers.values():
+                    server.stop()
+        report(results, fit_state)
 
 
 def measure(servers: dict[str, Server], runs: int) -> tuple[dict[str, list[RunResult]], Any]:

@@ -98,3 +98,34 @@ def test_a_missed_fit_target_is_reported_as_missed(capsys):
 def test_runs_must_be_positive():
     with pytest.raises(SystemExit):
         bench.main(["--runs", "0"])
+
+
+def test_against_runs_the_plugin_on_both_servers_with_one_knob_changed(tmp_path):
+    policy = bench.policy_knobs(["pass_throughput_slack=0.02", "admit_pass_long_tokens=0"], "--set")
+    against = bench.policy_knobs(["admit_pass_long_tokens=none"], "--against")
+    envs = bench.server_envs(tmp_path / "trace.jsonl", policy, against)
+    assert list(envs) == ["fairshare", bench.BASELINE]
+    mine, baseline = envs["fairshare"], envs[bench.BASELINE]
+    assert mine["FAIRSHARE_ADMIT_PASS_LONG_TOKENS"] == "0" and baseline["FAIRSHARE_ADMIT_PASS_LONG_TOKENS"] == "none"
+    assert mine["FAIRSHARE_PASS_THROUGHPUT_SLACK"] == baseline["FAIRSHARE_PASS_THROUGHPUT_SLACK"] == "0.02"
+    assert "FAIRSHARE_PLUGIN_ENABLED" not in baseline and "FAIRSHARE_PASS_TRACE" not in baseline
+    upstream = bench.server_envs(tmp_path / "trace.jsonl", policy, None)
+    assert list(upstream) == ["fairshare", "upstream"] and upstream["upstream"]["FAIRSHARE_PLUGIN_ENABLED"] == "false"
+
+
+@pytest.mark.parametrize(
+    "pair", ["no_such_knob=1", "admit_pass_long_tokens", "admit_pass_long_tokens=-1", "ttft_target_s=soon"]
+)
+def test_a_bad_knob_is_refused_before_any_server_starts_naming_it(pair, capsys):
+    with pytest.raises(SystemExit):
+        bench.main(["--runs", "1", "--against", pair])
+    err = capsys.readouterr().err
+    assert "--against" in err and pair.partition("=")[0] in err
+
+
+def test_the_report_names_the_server_the_plugin_is_compared_with(capsys):
+    results = {"fairshare": [run(2.0, [0.05])], bench.BASELINE: [run(2.1, [0.12])]}
+    bench.report(results, None)
+    out = capsys.readouterr().out
+    assert "document throughput fairshare / baseline: 1.050" in out
+    assert "baseline: chat TTFT p99 0.120 s" in out
