@@ -122,9 +122,18 @@ PARSED_BODY = "fairshare.parsed_body"
 """Where the body guard leaves the body it parsed, in the request's ASGI scope: the routes read it there."""
 
 
+BODY_BYTES = "fairshare.body_bytes"
+"""And the size of that body, in bytes."""
+
+
 def parsed_body(request: Request) -> dict[str, Any]:
     """The request's JSON object, as the body guard parsed and checked it (the body is parsed once)."""
     return cast(dict[str, Any], request.scope[PARSED_BODY])
+
+
+def body_bytes(request: Request) -> int:
+    """The size of the request's body, as the body guard read it."""
+    return cast(int, request.scope[BODY_BYTES])
 
 
 class RequestBodyGuard:
@@ -152,7 +161,7 @@ class RequestBodyGuard:
             raw = await self._read(scope, receive)
             if raw is None:  # the client left before sending its body: nobody to answer
                 return
-            scope[PARSED_BODY] = check_json_body(raw)
+            scope[PARSED_BODY], scope[BODY_BYTES] = check_json_body(raw), len(raw)
         except OpenAIError as e:
             await send_error(send, e)
             return

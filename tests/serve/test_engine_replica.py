@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 
 import pytest
@@ -15,7 +16,7 @@ from scheduler.slo import SloTargets
 from scheduler.traffic import TrafficClass
 from serve_app.api import relay
 from serve_app.api.endpoints import CHAT, COMPLETIONS
-from serve_app.api.ingress import Ingress
+from serve_app.api.ingress import INLINE_TOKENIZE_BYTES, Ingress
 from serve_app.api.routed_call import RoutedCall
 from serve_app.config import AppConfig, ConfigError, validate
 from serve_app.engines.sim.generation import Chunk, RequestError
@@ -420,9 +421,30 @@ def test_tokenizing_a_long_prompt_for_routing_leaves_the_event_loop_serving_othe
         ticker = asyncio.create_task(other_stream())
         await asyncio.sleep(0)  # the other stream is running when the request arrives
         ticks_before = ticks
-        ids, _ = await ing._routing_prompt(CHAT, {"messages": [{"role": "user", "content": "a long document"}]})
+        body = {"messages": [{"role": "user", "content": "a long document"}]}
+        ids, _ = await ing._routing_prompt(CHAT, body, INLINE_TOKENIZE_BYTES + 1)
         ticker.cancel()
         assert ticks > ticks_before  # inline tokenizing would have held the loop: no tick during it
         return len(ids)
 
     assert asyncio.run(go()) == len("a long document")
+
+
+def test_a_short_prompt_is_tokenized_on_the_event_loop_without_a_hop_to_a_thread() -> None:
+    ing = ingress()
+    ing.tokenizer = SlowTokenizer()
+    threads: set[int] = set()
+    text_ids = ing.tokenizer.text_ids
+
+    def recording(text: str) -> list[int]:
+        threads.add(threading.get_ident())
+        return text_ids(text)
+
+    ing.tokenizer.text_ids = recording  # type: ignore[method-assign]
+
+    async def go() -> int:
+        body = {"messages": [{"role": "user", "content": "a question"}]}
+        ids, _ = await ing._routing_prompt(CHAT, body, INLINE_TOKENIZE_BYTES)
+        return len(ids)
+
+    assert asyncio.run(go()) == len("a question") and threads == {threading.get_ident()}
