@@ -111,7 +111,7 @@ class PolicyConfig(BaseSettings):
         ge=0,
         description="With SLO sizing, a pass that admits short requests carries at most this many document tokens "
         "beside them, whatever the bounds allow: a chat's own pass is then short, and the documents go on in the "
-        "next. Its first token comes a document pass sooner, at the cost of one more pass per chat to the documents "
+        "next. The chat's first token comes a document pass sooner; the documents pay one more pass per chat "
         "(docs/tuning.md). None: as many as the bounds allow.",
     )
     pass_overrun_quantile: float = Field(

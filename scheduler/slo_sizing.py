@@ -314,8 +314,8 @@ class SloSizer:
     def size(self, cfg: PolicyConfig, cost: PassCost, load: PassLoad, slots_short: bool) -> PassSize:
         """The long prefill tokens of this pass. Pure: the planner may size a pass more than once. `slots_short`:
         short requests lack running slots (`pass_budget.slots_short`): no long prefill beyond the floor. A pass that
-        admits short requests carries at most `admit_pass_long_tokens` of them (a constant cap on a size that is
-        non-decreasing in each target keeps it so)."""
+        admits short requests carries at most `admit_pass_long_tokens` document tokens (a constant cap on a size
+        that is non-decreasing in each target keeps it so)."""
         size = self._size(cfg, cost, load, slots_short)
         cap = cfg.admit_pass_long_tokens
         if load.short_tokens and cap is not None and size.long_tokens > cap:
