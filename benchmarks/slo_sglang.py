@@ -58,8 +58,9 @@ from harness.results import recording
 from harness.sglang_server import LocalServer
 from harness.sglang_traffic import StreamedGeneration, prompt_ids, wait_idle
 from harness.tiny_model import TinyModelSpec, build_tiny_model
-from scheduler.config import PolicyConfig
+from scheduler.config import PolicyConfig, env_var_name
 from scheduler.pass_trace import read_pass_timings
+from scheduler.sglang_plugin.env import explicit_policy_env
 from scheduler.slo import SloTargets, attainment, gap_quantile_s, meets_slo
 
 MODEL = TinyModelSpec(max_position_embeddings=32_768)
@@ -260,13 +261,14 @@ def report(results: dict[str, list[RunResult]], fit_state: dict[str, Any] | None
 
 def policy_knobs(pairs: list[str], flag: str) -> dict[str, str]:
     """``KEY=VALUE`` pairs as policy knobs (`PolicyConfig` fields; ``none`` for None), each server's
-    ``FAIRSHARE_<KEY>``; checked as the plugin will read them: a bad one is a `ValueError` naming it."""
+    ``FAIRSHARE_<KEY>``; checked as the plugin will read them (`explicit_policy_env`, then the whole config's
+    checks): a bad one is a `ValueError` naming it."""
     knobs = dict(pair.partition("=")[::2] for pair in pairs)
     for key, value in knobs.items():
         if key not in PolicyConfig.model_fields or not value:
             raise ValueError(f"{flag} {key}={value}: not KEY=VALUE with KEY a PolicyConfig field")
     try:
-        PolicyConfig(**{k: None if v.lower() == "none" else v for k, v in knobs.items()})
+        PolicyConfig(**explicit_policy_env({env_var_name(k): v for k, v in knobs.items()}))
     except ValidationError as e:
         raise ValueError(f"{flag}: {e}") from None
     return knobs
@@ -281,11 +283,13 @@ def server_envs(trace: Path, policy: dict[str, str], against: dict[str, str] | N
     return {"fairshare": mine, BASELINE: cpu_sglang_env(**{**policy, **against})}
 
 
-def start_servers(model_dir: Path, work: Path, envs: dict[str, dict[str, str]]) -> dict[str, Server]:
+def start_servers(
+    model_dir: Path, work: Path, policy: dict[str, str], against: dict[str, str] | None
+) -> dict[str, Server]:
     servers: dict[str, Server] = {}
     trace = work / TRACE_NAME
     try:
-        for name, env in envs.items():
+        for name, env in server_envs(trace, policy, against).items():
             server = LocalServer(model_dir, [*CPU_SERVER_ARGS, *SERVER_ARGS], env, work / f"{name}.log")
             server.start()
             servers[name] = (server, trace if name == "fairshare" else None)
@@ -334,7 +338,7 @@ def main(argv: list[str] | None = None) -> None:
             work = Path(tmp) if args.keep is None else args.keep
             work.mkdir(parents=True, exist_ok=True)
             model_dir = build_tiny_model(work / "model", MODEL)
-            servers = start_servers(model_dir, work, server_envs(work / TRACE_NAME, policy, against))
+            servers = start_servers(model_dir, work, policy, against)
             try:
                 results, fit_state = measure(servers, args.runs)
             finally:

@@ -485,11 +485,10 @@ def test_the_loops_time_between_passes_counts_in_the_knee_and_only_moves_it_up(
 
 
 def test_a_cpu_engine_deep_in_a_document_plans_passes_near_its_best_rate_not_its_largest():
-    cpu = CPU_FIT
     snapshot = snap([], continuing=[doc(ctx=12_000)])
-    largest = PassPlanner(cfg(ttft_target_s=0.5, chunk_budget_tokens=2048), pass_cost=cpu).plan(snapshot)
+    largest = PassPlanner(cfg(ttft_target_s=0.5, chunk_budget_tokens=2048), pass_cost=CPU_FIT).plan(snapshot)
     knee = PassPlanner(
-        cfg(ttft_target_s=0.5, chunk_budget_tokens=2048, pass_throughput_slack=0.02), pass_cost=cpu
+        cfg(ttft_target_s=0.5, chunk_budget_tokens=2048, pass_throughput_slack=0.02), pass_cost=CPU_FIT
     ).plan(snapshot)
     assert largest.sized_by == "ttft" and knee.sized_by == "throughput"
     assert knee.pass_budget_tokens < largest.pass_budget_tokens / 3
