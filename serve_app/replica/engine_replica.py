@@ -50,13 +50,10 @@ def lane_for(rank: int, world_size: int, long_lane_replicas: int | None) -> Lane
     return Lane.LONG if rank < long_lane_replicas else Lane.CHAT
 
 
-def backpressure_limits(
-    capacity: EngineCapacity, knobs: EngineKnobs, policy: PolicyConfig, max_ongoing_requests: int
-) -> BackpressureLimits:
+def backpressure_limits(capacity: EngineCapacity, knobs: EngineKnobs, policy: PolicyConfig) -> BackpressureLimits:
     """This replica's limits: derived from its engine's capacity and the deployment's knobs, with the
-    user_config's overrides."""
+    user_config's overrides (requests in flight are Serve's own limit, `max_ongoing_requests`)."""
     limits = derive_limits(
-        max_ongoing_requests=max_ongoing_requests,
         prefill_concurrency=policy.prefill_concurrency,
         context_limit_tokens=capacity.context_limit_tokens,
         prefill_tokens_per_s=capacity.prefill_tokens_per_s,
@@ -67,12 +64,6 @@ def backpressure_limits(
     if knobs.max_queued_prefill_tokens is not None:
         overrides["max_queued_prefill_tokens"] = knobs.max_queued_prefill_tokens
     return limits.model_copy(update=overrides)
-
-
-def _serve_max_ongoing_requests() -> int:
-    """Serve's own per-replica limit for this deployment (the backpressure limit agrees with it)."""
-    config = getattr(serve.get_replica_context(), "_deployment_config", None)
-    return getattr(config, "max_ongoing_requests", None) or BackpressureLimits().max_ongoing_requests
 
 
 def make_backend(cfg: AppConfig, knobs: EngineKnobs) -> EngineBackend:
@@ -135,7 +126,7 @@ class Engine:
         """Size the backpressure limits for the policy in force (sglang's plugin reports the values it filled from
         sglang's own, once its engine runs: the limits follow)."""
         policy = self.backend.policy
-        self.limits = backpressure_limits(self.backend.capacity(), self.knobs, policy, _serve_max_ongoing_requests())
+        self.limits = backpressure_limits(self.backend.capacity(), self.knobs, policy)
         self._limits_policy = policy
 
     def record_routing_stats(self) -> dict[str, Any]:

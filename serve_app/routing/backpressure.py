@@ -1,9 +1,8 @@
 """Backpressure, as a pure policy: may a replica take one more request, and what to answer when none may.
 
-A replica is judged by three per-replica limits (`BackpressureLimits`), each on what it
+A replica is judged by two per-replica limits (`BackpressureLimits`), each on what it
 publishes in its `ReplicaLoad`:
 
-- **ongoing requests**: every request on the replica (waiting, prefilling, decoding);
 - **queued requests**: requests without a first token yet (waiting + prefilling): what a new
   chat queues behind;
 - **queued prefill tokens**: uncached prompt tokens still to prefill. A 130k-token document is
@@ -19,9 +18,10 @@ A tenant's own limit at the router (`tenant_limits`) sheds with the same `Shed` 
 Two places apply the replicas' limits. The lane router (`lane_policy`, from the loads and limits replicas publish)
 routes only to a replica that admits the request and sheds at the ingress when no replica its lanes allow
 does (`LanesFull`); each engine replica checks its own live load again before the engine sees the
-request, the last guarantee, since published loads are up to one stats period old. The router leaves
-the in-flight limit to Serve, which knows it exactly (a replica at `max_ongoing_requests` is full:
-Serve holds the request in the handle's queue, up to `max_queued_requests`, then answers 429).
+request, the last guarantee, since published loads are up to one stats period old. Both leave the
+in-flight limit to Serve, which knows it exactly and enforces it before either sees the request (a replica at
+`max_ongoing_requests` is full: Serve holds the request in the handle's queue, up to `max_queued_requests`, then
+answers 429); a second count here could only disagree with Serve's.
 
 The policy sees only plain records (no Ray, no HTTP), so every decision is tested with synthetic
 loads; the ingress answers a `Shed` with `Shed.error()`.
@@ -47,7 +47,6 @@ MAX_QUEUE_DELAY_S = 60.0
 
 
 class ShedReason(StrEnum):
-    ONGOING = "ongoing-requests"
     QUEUED = "queued-requests"
     PREFILL_TOKENS = "queued-prefill-tokens"
     TENANT_PREFILL_TOKENS = "tenant-queued-prefill-tokens"
@@ -59,7 +58,6 @@ class BackpressureLimits(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    max_ongoing_requests: int = Field(64, ge=1, description="Requests on one replica, in any state.")
     max_queued_requests: int = Field(
         20, ge=1, description="Requests on one replica that have not produced their first token."
     )
@@ -83,7 +81,6 @@ class BackpressureLimits(BaseModel):
 
 def derive_limits(
     *,
-    max_ongoing_requests: int,
     prefill_concurrency: int,
     context_limit_tokens: int,
     prefill_tokens_per_s: float | None = None,
@@ -91,7 +88,6 @@ def derive_limits(
 ) -> BackpressureLimits:
     """Limits from knobs the deployment already has, so nothing is configured twice.
 
-    - ongoing: Serve's `max_ongoing_requests` for the Engine deployment (the two agree);
     - queued requests: the policy's prefill concurrency N (`PolicyConfig.prefill_concurrency`):
       beyond N requests waiting for prefill, fair-share chunking gives each less than its cap F,
       so a chat's first token slips past the design point;
@@ -103,7 +99,6 @@ def derive_limits(
     else:
         tokens = 2 * context_limit_tokens
     return BackpressureLimits(
-        max_ongoing_requests=max_ongoing_requests,
         max_queued_requests=prefill_concurrency,
         max_queued_prefill_tokens=tokens,
         prefill_tokens_per_s=prefill_tokens_per_s,
@@ -120,15 +115,9 @@ class Verdict:
     """Queued prefill tokens above the limit if this request were added (0 unless PREFILL_TOKENS)."""
 
 
-def assess(
-    load: ReplicaLoad, request_tokens: int, limits: BackpressureLimits, *, count_ongoing: bool = True
-) -> Verdict:
-    """May this replica take a request with `request_tokens` uncached prompt tokens?
-
-    `count_ongoing=False` leaves the in-flight limit out: the lane router's view, since Serve enforces that one
-    itself (`max_ongoing_requests`, the same number), queueing in the handle up to `max_queued_requests`."""
-    if count_ongoing and load.num_pending + load.num_decoding >= limits.max_ongoing_requests:
-        return Verdict(False, ShedReason.ONGOING)
+def assess(load: ReplicaLoad, request_tokens: int, limits: BackpressureLimits) -> Verdict:
+    """May this replica take a request with `request_tokens` uncached prompt tokens? (Requests in flight are Serve's
+    limit, `max_ongoing_requests`: a full replica never gets one.)"""
     if load.num_pending >= limits.max_queued_requests:
         return Verdict(False, ShedReason.QUEUED)
     queued = load.prefill_tokens + request_tokens
@@ -209,15 +198,13 @@ def shed_of(verdicts: Mapping[str, Verdict], all_limits: Limits) -> Shed:
             f"Every engine replica that can serve this request has more than {limits.max_queued_prefill_tokens} "
             f"prompt tokens queued for prefill with this request ({excess} over); retry later.",
         )
-    reason = ShedReason.QUEUED if ShedReason.QUEUED in reasons else ShedReason.ONGOING
-    limits = _on(all_limits, next(rid for rid, v in verdicts.items() if v.reason is reason))
-    limit = limits.max_queued_requests if reason is ShedReason.QUEUED else limits.max_ongoing_requests
-    what = "requests waiting for a first token" if reason is ShedReason.QUEUED else "requests in flight"
+    limits = _on(all_limits, next(rid for rid, v in verdicts.items() if v.reason is ShedReason.QUEUED))
     return Shed(
         429,
-        reason,
+        ShedReason.QUEUED,
         limits.retry_after_s,
-        f"Every engine replica that can serve this request has {limit} {what} (its limit); retry shortly.",
+        f"Every engine replica that can serve this request has {limits.max_queued_requests} requests waiting for a "
+        "first token (its limit); retry shortly.",
     )
 
 

@@ -89,11 +89,10 @@ class Candidates:
         """May `v` take the request under the limits it published (unknown limits: yes)."""
         if v.limits is None:
             return Verdict(True)
-        # In-flight requests are Serve's limit (`full`, its own queue): shedding on them here would bypass that queue.
         # Judged on the load the replica published, not the corrected one: the correction counts every request sent
         # since as still waiting for its first token, which at high request rates sheds requests the replica could
         # take (the engine's own check on arrival covers what a stale publication misses).
-        return assess(v.load, self.uncached_tokens(v), v.limits, count_ongoing=False)
+        return assess(v.load, self.uncached_tokens(v), v.limits)
 
     def admits(self, v: ReplicaView) -> bool:
         return self.verdicts[v.replica_id].admits

@@ -11,7 +11,6 @@ limits_st = st.one_of(
     st.none(),
     st.builds(
         BackpressureLimits,
-        max_ongoing_requests=st.integers(1, 10),
         max_queued_requests=st.integers(1, 6),
         max_queued_prefill_tokens=st.integers(1000, 200_000),
     ),

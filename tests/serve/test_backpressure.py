@@ -19,9 +19,7 @@ from serve_app.routing.backpressure import (
     retry_after_s,
 )
 
-LIMITS = BackpressureLimits(
-    max_ongoing_requests=8, max_queued_requests=4, max_queued_prefill_tokens=100_000, prefill_tokens_per_s=1000.0
-)
+LIMITS = BackpressureLimits(max_queued_requests=4, max_queued_prefill_tokens=100_000, prefill_tokens_per_s=1000.0)
 
 
 def load(waiting: int = 0, prefilling: int = 0, decoding: int = 0, tokens: int = 0) -> ReplicaLoad:
@@ -33,7 +31,6 @@ def test_idle_replica_admits() -> None:
 
 
 def test_each_limit_refuses_with_its_reason() -> None:
-    assert assess(load(decoding=8), 30, LIMITS).reason is ShedReason.ONGOING
     assert assess(load(waiting=2, prefilling=2), 30, LIMITS).reason is ShedReason.QUEUED
     v = assess(load(waiting=1, tokens=90_000), 20_000, LIMITS)
     assert v.reason is ShedReason.PREFILL_TOKENS and v.excess_tokens == 10_000
@@ -47,10 +44,10 @@ def test_a_document_is_tokens_of_load_not_one_request() -> None:
     assert assess(busy, 30, LIMITS).admits
 
 
-def test_the_in_flight_limit_can_be_left_out() -> None:
-    full = load(decoding=8)
-    assert assess(full, 30, LIMITS, count_ongoing=False).admits
-    assert assess(load(waiting=4, decoding=4), 30, LIMITS, count_ongoing=False).reason is ShedReason.QUEUED
+def test_requests_in_flight_are_serves_limit_not_a_reason_to_shed() -> None:
+    # Serve sends a replica at most `max_ongoing_requests`; however many decode there, a chat's queue is what counts.
+    assert assess(load(decoding=500), 30, LIMITS).admits
+    assert assess(load(waiting=4, decoding=4), 30, LIMITS).reason is ShedReason.QUEUED
 
 
 def test_an_empty_token_queue_takes_a_document_larger_than_the_limit() -> None:
@@ -60,8 +57,8 @@ def test_an_empty_token_queue_takes_a_document_larger_than_the_limit() -> None:
 
 
 def test_decide_admits_to_every_replica_that_takes_it() -> None:
-    loads = {"a": load(waiting=4), "b": load(), "c": load(decoding=8)}
-    assert decide(loads, 30, LIMITS) == Admit(("b",))
+    loads = {"a": load(waiting=4), "b": load(), "c": load(decoding=8), "d": load(waiting=1, tokens=99_990)}
+    assert decide(loads, 30, LIMITS) == Admit(("b", "c"))
 
 
 def test_per_replica_tokens_follow_the_session_cache() -> None:
@@ -79,7 +76,7 @@ def test_no_replica_is_503_with_retry_after() -> None:
 
 
 def test_all_full_is_429_with_an_openai_error_body() -> None:
-    shed = decide({"a": load(waiting=4), "b": load(decoding=8)}, 30, LIMITS)
+    shed = decide({"a": load(waiting=4), "b": load(waiting=1, tokens=99_990)}, 30, LIMITS)
     assert isinstance(shed, Shed)
     assert shed.status == 429 and shed.reason is ShedReason.QUEUED
     error = shed.error()
@@ -105,17 +102,13 @@ def test_retry_after_is_clamped() -> None:
 
 
 def test_derived_limits_follow_existing_knobs() -> None:
-    limits = derive_limits(
-        max_ongoing_requests=64, prefill_concurrency=20, context_limit_tokens=262_144, prefill_tokens_per_s=1409.73
-    )
-    assert (limits.max_ongoing_requests, limits.max_queued_requests) == (64, 20)
+    limits = derive_limits(prefill_concurrency=20, context_limit_tokens=262_144, prefill_tokens_per_s=1409.73)
+    assert limits.max_queued_requests == 20
     # 60 s of prefill at 1,410 tok/s is less than one window: the window wins.
     assert limits.max_queued_prefill_tokens == 262_144
-    fast = derive_limits(
-        max_ongoing_requests=64, prefill_concurrency=20, context_limit_tokens=32_768, prefill_tokens_per_s=22_000.0
-    )
+    fast = derive_limits(prefill_concurrency=20, context_limit_tokens=32_768, prefill_tokens_per_s=22_000.0)
     assert fast.max_queued_prefill_tokens == 22_000 * 60
-    no_rate = derive_limits(max_ongoing_requests=8, prefill_concurrency=4, context_limit_tokens=1000)
+    no_rate = derive_limits(prefill_concurrency=4, context_limit_tokens=1000)
     assert no_rate.max_queued_prefill_tokens == 2000 and no_rate.prefill_tokens_per_s is None
 
 
@@ -143,7 +136,6 @@ def test_decide_admits_only_within_limits_and_sheds_only_when_all_are_over(loads
         assert outcome.replica_ids
         for rid in outcome.replica_ids:
             ld = loads[rid]
-            assert ld.num_pending + ld.num_decoding < LIMITS.max_ongoing_requests
             assert ld.num_pending < LIMITS.max_queued_requests
             assert ld.prefill_tokens == 0 or ld.prefill_tokens + tokens <= LIMITS.max_queued_prefill_tokens
         refused = set(loads) - set(outcome.replica_ids)

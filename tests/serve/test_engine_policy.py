@@ -96,8 +96,10 @@ def test_the_gpu_configs_policy_is_sglangs_concurrency_limit_and_its_backpressur
     assert "max_running_requests" not in knobs.policy and knobs.max_queued_requests is None
     policy = engine_policy(cfg, knobs.policy)
     assert (policy.max_running_requests, policy.chunk_budget_tokens) == (32, 8192)
-    limits = backpressure_limits(EngineCapacity(cfg.context_limit_tokens or 0), knobs, policy, ongoing)
+    limits = backpressure_limits(EngineCapacity(cfg.context_limit_tokens or 0), knobs, policy)
     assert limits.max_queued_requests == policy.prefill_concurrency == 2 * 32
+    # Serve's in-flight limit (the only one on requests in flight) holds the running batch and the queue behind it.
+    assert ongoing >= policy.max_running_requests + limits.max_queued_requests
 
 
 def test_the_gpu_replica_starts_sglang_with_the_policy_it_sheds_by(isolated):
@@ -231,7 +233,7 @@ def test_a_limit_sglang_sizes_from_memory_comes_back_from_the_plugin_and_the_lim
     assert reported_policy([{"policy": {"max_running_requests": 0}}], predicted) is predicted  # one it cannot read
     reported = reported_policy([state], predicted)
     assert reported == ran
-    limits = backpressure_limits(rep.backend.capacity(), rep.knobs, reported, 128)
+    limits = backpressure_limits(rep.backend.capacity(), rep.knobs, reported)
     assert limits.max_queued_requests == 2 * FROM_MEMORY_MAX_RUNNING
 
 

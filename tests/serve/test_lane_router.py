@@ -18,7 +18,7 @@ from serve_app.routing.lane_router import ROUTE_KWARG, LaneRouter
 from serve_app.routing.records import Lane, RouteHint, RouteTicket, RoutingStats
 
 DEPLOYMENT = DeploymentID(name="Engine", app_name="fairshare")
-LIMITS = BackpressureLimits(max_ongoing_requests=8, max_queued_requests=2, max_queued_prefill_tokens=60_000)
+LIMITS = BackpressureLimits(max_queued_requests=2, max_queued_prefill_tokens=60_000)
 
 
 @dataclass

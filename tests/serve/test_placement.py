@@ -351,7 +351,7 @@ def test_a_replica_its_published_load_puts_over_a_limit_or_loading_never_gets_a_
         chosen = by_id[d.replica_id]
         assert chosen.load.ready
         limits = chosen.limits
-        assert limits is None or assess(chosen.load, d.uncached_tokens, limits, count_ongoing=False).admits
+        assert limits is None or assess(chosen.load, d.uncached_tokens, limits).admits
         assert not chosen.full or all(v.full for v in views if v.load.ready)
 
 

@@ -116,9 +116,7 @@ def test_a_request_goes_where_its_prefix_is_unless_over_a_limit_or_a_cold_prefil
     # It left the replica that holds its prefix: that replica was over a limit, or a cold prefill elsewhere is
     # predicted to give the first token sooner. Predicted as the router predicts: every replica at the engine's rate
     # (`with_engine_rate`); a document (even on the holder) by when it would be prefilled (its drain).
-    over = (
-        limits is not None and not assess(holder.load, max(1, prompt - held_of_it), limits, count_ongoing=False).admits
-    )
+    over = limits is not None and not assess(holder.load, max(1, prompt - held_of_it), limits).admits
     rated = with_engine_rate({v.replica_id: v.load for v in views})
     document = classify(max(1, prompt - held_of_it), 2048) is TrafficClass.LONG
     predict = prefill_drain_s if document else predict_ttft_s
