@@ -7,10 +7,10 @@ Each kustomize overlay in `k8s/overlays/` serves one config file (`gpu`: `config
   in front of it is the boundary, not the loopback interface.
 - the `Engine` deployment's fixed `num_replicas` becomes Serve autoscaling from that many replicas up to the
   overlay's maximum; an Engine with its own `autoscaling_config` keeps its bounds and delays as written. Either
-  way the overlay's `EngineScaling.policy` decides what it scales on: `requests` (the default) Serve's own policy
-  on ongoing requests at `target_ongoing_requests`, `slo` the SLO policy (`serve_app.autoscaling`, with the file's
-  `policy_kwargs` where it names the policy already; not the default until it wins the autoscaling benchmark,
-  `benchmarks/autoscale_ramp.py`). With lanes that follow the load
+  way the overlay's `EngineScaling.policy` decides what it scales on: `slo` (the default) the SLO policy
+  (`serve_app.autoscaling`, with the file's `policy_kwargs` where it names the policy already; the default since it
+  won the autoscaling benchmark, `benchmarks/autoscale_ramp.py`), `requests` Serve's own policy on ongoing requests
+  at `target_ongoing_requests`. With lanes that follow the load
   (`long_lane_replicas: null`) the replicas the autoscaler adds take whatever role the load needs; with static
   lanes a replica's lane follows its rank (ranks below `long_lane_replicas` serve documents), so the long lane
   keeps its size and added replicas join the chat lane.
@@ -52,12 +52,12 @@ class EngineScaling(BaseModel):
 
     max_replicas: int = Field(ge=1, description="Most engine replicas; the worker group's maxReplicas must fit them.")
     policy: Literal["requests", "slo"] = Field(
-        "requests",
+        "slo",
         description="What Serve scales the engines on: `requests`, Serve's own policy on ongoing requests per "
         "replica; `slo`, the chats' predicted TTFT and the queued prefill (`serve_app.autoscaling`).",
     )
     target_ongoing_requests: float = Field(
-        gt=0, description="Requests per replica Serve scales towards (the `requests` policy only)."
+        gt=0, description="Requests per replica Serve scales towards (the `requests` policy only: the switch back)."
     )
     upscale_delay_s: float = Field(30.0, ge=0, description="Load must stay high this long before a replica is added.")
     downscale_delay_s: float = Field(
