@@ -157,8 +157,9 @@ class RoutingStats:
 
 @lru_cache(maxsize=64)
 def _limits_from(items: tuple[tuple[str, Any], ...]) -> BackpressureLimits:
-    # Parsed once per distinct value: routers read every replica's stats on every decision.
-    return BackpressureLimits.model_validate(dict(items))
+    # Parsed once per distinct value: routers read every replica's stats on every decision. Only the fields this
+    # version knows: during a rolling update a replica of another version may publish one more or one fewer.
+    return BackpressureLimits.model_validate({k: v for k, v in items if k in BackpressureLimits.model_fields})
 
 
 @dataclass(frozen=True, slots=True)

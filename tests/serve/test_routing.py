@@ -456,6 +456,13 @@ def test_published_limits_survive_serve_transport() -> None:
     assert parsed == stats and ReplicaView.from_stats("C1", parsed).limits == LIMITS
 
 
+def test_limits_published_by_another_version_still_parse() -> None:
+    # A rolling update: a replica of the previous version still publishes the in-flight limit, now Serve's alone.
+    published = RoutingStats(Lane.CHAT, ReplicaLoad(num_waiting=1), 512, T0, limits=LIMITS).to_dict()
+    published["limits"] = {**published["limits"], "max_ongoing_requests": 8}
+    assert RoutingStats.from_dict(published).limits == LIMITS
+
+
 limited_views = views_of(6, limits=limits_st)
 
 
