@@ -37,7 +37,15 @@ from serve_app.api.routed_call import RoutedCall
 from serve_app.metrics import IngressMetrics, ServedTokens, StreamTimer
 from serve_app.protocol.errors import OpenAIError
 from serve_app.protocol.sse import output_events
-from serve_app.replica.backend import SSE, EngineError, ResponseBody, ResponseItem, ResponsePart, ResponseStart
+from serve_app.replica.backend import (
+    SSE,
+    EngineError,
+    ResponseBody,
+    ResponseItem,
+    ResponsePart,
+    ResponseStart,
+    shows_output,
+)
 from serve_app.routing.backpressure import LanesFull
 from serve_app.routing.records import RouteTicket
 
@@ -103,14 +111,6 @@ def call_error(e: BaseException, metrics: IngressMetrics, tenant: str, what: str
     if isinstance(e, StopAsyncIteration):
         return OpenAIError(500, "The engine closed the stream.", type="server_error")
     return e
-
-
-def shows_output(part: ResponseItem, text_field: str) -> bool:
-    """A body the client must see now: generated output (text, reasoning or a tool call), or the error that ends the
-    stream."""
-    if not isinstance(part, ResponseBody):
-        return False
-    return part.error_status is not None or output_events(part.data, text_field) > 0
 
 
 def awaits_output(items: Sequence[ResponseItem], text_field: str) -> bool:

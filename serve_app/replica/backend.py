@@ -24,6 +24,7 @@ from scheduler.tenants import DEFAULT_TENANT
 from scheduler.traffic import TrafficClass
 from serve_app.config import EngineKnobs
 from serve_app.protocol.errors import OpenAIError
+from serve_app.protocol.sse import output_events
 
 EngineKind = Literal["chat", "completions"]
 """The OpenAI endpoints an engine answers (`/v1/chat/completions`, `/v1/completions`)."""
@@ -99,6 +100,15 @@ ResponsePart = ResponseStart | ResponseBody
 
 ResponseItem = ResponseStart | ResponseBody | EngineError
 """What the engine replica streams to the ingress: a backend's parts, or the replica's own refusal."""
+
+
+def shows_output(part: ResponseItem, text_field: str) -> bool:
+    """A body the client must see now: generated output (text, reasoning or a tool call: `output_events`), or the
+    error that ends the stream. A chat's opening event (its role, no text) is none: the first token comes after it,
+    sometimes an engine step later."""
+    if not isinstance(part, ResponseBody):
+        return False
+    return part.error_status is not None or output_events(part.data, text_field) > 0
 
 
 def error_response(error: OpenAIError) -> list[ResponsePart]:

@@ -25,16 +25,17 @@ from serve_app.api.request_log import configure_logging
 from serve_app.autoscaling.signals import replica_signals
 from serve_app.config import AppConfig, EngineKnobs, validate
 from serve_app.metrics import EngineMetrics, TenantLabels
+from serve_app.protocol.sse import TEXT_FIELDS
 from serve_app.replica.backend import (
     EngineBackend,
     EngineCapacity,
     EngineError,
     OpenAIRequest,
     ReplicaLoad,
-    ResponseBody,
     ResponseItem,
     ResponsePart,
     joined_bodies,
+    shows_output,
 )
 from serve_app.replica.chat_slo import ChatJudge, RecentAttainment
 from serve_app.replica.pacing import paced
@@ -182,7 +183,10 @@ class Engine:
             yield [EngineError(admission.status, admission.message, admission.code, admission.retry_after_s)]
             return
         self._admitted[request.rid] = request.uncached_tokens
-        parts = paced(self._engine_stream(request), self.knobs.stream_spacing_s, carries_output)
+        text_field = TEXT_FIELDS[request.kind]
+        parts = paced(
+            self._engine_stream(request), self.knobs.stream_spacing_s, lambda batch: carries_output(batch, text_field)
+        )
         self._tenants[request.rid] = request.tenant
         # Judged by the targets the router gave it, as the ingress judges it (documents: none).
         judge = ChatJudge(request.kind, decision.slo, received_s) if decision and decision.slo != NOT_JUDGED else None
@@ -240,6 +244,7 @@ def queued_by_tenant(pending: Mapping[str, int], tenants: Mapping[str, str]) -> 
     return out
 
 
-def carries_output(parts: Sequence[ResponsePart]) -> bool:
-    """A batch with response bytes in it: from the next on, a stream's items are spaced (`pacing`)."""
-    return any(isinstance(part, ResponseBody) for part in parts)
+def carries_output(parts: Sequence[ResponsePart], text_field: str) -> bool:
+    """A batch the client must see now (`shows_output`: generated output, or an error): from the next on, a stream's
+    items are spaced (`pacing`). A chat's opening event alone starts nothing, so the first token is never held."""
+    return any(shows_output(part, text_field) for part in parts)

@@ -4,7 +4,8 @@ past the stream's end. The spacing here is minutes, so no assertion depends on h
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator
+import json
+from collections.abc import AsyncGenerator, Sequence
 
 import pytest
 from hypothesis import given
@@ -19,8 +20,17 @@ LONG_S = 600.0
 START = ResponseStart(200, "text/event-stream")
 
 
+OPENING = ResponseBody(b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n')
+"""A chat stream's first event, as sglang writes it: its role, no text."""
+
+
 def body(text: str) -> ResponseBody:
-    return ResponseBody(text.encode())
+    """A chat chunk carrying `text`."""
+    return ResponseBody(f"data: {json.dumps({'choices': [{'index': 0, 'delta': {'content': text}}]})}\n\n".encode())
+
+
+def starts(batch: Sequence[object]) -> bool:
+    return carries_output(batch, "content")  # type: ignore[arg-type]
 
 
 class Source:
@@ -48,7 +58,7 @@ async def next_within(stream: AsyncGenerator[list[object], None], seconds: float
 def test_first_output_goes_at_once_and_later_ones_are_held_until_the_end() -> None:
     async def go() -> None:
         src = Source()
-        out = paced(src.batches(), LONG_S, carries_output)
+        out = paced(src.batches(), LONG_S, starts)
         await src.queue.put([START])
         assert await next_within(out) == [START]  # no output yet: not held
         await src.queue.put([body("a")])
@@ -66,10 +76,30 @@ def test_first_output_goes_at_once_and_later_ones_are_held_until_the_end() -> No
     asyncio.run(go())
 
 
+def test_a_chats_opening_alone_does_not_hold_its_first_token() -> None:
+    # sglang writes the opening (role, no text) in its own item when the first token has no text yet; the first text
+    # an engine step later is the client's TTFT and goes on at once.
+    async def go() -> None:
+        src = Source()
+        out = paced(src.batches(), LONG_S, starts)
+        await src.queue.put([START, OPENING])
+        assert await next_within(out) == [START, OPENING]
+        await src.queue.put([body("a")])
+        assert await next_within(out) == [body("a")]
+        await src.queue.put([body("b")])
+        pending = asyncio.ensure_future(anext(out))
+        await asyncio.sleep(0.2)
+        assert not pending.done()  # after the first text: held
+        await src.queue.put(None)
+        assert await asyncio.wait_for(pending, 30) == [body("b")]
+
+    asyncio.run(go())
+
+
 def test_a_failure_goes_on_after_what_was_held() -> None:
     async def go() -> None:
         src = Source()
-        out = paced(src.batches(), LONG_S, carries_output)
+        out = paced(src.batches(), LONG_S, starts)
         await src.queue.put([START, body("a")])
         assert await next_within(out) == [START, body("a")]
         await src.queue.put([body("b")])
@@ -84,7 +114,7 @@ def test_a_failure_goes_on_after_what_was_held() -> None:
 def test_closing_the_paced_stream_closes_the_source_held_or_not() -> None:
     async def go(hold: bool) -> None:
         src = Source()
-        out = paced(src.batches(), LONG_S, carries_output)
+        out = paced(src.batches(), LONG_S, starts)
         await src.queue.put([START, body("a")])
         await next_within(out)
         if hold:
@@ -102,7 +132,7 @@ def test_closing_the_paced_stream_closes_the_source_held_or_not() -> None:
 
 
 @given(
-    batches=st.lists(st.lists(st.sampled_from([START, body("x"), body("yz")]), max_size=3), max_size=12),
+    batches=st.lists(st.lists(st.sampled_from([START, OPENING, body("x"), body("yz")]), max_size=3), max_size=12),
     spacing_s=st.sampled_from([0.0, 1e-4, 1e-3, LONG_S]),
 )
 def test_every_part_comes_through_once_in_order(batches, spacing_s) -> None:
@@ -112,6 +142,6 @@ def test_every_part_comes_through_once_in_order(batches, spacing_s) -> None:
                 await asyncio.sleep(0)
                 yield batch
 
-        return [part async for batch in paced(source(), spacing_s, carries_output) for part in batch]
+        return [part async for batch in paced(source(), spacing_s, starts) for part in batch]
 
     assert asyncio.run(go()) == [part for batch in batches for part in batch]
