@@ -37,9 +37,9 @@ lane). The rules, in order (each is a method of `placement.Candidates`):
    request *and* another allowed replica is not, and is predicted faster (the class is recomputed there:
    a document's follow-up elsewhere is a whole document again, so it stays unless that is sooner). A request that
    is a document even there is placed as any document is (rule 4): the prefix it holds counts in each replica's
-   drain, and a session's name alone pins no document. A chat behind a document (more than a chat's worth of
-   prefill queued) moves to any replica not busy for it that is predicted faster, busy or not where it is: its
-   cache is already in the prediction.
+   drain, and a session's name alone pins no document. A chat behind a document stays with its cache while its
+   first token there is predicted within the TTFT target (the history it keeps cached is prefill no engine
+   repeats); past the target it is busy there, and moves to a replica predicted faster.
 6. **Backpressure limits.** A replica over one of the limits it publishes (`backpressure.assess` on the load
    it published, with this request's uncached tokens; the in-flight limit is Serve's own, `full`) is never
    chosen: it counts as busy, and when no replica the rules above allow admits the request, the decision is a
@@ -231,11 +231,7 @@ class LanePolicy:
                     return c.pinned_document(pinned, takers)
                 others = [v for v in takers if v is not pinned and c.admits(v)]
                 better = [v for v in others if not c.busy(v, c.traffic_class(v)) and c.faster(v, pinned)]
-                # A chat's cache is in its predicted TTFT already: behind a document it stays only where its first
-                # token comes soonest. Otherwise it stays (a published load up to a stats period old still shows its
-                # last turn: chasing that would move a session between idle replicas).
-                chases_ttft = c.behind_document(pinned) and c.predicted_ttft_s(pinned) is not None
-                stays = not better if chases_ttft else (not c.busy(pinned, pinned_cls) or not better)
+                stays = not c.busy(pinned, pinned_cls) or not better
                 if c.admits(pinned) and stays:
                     return c.decision(pinned, RouteReason.AFFINITY)
                 # Busy and another allowed replica is not, or over a limit: the session moves (its cache is lost).

@@ -255,7 +255,7 @@ def test_a_document_followup_keeps_its_cache_unless_elsewhere_is_sooner() -> Non
     assert (d.replica_id, d.reason, d.traffic_class) == ("R2", RouteReason.GAVE_WAY, TrafficClass.LONG)
 
 
-def test_a_chat_session_leaves_a_document_replica_for_a_sooner_first_token() -> None:
+def test_a_chat_session_keeps_its_cache_within_the_target_and_leaves_it_past_the_target() -> None:
     p = LanePolicy()
     assert (
         p.decide(
@@ -264,10 +264,16 @@ def test_a_chat_session_leaves_a_document_replica_for_a_sooner_first_token() -> 
         == "R1"
     )
     p.on_completed("c1", T0 + 1)
-    # A document arrived on R1: a chat there waits one pass (within the target), on R2 none. It moves.
+    # A document arrived on R1: a chat there waits one pass, within the target, on R2 none. It stays with its cache.
     views = [view("R1", load(12_000), cached={"chat": 60}), view("R2", load())]
     assert predict_ttft_s(views[0].load, 40) <= views[0].ttft_target_s
     d = p.decide("c2", hint("chat", 100, session="chat"), views, T0 + 2)
+    assert (d.replica_id, d.reason) == ("R1", RouteReason.AFFINITY)
+    p.on_completed("c2", T0 + 2.5)
+    # R1's engine serves its document first: the chat's first token there is past the target. It leaves.
+    views = [view("R1", load(12_000, short_first=False), cached={"chat": 100}), view("R2", load())]
+    assert predict_ttft_s(views[0].load, 40) > views[0].ttft_target_s
+    d = p.decide("c2a", hint("chat", 120, session="chat"), views, T0 + 3)
     assert (d.replica_id, d.reason) == ("R2", RouteReason.GAVE_WAY)
     # With nothing queued where it is, it stays, even where a stale load still shows its last turn decoding.
     p.on_completed("c2", T0 + 3)
