@@ -154,6 +154,40 @@ def test_a_missed_or_undecodable_batch_clears_what_was_held() -> None:
     assert not Path(stream.endpoint.removeprefix("ipc://")).exists()
 
 
+def test_a_gap_is_filled_from_the_engines_replay_buffer_and_nothing_is_cleared(tmp_path) -> None:
+    # sglang's own publisher holds what it sent (its live socket here is one nobody hears) and answers the replay
+    # socket; the gap comes on the live stream, the batches it skipped only from the replay.
+    from sglang.srt.disaggregation.kv_events import KVEventBatch, ZmqEventPublisher
+
+    got: list[KvEvent] = []
+    lock = threading.Lock()
+
+    def sink(events: list[KvEvent]) -> None:
+        with lock:
+            got.extend(events)
+
+    stream = KvEventStream(sink)
+    live = Publisher(stream.endpoint)
+    engine = ZmqEventPublisher(0, f"ipc://{tmp_path}/unheard", stream.replay_endpoint, topic=TOPIC)
+    try:
+        live.joined(stream)
+        batches, lost = stream.num_batches, stream.num_lost
+        with lock:
+            got.clear()
+        skipped = [[stored([1, 2], None, [3, 4])], [SglangBlockRemoved(block_hashes=[2], medium=StorageMedium.GPU)]]
+        for events in [[AllBlocksCleared()]] * live.seq + skipped:  # the engine's numbering up to the gap
+            engine.publish(KVEventBatch(ts=time.time(), events=events))
+        live.send(wire([stored([5], 1, [6])]), seq=live.seq + len(skipped))
+        until(lambda: stream.num_batches == batches + 1, "the batch after the gap")
+        assert stream.num_lost == lost
+        with lock:
+            assert got == [BlockStored([1, 2], None, [3, 4], 1), BlockRemoved([2]), BlockStored([5], 1, [6], 1)]
+    finally:
+        stream.stop()
+        live.close()
+        engine.shutdown()
+
+
 def subscribers() -> set[threading.Thread]:
     return {t for t in threading.enumerate() if t.name == "sglang-kv-events"}
 

@@ -14,9 +14,12 @@ without a load, and stores of a namespace the router's pages cannot name (a LoRA
 out, and so, by `HeldPrefixes`' rule, is whatever extends them. sglang's token ids are ints except with EAGLE's
 bigram keys, whose batches do not decode as sglang's declared `list[int]`: such a batch counts as lost.
 
-A lost batch (a gap in the sequence numbers, or one that fails to decode) may have held an eviction: the sink then
-gets `AllCleared` first, so the replica under-reports (the router's own record of what it sent fills in) rather
-than keep publishing a prefix the engine dropped.
+A gap in the sequence numbers is first asked of the engine's replay socket (sglang's `replay_endpoint`: a ROUTER
+that resends the batches it buffered from a given number, `REPLAY_TIMEOUT_MS` at most): PUB/SUB drops what is sent
+before a subscriber has joined, as the first batch (the radix cache's `AllBlocksCleared` at start) can be. A batch
+still lost (not replayed, or undecodable) may have held an eviction: the sink then gets `AllCleared` first, so the
+replica under-reports (the router's own record of what it sent fills in) rather than keep publishing a prefix the
+engine dropped.
 """
 
 from __future__ import annotations
@@ -47,6 +50,8 @@ TOPIC = "kv"
 GPU_MEDIUM = "GPU"  # sglang's `StorageMedium.GPU`; None from a sender that predates the field
 POLL_MS = 100
 """How long the subscriber waits for a batch before it checks whether it was stopped."""
+REPLAY_TIMEOUT_MS = 1000
+"""How long a replay's next batch may take (the engine's publisher thread answers between its own sends)."""
 RECONNECT_MS = 10
 """How soon the SUB socket retries while sglang has not bound the endpoint yet (zmq's default: 100 ms)."""
 MAX_IPC_PATH = 80
@@ -73,9 +78,10 @@ def private_dir() -> Path:
         return _private_dir
 
 
-def engine_kv_events_config(endpoint: str) -> str:
-    """sglang's `kv_events_config` for a publisher bound on `endpoint` (sglang binds `ipc://` endpoints)."""
-    return json.dumps({"publisher": "zmq", "endpoint": endpoint, "topic": TOPIC})
+def engine_kv_events_config(endpoint: str, replay_endpoint: str) -> str:
+    """sglang's `kv_events_config` for a publisher bound on `endpoint`, with its replay socket bound on
+    `replay_endpoint` (sglang binds `ipc://` endpoints)."""
+    return json.dumps({"publisher": "zmq", "endpoint": endpoint, "replay_endpoint": replay_endpoint, "topic": TOPIC})
 
 
 def to_kv_events(batch: KVEventBatch) -> list[KvEvent]:
@@ -106,8 +112,9 @@ class KvEventStream:
 
     def __init__(self, sink: EventSink) -> None:
         self._sink = sink
-        self._path = private_dir() / f"events-{uuid.uuid4().hex[:16]}"
-        self.endpoint = f"ipc://{self._path}"
+        name = uuid.uuid4().hex[:16]
+        self._path, self._replay_path = private_dir() / f"events-{name}", private_dir() / f"replay-{name}"
+        self.endpoint, self.replay_endpoint = f"ipc://{self._path}", f"ipc://{self._replay_path}"
         self.num_batches = 0
         self.num_lost = 0
         """Batches missed (a gap in the sequence) or undecodable; each cleared what the sink held."""
@@ -124,7 +131,7 @@ class KvEventStream:
         self._thread.start()
 
     def engine_config(self) -> str:
-        return engine_kv_events_config(self.endpoint)
+        return engine_kv_events_config(self.endpoint, self.replay_endpoint)
 
     def _run(self) -> None:
         try:
@@ -148,8 +155,12 @@ class KvEventStream:
         seq = int.from_bytes(frames[1], "big")
         events: list[KvEvent] = []
         if seq != self.next_seq:
-            self._lost(f"batches {self.next_seq}..{seq - 1} missed")
-            events.append(AllCleared())
+            replayed = self._replayed(self.next_seq, seq, decoder) if seq > self.next_seq else None
+            if replayed is None:
+                self._lost(f"batches {self.next_seq}..{seq - 1} missed")
+                events.append(AllCleared())
+            else:
+                events += replayed
         self.next_seq = seq + 1
         try:
             events += to_kv_events(decoder.decode(frames[2]))
@@ -158,6 +169,31 @@ class KvEventStream:
             events.append(AllCleared())
         self.num_batches += 1
         self._sink(events)
+
+    def _replayed(self, first: int, end: int, decoder: msgspec.msgpack.Decoder[KVEventBatch]) -> list[KvEvent] | None:
+        """Batches `first` to `end - 1` as our events, from the engine's replay socket (the frames sglang's
+        `ZmqEventPublisher._service_replay` sends); None where it does not send them all in time, or one does not
+        decode."""
+        dealer = self._ctx.socket(zmq.DEALER)
+        dealer.setsockopt(zmq.LINGER, 0)
+        dealer.connect(self.replay_endpoint)
+        try:
+            dealer.send_multipart([b"", first.to_bytes(8, "big")])
+            events: list[KvEvent] = []
+            expected = first
+            while expected < end:
+                if not dealer.poll(REPLAY_TIMEOUT_MS):
+                    return None
+                frames = dealer.recv_multipart()  # b"", topic, sequence number, payload (the end: an empty topic)
+                if len(frames) != 4 or frames[1] != TOPIC.encode() or int.from_bytes(frames[2], "big") != expected:
+                    return None
+                events += to_kv_events(decoder.decode(frames[3]))
+                expected += 1
+            return events
+        except msgspec.DecodeError:
+            return None
+        finally:
+            dealer.close(linger=0)
 
     def _lost(self, why: str) -> None:
         self.num_lost += 1
@@ -171,4 +207,5 @@ class KvEventStream:
             self._ctx.destroy(linger=0)
         else:
             self._ctx.term()
-        self._path.unlink(missing_ok=True)  # sglang's socket, left behind when its engine did not close it
+        for path in (self._path, self._replay_path):  # sglang's sockets, left behind when its engine did not close them
+            path.unlink(missing_ok=True)
