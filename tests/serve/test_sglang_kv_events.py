@@ -15,7 +15,7 @@ from pathlib import Path
 import msgspec
 import pytest
 import zmq
-from sglang.srt.disaggregation.kv_events import AllBlocksCleared, KVEventBatch, StorageMedium
+from sglang.srt.disaggregation.kv_events import AllBlocksCleared, KVEventBatch, StorageMedium, ZmqEventPublisher
 from sglang.srt.disaggregation.kv_events import BlockRemoved as SglangBlockRemoved
 from sglang.srt.disaggregation.kv_events import BlockStored as SglangBlockStored
 
@@ -90,6 +90,23 @@ def until(condition: Callable[[], bool], what: str) -> None:
         time.sleep(0.01)
 
 
+class Heard:
+    """A stream's sink: what it was handed (on the subscriber's thread), taken under a lock."""
+
+    def __init__(self) -> None:
+        self._events: list[KvEvent] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, events: list[KvEvent]) -> None:
+        with self._lock:
+            self._events.extend(events)
+
+    def take(self) -> list[KvEvent]:
+        with self._lock:
+            taken, self._events = self._events, []
+        return taken
+
+
 class Publisher:
     """A bare PUB socket on the stream's endpoint, sending sglang's wire format with chosen sequence numbers."""
 
@@ -122,32 +139,24 @@ class Publisher:
 
 
 def test_a_missed_or_undecodable_batch_clears_what_was_held() -> None:
-    got: list[KvEvent] = []
-    lock = threading.Lock()
-
-    def sink(events: list[KvEvent]) -> None:
-        with lock:
-            got.extend(events)
-
-    stream = KvEventStream(sink)
+    heard = Heard()
+    stream = KvEventStream(heard)
     pub = Publisher(stream.endpoint)
     try:
         pub.joined(stream)
         batches, lost = stream.num_batches, stream.num_lost
-        with lock:
-            got.clear()
+        heard.take()
         pub.send(wire([stored([1, 2], None, [3, 4])]))  # in sequence
         pub.send(wire([stored([5], 2, [6])]), seq=pub.seq + 2)  # two batches missed: they may have evicted
         pub.send(wire([stored([7], 5, [(6, 7)])]))  # EAGLE's bigram keys: not sglang's declared `list[int]`
         until(lambda: stream.num_batches == batches + 3, "three batches")
         assert stream.num_lost == lost + 2
-        with lock:
-            assert got == [
-                BlockStored([1, 2], None, [3, 4], 1),
-                AllCleared(),
-                BlockStored([5], 2, [6], 1),
-                AllCleared(),
-            ]
+        assert heard.take() == [
+            BlockStored([1, 2], None, [3, 4], 1),
+            AllCleared(),
+            BlockStored([5], 2, [6], 1),
+            AllCleared(),
+        ]
     finally:
         stream.stop()
         pub.close()
@@ -157,31 +166,22 @@ def test_a_missed_or_undecodable_batch_clears_what_was_held() -> None:
 def test_a_gap_is_filled_from_the_engines_replay_buffer_and_nothing_is_cleared(tmp_path) -> None:
     # sglang's own publisher holds what it sent (its live socket here is one nobody hears) and answers the replay
     # socket; the gap comes on the live stream, the batches it skipped only from the replay.
-    from sglang.srt.disaggregation.kv_events import KVEventBatch, ZmqEventPublisher
-
-    got: list[KvEvent] = []
-    lock = threading.Lock()
-
-    def sink(events: list[KvEvent]) -> None:
-        with lock:
-            got.extend(events)
-
-    stream = KvEventStream(sink)
+    heard = Heard()
+    stream = KvEventStream(heard)
     live = Publisher(stream.endpoint)
     engine = ZmqEventPublisher(0, f"ipc://{tmp_path}/unheard", stream.replay_endpoint, topic=TOPIC)
     try:
         live.joined(stream)
         batches, lost = stream.num_batches, stream.num_lost
-        with lock:
-            got.clear()
+        heard.take()
         skipped = [[stored([1, 2], None, [3, 4])], [SglangBlockRemoved(block_hashes=[2], medium=StorageMedium.GPU)]]
         for events in [[AllBlocksCleared()]] * live.seq + skipped:  # the engine's numbering up to the gap
             engine.publish(KVEventBatch(ts=time.time(), events=events))
+        engine._event_queue.join()  # its thread has sent and buffered them all (as before any later live batch)
         live.send(wire([stored([5], 1, [6])]), seq=live.seq + len(skipped))
         until(lambda: stream.num_batches == batches + 1, "the batch after the gap")
         assert stream.num_lost == lost
-        with lock:
-            assert got == [BlockStored([1, 2], None, [3, 4], 1), BlockRemoved([2]), BlockStored([5], 1, [6], 1)]
+        assert heard.take() == [BlockStored([1, 2], None, [3, 4], 1), BlockRemoved([2]), BlockStored([5], 1, [6], 1)]
     finally:
         stream.stop()
         live.close()
