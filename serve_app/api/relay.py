@@ -44,7 +44,7 @@ from serve_app.replica.backend import (
     ResponseItem,
     ResponsePart,
     ResponseStart,
-    shows_output,
+    carries_output,
 )
 from serve_app.routing.backpressure import LanesFull
 from serve_app.routing.records import RouteTicket
@@ -119,7 +119,7 @@ def awaits_output(items: Sequence[ResponseItem], text_field: str) -> bool:
     head = items[0] if items else None
     if not isinstance(head, ResponseStart) or head.media_type != SSE or head.status >= 400:
         return False
-    return not any(shows_output(part, text_field) for part in items)
+    return not carries_output(items, text_field)
 
 
 async def opening(stream: EngineCall, text_field: str) -> list[ResponseItem]:

@@ -111,6 +111,11 @@ def shows_output(part: ResponseItem, text_field: str) -> bool:
     return part.error_status is not None or output_events(part.data, text_field) > 0
 
 
+def carries_output(items: Sequence[ResponseItem], text_field: str) -> bool:
+    """Whether any of `items` is a body the client must see now (`shows_output`)."""
+    return any(shows_output(item, text_field) for item in items)
+
+
 def error_response(error: OpenAIError) -> list[ResponsePart]:
     """`error` as a whole response: its status and OpenAI's error body, the bytes the ingress writes for its own."""
     return [ResponseStart(error.status, JSON), ResponseBody(error.encoded())]

@@ -34,8 +34,8 @@ from serve_app.replica.backend import (
     ReplicaLoad,
     ResponseItem,
     ResponsePart,
+    carries_output,
     joined_bodies,
-    shows_output,
 )
 from serve_app.replica.chat_slo import ChatJudge, RecentAttainment
 from serve_app.replica.pacing import paced
@@ -183,7 +183,7 @@ class Engine:
             yield [EngineError(admission.status, admission.message, admission.code, admission.retry_after_s)]
             return
         self._admitted[request.rid] = request.uncached_tokens
-        text_field = TEXT_FIELDS[request.kind]
+        text_field = TEXT_FIELDS[request.kind]  # the spacing starts at the first output, never at a chat's opening
         parts = paced(
             self._engine_stream(request), self.knobs.stream_spacing_s, lambda batch: carries_output(batch, text_field)
         )
@@ -242,9 +242,3 @@ def queued_by_tenant(pending: Mapping[str, int], tenants: Mapping[str, str]) -> 
         tenant = tenants.get(rid, DEFAULT_TENANT)
         out[tenant] = out.get(tenant, 0) + tokens
     return out
-
-
-def carries_output(parts: Sequence[ResponsePart], text_field: str) -> bool:
-    """A batch the client must see now (`shows_output`: generated output, or an error): from the next on, a stream's
-    items are spaced (`pacing`). A chat's opening event alone starts nothing, so the first token is never held."""
-    return any(shows_output(part, text_field) for part in parts)

@@ -11,8 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from serve_app.replica.backend import ResponseBody, ResponseStart
-from serve_app.replica.engine_replica import carries_output
+from serve_app.replica.backend import ResponseBody, ResponseStart, carries_output
 from serve_app.replica.pacing import paced
 
 LONG_S = 600.0
