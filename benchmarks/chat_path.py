@@ -1,10 +1,12 @@
 """Where an idle chat's first token goes: the engine itself, sglang's own HTTP server, and this app as shipped.
 
-    python -m benchmarks.chat_path [--probes 30] [--rounds 2]
+    python -m benchmarks.chat_path [--probes 30] [--followups 8] [--rounds 2]
 
-The same new chats (`loadtests.peers.idle_chat_ttfts`: one at a time, 4 tokens each, every one new), the client's
-time to the first content, on one CPU sglang engine of the peer benchmark's settings (`loadtests.peers`) running
-the plugin with the app's policy (`peers.app_policy`), reached three ways:
+The same new chats (`loadtests.peers.idle_chat_ttfts`: one at a time, 4 tokens each, every one new) and the same
+follow-ups (a new document of `DOC_TOKENS` tokens asked for a short answer, then a question on it that re-sends the
+conversation, as a plain client does: the follow-up's TTFT), the client's time to the first content, on one CPU
+sglang engine of the peer benchmark's settings (`loadtests.peers`) running the plugin with the app's policy
+(`peers.app_policy`), reached three ways:
 
 - `engine`: the engine in a process of its own, called as the app's replica calls it (`EngineThread`,
   `SglangOpenAI`: sglang's own serving classes, no HTTP, no Ray): what the engine takes;
@@ -13,7 +15,8 @@ the plugin with the app's policy (`peers.app_policy`), reached three ways:
   hop to the replica and back), over HTTP: what this app's front adds.
 
 The three take turns in rounds, the order reversed every other round. The table gives each way's p10/p50/p90 over
-every round's chats and what each adds over `engine` at the median. Writes docs/results/chat-path/.
+every round's chats, then follow-ups, and what each adds over `engine` at the median. Writes
+docs/results/chat-path/.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import requests
+
 from harness.cpu_env import cpu_sglang_env
 from harness.results import records
 from harness.sglang_engine import log_tail
@@ -40,7 +45,12 @@ from loadtests import peers, prompts
 from scheduler.sglang_plugin.env import policy_env
 
 WAYS = ("engine", "sglang server", "app")
+KINDS = ("chat", "follow-up")
 SEED = 23
+DOC_TOKENS = 12_000
+"""A follow-up's document: the peer benchmark's documents are 10-14k tokens."""
+Ttfts = dict[str, list[float]]
+"""Seconds to the first content by kind (`KINDS`)."""
 
 
 def engine_env(engine: peers.EngineSettings) -> dict[str, str]:
@@ -48,33 +58,55 @@ def engine_env(engine: peers.EngineSettings) -> dict[str, str]:
     return {**cpu_sglang_env(), **policy_env(peers.app_policy(engine, upstream=False))}
 
 
-def engine_ttfts(model: Path, cpt: float, probes: int, out: Path) -> list[float]:
+def engine_ttfts(model: Path, cpt: float, probes: tuple[int, int], out: Path) -> Ttfts:
     """`engine`: in a child process (sglang must be imported with the CPU environment set)."""
     cmd = [sys.executable, "-m", "benchmarks.chat_path", "--engine-only", str(model), "--cpt", str(cpt)]
-    cmd += ["--probes", str(probes)]
+    cmd += ["--probes", str(probes[0]), "--followups", str(probes[1])]
     with open(out / "engine.log", "w") as log:
         done = subprocess.run(cmd, env=engine_env(peers.EngineSettings()), stdout=subprocess.PIPE, stderr=log)
     if done.returncode != 0:
         raise RuntimeError(f"the in-process engine failed (rc {done.returncode}):\n{log_tail(out / 'engine.log')}")
-    return [float(x) for x in json.loads(done.stdout.decode().strip().splitlines()[-1])]
+    got = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    return {kind: [float(x) for x in got[kind]] for kind in KINDS}
 
 
-def server_ttfts(model: Path, cpt: float, probes: int, out: Path) -> list[float]:
+def server_ttfts(model: Path, cpt: float, probes: tuple[int, int], out: Path) -> Ttfts:
     engine = peers.EngineSettings()
     with LocalServer(model, engine.server_args(), engine_env(engine), out / "server.log") as server:
-        url = f"http://127.0.0.1:{server.port}"
-        name = peers.model_id(url)
-        peers.warm_up(url, name)
-        return peers.idle_chat_ttfts(url, name, cpt, SEED, probes)
+        return http_ttfts(f"http://127.0.0.1:{server.port}", cpt, probes)
 
 
-def app_ttfts(model: Path, cpt: float, probes: int, out: Path) -> list[float]:
-    with peers.app_front(model, peers.EngineSettings(), upstream=False)() as (url, name):
-        peers.warm_up(url, name)
-        return peers.idle_chat_ttfts(url, name, cpt, SEED, probes)
+def app_ttfts(model: Path, cpt: float, probes: tuple[int, int], out: Path) -> Ttfts:
+    with peers.app_front(model, peers.EngineSettings(), upstream=False)() as (url, _):
+        return http_ttfts(url, cpt, probes)
 
 
-async def _in_process(model: Path, cpt: float, probes: int) -> list[float]:
+def http_ttfts(url: str, cpt: float, probes: tuple[int, int]) -> Ttfts:
+    name = peers.model_id(url)
+    peers.warm_up(url, name)
+    chats = peers.idle_chat_ttfts(url, name, cpt, SEED, probes[0])
+    rng = random.Random(SEED)
+    followups = []
+    for i in range(probes[1]):
+        asked = document_question(i, cpt, rng)
+        body: dict[str, Any] = {"model": name, "messages": asked, "max_tokens": 8}
+        answer = requests.post(f"{url}/v1/chat/completions", json=body, timeout=600)
+        answer.raise_for_status()
+        conversation = follow_up(asked, answer.json()["choices"][0]["message"]["content"], cpt, rng)
+        followups.append(peers.first_content_s(url, name, conversation, 4))
+    return {"chat": chats, "follow-up": followups}
+
+
+def document_question(i: int, cpt: float, rng: random.Random) -> list[dict[str, str]]:
+    return [{"role": "user", "content": prompts.document(f"chat-path-{i}", DOC_TOKENS, cpt, rng) + "\nSummarise it."}]
+
+
+def follow_up(asked: list[dict[str, str]], answer: str, cpt: float, rng: random.Random) -> list[dict[str, str]]:
+    question = prompts.question(peers.IDLE_PROBE_TOKENS, cpt, rng)
+    return [*asked, {"role": "assistant", "content": answer}, {"role": "user", "content": question}]
+
+
+async def _in_process(model: Path, cpt: float, probes: tuple[int, int]) -> Ttfts:
     from serve_app.engines.sglang.engine_thread import EngineThread
     from serve_app.engines.sglang.openai_serving import SglangOpenAI
     from serve_app.replica.backend import ResponseBody
@@ -88,39 +120,56 @@ async def _in_process(model: Path, cpt: float, probes: int) -> list[float]:
     engine = await thread.build(build)
     serving = await thread.build(lambda: SglangOpenAI(engine))
 
-    async def first_content_s(i: int, content: str) -> float:
-        body = {"model": "m", "messages": [{"role": "user", "content": content}], "max_tokens": 4, "stream": True}
+    async def first_content_s(rid: str, messages: list[dict[str, str]]) -> float:
+        body = {"model": "m", "messages": messages, "max_tokens": 4, "stream": True}
         sent = time.perf_counter()
-        async for batch in thread.batches(lambda: serving.respond("chat", body, f"chat-path-{i}")):
+        async for batch in thread.batches(lambda: serving.respond("chat", body, rid)):
             if any(isinstance(p, ResponseBody) and b'"content"' in p.data for p in batch):
                 return time.perf_counter() - sent
         raise RuntimeError("a stream without content")
 
+    async def answer(rid: str, messages: list[dict[str, str]]) -> str:
+        body = {"model": "m", "messages": messages, "max_tokens": 8}
+        parts = [p async for p in thread.stream(lambda: serving.respond("chat", body, rid))]
+        data = b"".join(p.data for p in parts if isinstance(p, ResponseBody))
+        return str(json.loads(data)["choices"][0]["message"]["content"])
+
+    def question(rng: random.Random) -> list[dict[str, str]]:
+        return [{"role": "user", "content": prompts.question(peers.IDLE_PROBE_TOKENS, cpt, rng)}]
+
     try:
-        await first_content_s(-1, "hello")  # as `peers.warm_up`: the lazy paths before the clock
+        await first_content_s("warm-up", [{"role": "user", "content": "hello"}])  # the lazy paths before the clock
         rng = random.Random(SEED)
-        return [await first_content_s(i, prompts.question(peers.IDLE_PROBE_TOKENS, cpt, rng)) for i in range(probes)]
+        chats = [await first_content_s(f"chat-{i}", question(rng)) for i in range(probes[0])]
+        rng, followups = random.Random(SEED), []
+        for i in range(probes[1]):
+            asked = document_question(i, cpt, rng)
+            conversation = follow_up(asked, await answer(f"doc-{i}", asked), cpt, rng)
+            followups.append(await first_content_s(f"follow-up-{i}", conversation))
+        return {"chat": chats, "follow-up": followups}
     finally:
         engine.shutdown()
         thread.stop()
 
 
-MEASURE: dict[str, Callable[[Path, float, int, Path], list[float]]] = {
+MEASURE: dict[str, Callable[[Path, float, tuple[int, int], Path], Ttfts]] = {
     "engine": engine_ttfts,
     "sglang server": server_ttfts,
     "app": app_ttfts,
 }
 
 
-def measure(tmp: Path, rounds: int, probes: int) -> dict[str, list[float]]:
+def measure(tmp: Path, rounds: int, probes: tuple[int, int]) -> dict[str, Ttfts]:
     """Each way's TTFTs over `rounds`, the ways taking turns; the model and the logs in `tmp`."""
     model = peers.build_model(tmp, peers.EngineSettings().context_tokens)
     cpt = peers.chars_per_token(model)
-    ttfts: dict[str, list[float]] = {way: [] for way in WAYS}
+    ttfts: dict[str, Ttfts] = {way: {kind: [] for kind in KINDS} for way in WAYS}
     for r in range(rounds):
         for way in WAYS if r % 2 == 0 else WAYS[::-1]:
-            ttfts[way] += MEASURE[way](model, cpt, probes, tmp)
-            print(f"round {r + 1}, {way}: p50 {statistics.median(ttfts[way]) * 1000:.1f} ms so far")
+            for kind, got in MEASURE[way](model, cpt, probes, tmp).items():
+                ttfts[way][kind] += got
+            so_far = ", ".join(f"{k} {statistics.median(v) * 1000:.1f} ms" for k, v in ttfts[way].items() if v)
+            print(f"round {r + 1}, {way}: p50 {so_far} so far")
     return ttfts
 
 
@@ -133,20 +182,28 @@ def percentiles(values: list[float]) -> tuple[float, float, float]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.chat_path", description=__doc__.split("\n\n")[0])
     ap.add_argument("--probes", type=int, default=30, help="Chats a way, a round.")
+    ap.add_argument("--followups", type=int, default=8, help="Follow-ups (each after its document) a way, a round.")
     ap.add_argument("--rounds", type=int, default=2, help="Rounds: each way once a round, the order reversed.")
     args = ap.parse_args(argv)
-    print(f"{args.rounds} rounds of {args.probes} new chats (4 tokens) a way, one at a time; TTFT at the client")
+    if args.probes < 2 or args.followups < 2:
+        ap.error("--probes and --followups: at least 2 (the table's percentiles)")
+    print(
+        f"{args.rounds} rounds of {args.probes} new chats (4 tokens) and {args.followups} follow-ups (a question on a "
+        f"{DOC_TOKENS}-token document, re-sending it) a way, one at a time; TTFT at the client"
+    )
     with tempfile.TemporaryDirectory(prefix="chat-path-") as folder:
-        ttfts = measure(Path(folder), args.rounds, args.probes)
-    base = statistics.median(ttfts["engine"])
-    print("\n| way | chats | TTFT p10 (ms) | p50 (ms) | p90 (ms) | p50 over `engine` (ms) |")
-    print("| --- | --- | --- | --- | --- | --- |")
-    for way in WAYS:
-        p10, p50, p90 = percentiles(ttfts[way])
-        print(
-            f"| {way} | {len(ttfts[way])} | {p10 * 1000:.1f} | {p50 * 1000:.1f} | {p90 * 1000:.1f} | "
-            f"{(p50 - base) * 1000:+.1f} |"
-        )
+        ttfts = measure(Path(folder), args.rounds, (args.probes, args.followups))
+    print("\n| what | way | requests | TTFT p10 (ms) | p50 (ms) | p90 (ms) | p50 over `engine` (ms) |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for kind in KINDS:
+        base = statistics.median(ttfts["engine"][kind])
+        for way in WAYS:
+            got = ttfts[way][kind]
+            p10, p50, p90 = percentiles(got)
+            print(
+                f"| {kind} | {way} | {len(got)} | {p10 * 1000:.1f} | {p50 * 1000:.1f} | {p90 * 1000:.1f} | "
+                f"{(p50 - base) * 1000:+.1f} |"
+            )
     return 0
 
 
@@ -156,8 +213,9 @@ def engine_only(argv: list[str]) -> int:
     ap.add_argument("--engine-only", type=Path, required=True)
     ap.add_argument("--cpt", type=float, required=True)
     ap.add_argument("--probes", type=int, required=True)
+    ap.add_argument("--followups", type=int, required=True)
     args = ap.parse_args(argv)
-    print(json.dumps(asyncio.run(_in_process(args.engine_only, args.cpt, args.probes))))
+    print(json.dumps(asyncio.run(_in_process(args.engine_only, args.cpt, (args.probes, args.followups)))))
     return 0
 
 

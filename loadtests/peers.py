@@ -423,13 +423,11 @@ IDLE_PROBES = 20
 IDLE_PROBE_TOKENS = 40
 
 
-def first_content_s(url: str, model: str, content: str, max_tokens: int) -> float:
-    """Seconds from sending one streamed chat completion to its first content, as the client sees it."""
-    body: dict[str, Any] = {
-        "model": model,
-        "messages": [{"role": "user", "content": content}],
-        "max_tokens": max_tokens,
-    }
+def first_content_s(url: str, model: str, content: str | list[dict[str, str]], max_tokens: int) -> float:
+    """Seconds from sending one streamed chat completion to its first content, as the client sees it; `content`:
+    the user's one message, or the whole conversation."""
+    messages = [{"role": "user", "content": content}] if isinstance(content, str) else content
+    body: dict[str, Any] = {"model": model, "messages": messages, "max_tokens": max_tokens}
     sent = time.perf_counter()
     with requests.post(f"{url}/v1/chat/completions", json={**body, "stream": True}, stream=True, timeout=600) as r:
         r.raise_for_status()

@@ -18,6 +18,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from harness.tiny_model import TinyModelSpec, build_tiny_model
 from serve_app.engines.sglang import given_ids
@@ -149,13 +151,14 @@ def completion(prompt: Any = "w1 w2 ünïcode 🦊", **fields: Any) -> dict[str,
     return {"model": "m", "prompt": prompt, "max_tokens": 1, **fields}
 
 
-def ingress_ids(model_dir: str, kind: str, body: dict[str, Any]) -> list[int]:
-    """What the ingress sends for this body (`ChatEndpoint` / `CompletionsEndpoint.prompt_ids`)."""
+def ingress_ids(model_dir: str, kind: str, body: dict[str, Any], tokenizer: HFTokenizer | None = None) -> list[int]:
+    """What the ingress sends for this body (`ChatEndpoint` / `CompletionsEndpoint.prompt_ids`); `tokenizer`: the
+    ingress's, with what it remembers from earlier requests (a new one if none)."""
     from serve_app.api.endpoints import CHAT as CHAT_ENDPOINT
     from serve_app.api.endpoints import COMPLETIONS
 
     endpoint = CHAT_ENDPOINT if kind == "chat" else COMPLETIONS
-    return list(endpoint.prompt_ids(body, HFTokenizer(model_dir)))
+    return list(endpoint.prompt_ids(body, tokenizer or HFTokenizer(model_dir)))
 
 
 # --- the ids reach sglang's generate call; sglang's tokenizer is not called ---
@@ -305,6 +308,80 @@ def test_the_ingress_chat_ids_are_sglangs(published: Any, messages: list[dict[st
     assert given_ids.given_prompt("chat", body, request, [1]) is not None  # plain
     sglang_ids = serving._process_messages(request, is_multimodal=False).prompt_ids
     assert ingress_ids(published.model_path, "chat", body) == list(sglang_ids)
+
+
+def test_a_conversation_sent_again_still_gets_sglangs_ids(published: Any) -> None:
+    """One ingress tokenizer over a conversation's requests, each re-sending the history: the later ones take the
+    earlier turns' ids from what the tokenizer remembers, and every one is still exactly sglang's."""
+    from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest
+    from sglang.srt.entrypoints.openai.serving_chat import OpenAIServingChat
+
+    engine = engine_for(published)
+    serving = OpenAIServingChat(engine.tokenizer_manager, engine.template_manager)  # type: ignore[arg-type]
+    tokenizer = HFTokenizer(published.model_path)
+    history: list[dict[str, Any]] = [{"role": "user", "content": "Document. " + "w1 w2 ünï </s> " * 300}]
+    for answer, question in [("w3 w4", "and w5?"), ("<s> é", "日本語 w6"), ("", "w7")]:
+        body = chat(history)
+        sglang_ids = serving._process_messages(ChatCompletionRequest.model_validate(body), is_multimodal=False)
+        assert ingress_ids(published.model_path, "chat", body, tokenizer) == list(sglang_ids.prompt_ids)
+        history = [*history, {"role": "assistant", "content": answer}, {"role": "user", "content": question}]
+
+
+class CountingBackend:
+    """A tokenizers backend that records the texts it is asked to encode."""
+
+    def __init__(self, backend: Any) -> None:
+        self._backend = backend
+        self.encoded: list[str] = []
+
+    def encode_batch(self, texts: list[str], **kwargs: Any) -> Any:
+        self.encoded += texts
+        return self._backend.encode_batch(texts, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._backend, name)
+
+
+def test_a_follow_up_on_a_document_does_not_tokenize_the_document_again(model_dir: Path) -> None:
+    tokenizer = HFTokenizer(str(model_dir))
+    backend = CountingBackend(tokenizer._tok._tokenizer)
+    tokenizer._tok._tokenizer = backend
+    document = "Document 7. " + "w1 w2 the quick brown fox " * 400
+    asked = [{"role": "user", "content": document}]
+    tokenizer.chat_ids(asked)
+    assert any("quick brown fox" in text for text in backend.encoded)  # the first request encodes it
+    backend.encoded.clear()
+    follow_up = [*asked, {"role": "assistant", "content": "w3"}, {"role": "user", "content": "and w9?"}]
+    ids = tokenizer.chat_ids(follow_up)
+    assert backend.encoded and not any("quick brown fox" in text for text in backend.encoded)
+    assert ids == tokenizer._tok.encode(tokenizer.render_chat(follow_up), add_special_tokens=False)
+
+
+PIECES = ["w1", "w2", " ", "  ", "\n", "\t", "é", "日本語", "🦊", ":", "</s>", "<s>", "<unk>", "<pad>", "{", "'s"]
+texts_st = st.lists(st.sampled_from(PIECES), max_size=12).map("".join)
+messages_st = st.fixed_dictionaries({"role": st.sampled_from(["system", "user", "assistant"]), "content": texts_st})
+conversations_st = st.lists(messages_st, min_size=1, max_size=6)
+
+
+@given(conversations=st.lists(conversations_st, min_size=1, max_size=3))
+@settings(max_examples=60, deadline=None)
+def test_the_remembered_segments_never_change_the_ids(model_dir: Path, conversations: list[Any]) -> None:
+    """Whatever was tokenized before (every prefix of each conversation, in turn, on one tokenizer), a chat's ids
+    are those of one encode of its whole rendered prompt."""
+    tokenizer = _shared_tokenizer(model_dir)
+    for conversation in conversations:
+        for end in range(1, len(conversation) + 1):
+            messages = conversation[:end]
+            whole = tokenizer._tok.encode(tokenizer.render_chat(messages), add_special_tokens=False)
+            assert tokenizer.chat_ids(messages) == whole
+
+
+_TOKENIZERS: dict[Path, HFTokenizer] = {}
+
+
+def _shared_tokenizer(model_dir: Path) -> HFTokenizer:
+    """One tokenizer per model across the property's examples, so each example meets what earlier ones left."""
+    return _TOKENIZERS.setdefault(model_dir, HFTokenizer(str(model_dir)))
 
 
 @pytest.mark.parametrize("prompt", ["w1 w2", "ünïcode 🦊 日本語", "  spaced\n\ttabs  ", "</s> <s> literal specials"])
