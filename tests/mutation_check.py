@@ -131,8 +131,8 @@ MUTANTS = [
     _r("P6", "od[p] = od.get(p, UNFINISHED)", "od[p] = 0.0", "a prompt in flight counts as cached", PREFIXES),
     _r(
         "R14",
-        "else (not c.busy(pinned, pinned_cls) or not better)",
-        "else (not c.busy(pinned, pinned_cls))",
+        "stays = not c.busy(pinned, pinned_cls) or not better",
+        "stays = not c.busy(pinned, pinned_cls)",
         "gives way to worse",
     ),
     _r("R15", "if now_s - rec.last_used_s <= knobs.session_ttl_s:", "if True:", "sessions never expire"),
@@ -163,9 +163,9 @@ MUTANTS = [
     _r("R21", "and c.faster(v, pinned)]", "]", "a follow-up leaves its cache for a slower first token"),
     _r(
         "R24",
-        "pinned_cls is TrafficClass.SHORT\n                    and c.behind_document(pinned)",
-        "False\n                    and c.behind_document(pinned)",
-        "a chat stays beside a document while another replica would answer sooner",
+        "stays = not c.busy(pinned, pinned_cls) or not better",
+        "stays = not better",
+        "a chat leaves its cache for a faster replica while its first token there is within the target",
     ),
     _r(
         "R22",
