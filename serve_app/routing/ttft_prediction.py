@@ -75,18 +75,18 @@ def prefill_drain_s(load: ReplicaLoad, uncached_tokens: int) -> float | None:
 
 
 def with_engine_rate(loads: Mapping[str, ReplicaLoad]) -> dict[str, ReplicaLoad]:
-    """The loads with one prefill rate, the highest any of them published, where they publish one (0: none stays 0).
+    """The loads with one prefill rate, the highest any of them published (where none has, all stay at 0: the
+    rules fall back to counts).
 
     The replicas of one deployment run one engine on one kind of device: what their measured rates differ by is the
     passes they happened to run. sglang times each prefill pass whole, so a replica that prefilled only chats (tens of
     tokens a pass, each carrying the pass's fixed cost) measures a fraction of the rate of one that prefilled
     documents (on the CPU engines, 2,200 against 4,800 tokens/s), looks twice as slow for the next document, and
-    that document joins the replica already prefilling one. A fresh sglang replica's prior
-    (`load_snapshot.PRIOR_PREFILL_TOK_PER_S`) gives way to what its peers measured."""
+    that document joins the replica already prefilling one. A fresh sglang replica, which has measured nothing yet
+    (`load_snapshot.PrefillRate`), is placed at what its peers measured."""
     rate = max((ld.prefill_tok_per_s for ld in loads.values()), default=0.0)
     return {
-        rid: ld if ld.prefill_tok_per_s in (0.0, rate) else replace(ld, prefill_tok_per_s=rate)
-        for rid, ld in loads.items()
+        rid: ld if ld.prefill_tok_per_s == rate else replace(ld, prefill_tok_per_s=rate) for rid, ld in loads.items()
     }
 
 

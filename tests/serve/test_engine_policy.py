@@ -239,11 +239,11 @@ def test_a_limit_sglang_sizes_from_memory_comes_back_from_the_plugin_and_the_lim
 
 def test_the_load_carries_the_wait_bound_the_plugin_reports():
     policy = PolicyConfig(ttft_target_s=0.6)
-    load = replica_load([], PrefillRate(1000.0), 0.0, policy, 8192)
+    load = replica_load([], PrefillRate(), 0.0, policy, 8192)
     assert load.wait_pass_s == wait_pass_seconds(policy) == 0.3  # before the plugin reports: no engine figures
     states = [{"wait_pass_s": 0.21}, None, {"status": "active"}, {"wait_pass_s": 0.27}]
-    assert replica_load([], PrefillRate(1000.0), 0.0, policy, 8192, plugin_states=states).wait_pass_s == 0.27
-    assert replica_load([], PrefillRate(1000.0), 0.0, policy, 8192, plugin_states=[{"wait_pass_s": 0}]).wait_pass_s == 0
+    assert replica_load([], PrefillRate(), 0.0, policy, 8192, plugin_states=states).wait_pass_s == 0.27
+    assert replica_load([], PrefillRate(), 0.0, policy, 8192, plugin_states=[{"wait_pass_s": 0}]).wait_pass_s == 0
 
 
 # -- the replica's environment, below the user's overrides ---------------------------------------------------------

@@ -90,6 +90,25 @@ def test_documents_spread_where_the_engines_bound_a_chats_wait_and_gather_where_
         assert LanePolicy().decide("d", hint("doc", 12_000), views, T0).replica_id == chosen
 
 
+def test_fresh_engines_spread_the_first_documents_and_a_fresh_one_gets_its_peers_rate() -> None:
+    # sglang engines that have prefilled nothing, as they publish their load (no rate measured, the plugin's wait
+    # bound 0 before its fit): the first two documents go one to each replica (by counts), not both to one while the
+    # other is kept free for chats on a guessed rate.
+    fresh = replica_load([], PrefillRate(), 0.0, PolicyConfig(), 2048, plugin_states=[{"wait_pass_s": 0.0}])
+    views = [view("R1", fresh), view("R2", fresh)]
+    p = LanePolicy()
+    first = p.decide("d1", hint("doc1", 12_000), views, T0).replica_id
+    second = p.decide("d2", hint("doc2", 12_000), views, T0 + 0.01).replica_id
+    assert {first, second} == {"R1", "R2"}
+    # A fresh replica beside one that measured is placed at the measured rate: a document that would make a chat
+    # wait past the target beside the measured replica's document goes to the fresh one, and chats go where a
+    # chat is predicted sooner.
+    measured = view("R1", load(12_000, prefill_tok_per_s=4000.0, wait_pass_s=0.25))
+    views = [measured, view("R2", fresh)]
+    assert LanePolicy().decide("d3", hint("doc3", 12_000), views, T0).replica_id == "R2"
+    assert LanePolicy().decide("c", hint("chat", 40), views, T0).replica_id == "R2"
+
+
 def test_the_chat_a_document_leaves_room_for_is_the_p99_of_the_chats_routed_lately() -> None:
     # The engines' class bound is 2,048 tokens; R1 prefills a document with chunk passes (0.35 s). A chat of the
     # bound's size would miss the target even on an idle replica beside a new document, one of 100 tokens would not.
@@ -126,11 +145,11 @@ def test_both_backends_publish_the_same_figures_for_the_same_policy() -> None:
     assert wait_pass_tokens(ours.with_overrides(quiet_pass_tokens=1024), 2048) == 1024
 
 
-def test_the_prefill_rate_is_the_prior_until_measured_then_the_windows_rate() -> None:
-    rate = PrefillRate(prior_tok_per_s=1000.0, window_s=10.0, min_tokens=2048)
+def test_the_prefill_rate_is_none_until_measured_then_the_windows_rate() -> None:
+    rate = PrefillRate(window_s=10.0, min_tokens=2048)
     rate.observe(0.0, 0, 0)
     rate.observe(1.0, 1000, 100_000)  # too little prefilled to measure
-    assert (rate.tok_per_s, rate.measured) == (1000.0, False)
+    assert (rate.tok_per_s, rate.measured) == (0.0, False)
     rate.observe(2.0, 5000, 1_000_000)  # 5,000 tokens in 1 s of prefill work
     assert rate.tok_per_s == 5000.0
     rate.observe(30.0, 5000, 1_000_000)  # idle since: what was measured stands
@@ -154,10 +173,10 @@ def test_sglang_load_snapshots_make_the_published_load() -> None:
             total_prefill_busy_us=busy_us,
         )
 
-    rate = PrefillRate(prior_tok_per_s=1000.0)
+    rate = PrefillRate()
     policy = PolicyConfig()
     first = replica_load([snap(0, 0)], rate, 0.0, policy, 2048)
-    assert (first.prefill_tok_per_s, first.prefill_tokens, first.num_decoding) == (1000.0, 9000, 2)
+    assert (first.prefill_tok_per_s, first.prefill_tokens, first.num_decoding) == (0.0, 9000, 2)
     ld = replica_load([snap(8000, 2_000_000)], rate, 1.0, policy, 2048)
     assert (ld.prefill_tok_per_s, ld.pass_tokens, ld.interactive_pass_tokens, ld.short_first) == (
         4000.0,

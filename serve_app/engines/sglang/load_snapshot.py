@@ -4,7 +4,8 @@ The rate is measured from its cumulative prefill counters (uncached tokens per s
 sglang's scheduler counts, in every load snapshot, the uncached tokens its prefill passes took
 (`total_prefill_uncached_tokens`) and the time those passes ran (`total_prefill_busy_us`, per-pass overhead
 included). The rate over the last `window_s` is what a replica publishes to routers; until enough tokens have
-been prefilled to measure it (a fresh engine), the configured prior stands in.
+been prefilled to measure it (a fresh engine), it publishes none (0): the router then gives it the rate its peers
+measured, and where none has (every engine fresh) places by counts (`serve_app.routing.ttft_prediction`).
 """
 
 from __future__ import annotations
@@ -24,16 +25,12 @@ from serve_app.routing.ttft_prediction import (
 )
 
 WINDOW_S = 60.0
-PRIOR_PREFILL_TOK_PER_S = 1000.0
-"""What a fresh engine publishes until it has measured its rate: low, so its predicted TTFTs err long (a GPU
-prefills tens of thousands of tokens a second; the tiny CPU model a few thousand)."""
 MIN_MEASURED_TOKENS = 2048
 """Fewer prefilled tokens than this in the window measure too little (a few short passes): keep what was known."""
 
 
 @dataclass
 class PrefillRate:
-    prior_tok_per_s: float
     window_s: float = WINDOW_S
     min_tokens: int = MIN_MEASURED_TOKENS
     _samples: deque[tuple[float, int, int]] = field(default_factory=deque)
@@ -53,8 +50,10 @@ class PrefillRate:
 
     @property
     def tok_per_s(self) -> float:
-        """The measured rate, or the prior until there is one."""
-        return self._measured if self._measured is not None else self.prior_tok_per_s
+        """The measured rate; 0 (none) until there is one. A guessed rate would be a guess about the device: a
+        low one made every fresh engine predict a chat's wait behind a document past the TTFT target, so the
+        router kept one replica free for chats and the first documents all went to the other."""
+        return self._measured if self._measured is not None else 0.0
 
     @property
     def measured(self) -> bool:

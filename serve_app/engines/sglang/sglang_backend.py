@@ -51,7 +51,7 @@ from serve_app.config import (
 )
 from serve_app.engines.sglang.engine_thread import EngineThread
 from serve_app.engines.sglang.kv_events import KvEventStream
-from serve_app.engines.sglang.load_snapshot import PRIOR_PREFILL_TOK_PER_S, PendingPrefill, PrefillRate, replica_load
+from serve_app.engines.sglang.load_snapshot import PendingPrefill, PrefillRate, replica_load
 from serve_app.engines.sglang.openai_serving import SglangOpenAI
 from serve_app.replica.backend import (
     EngineCapacity,
@@ -98,7 +98,7 @@ class SglangBackend:
         self._openai: SglangOpenAI | None = None
         self._load = ReplicaLoad(ready=False)
         """Not ready until the first snapshot of a started engine: routers send a loading replica nothing."""
-        self._rate = PrefillRate(PRIOR_PREFILL_TOK_PER_S)
+        self._rate = PrefillRate()
         self._pending = PendingPrefill()
         self._policy_state: list[Any] = []
         self._load_task: asyncio.Task[None] | None = None
