@@ -163,6 +163,23 @@ def test_a_missed_or_undecodable_batch_clears_what_was_held() -> None:
     assert not Path(stream.endpoint.removeprefix("ipc://")).exists()
 
 
+def test_the_endpoints_folder_goes_with_the_last_stream_of_the_process() -> None:
+    # Serve ends a replica's process without its exit handlers: the folder goes when its streams stop.
+    first, second = KvEventStream(Heard()), KvEventStream(Heard())
+    folder = Path(first.endpoint.removeprefix("ipc://")).parent
+    assert Path(second.endpoint.removeprefix("ipc://")).parent == folder
+    first.stop()
+    first.stop()  # twice counts once
+    assert folder.is_dir()  # the second stream's endpoints are in it
+    second.stop()
+    assert not folder.exists()
+    third = KvEventStream(Heard())  # a later engine start gets a new one
+    try:
+        assert Path(third.endpoint.removeprefix("ipc://")).parent.is_dir()
+    finally:
+        third.stop()
+
+
 def test_a_gap_is_filled_from_the_engines_replay_buffer_and_nothing_is_cleared(tmp_path) -> None:
     # sglang's own publisher holds what it sent (its live socket here is one nobody hears) and answers the replay
     # socket; the gap comes on the live stream, the batches it skipped only from the replay.

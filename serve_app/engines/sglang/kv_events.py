@@ -61,11 +61,14 @@ EventSink = Callable[[list[KvEvent]], None]
 
 _private_dir: Path | None = None
 _private_dir_lock = threading.Lock()
+_private_dir_users = 0
+"""Streams of this process whose endpoints are in `_private_dir` now."""
 
 
 def private_dir() -> Path:
-    """This process's directory for its engines' endpoints: one for the process's life (a replica killed hard leaves
-    one directory behind, not one per engine start), removed at exit."""
+    """This process's directory for its engines' endpoints, removed when its last stream stops (`release_private_dir`)
+    and at exit: Serve ends a replica's process without running its exit handlers, after the replica's shutdown
+    has stopped its stream."""
     global _private_dir
     with _private_dir_lock:
         if _private_dir is None or not _private_dir.is_dir():
@@ -76,6 +79,23 @@ def private_dir() -> Path:
             atexit.register(shutil.rmtree, path, ignore_errors=True)
             _private_dir = Path(path)
         return _private_dir
+
+
+def _use_private_dir() -> Path:
+    global _private_dir_users
+    with _private_dir_lock:
+        _private_dir_users += 1
+    return private_dir()
+
+
+def _release_private_dir() -> None:
+    """One stream less; the last one out removes the directory (empty by then: each stream unlinks its sockets)."""
+    global _private_dir, _private_dir_users
+    with _private_dir_lock:
+        _private_dir_users -= 1
+        if _private_dir_users == 0 and _private_dir is not None:
+            shutil.rmtree(_private_dir, ignore_errors=True)
+            _private_dir = None
 
 
 def engine_kv_events_config(endpoint: str, replay_endpoint: str) -> str:
@@ -112,8 +132,8 @@ class KvEventStream:
 
     def __init__(self, sink: EventSink) -> None:
         self._sink = sink
-        name = uuid.uuid4().hex[:16]
-        self._path, self._replay_path = private_dir() / f"events-{name}", private_dir() / f"replay-{name}"
+        name, folder = uuid.uuid4().hex[:16], _use_private_dir()
+        self._path, self._replay_path = folder / f"events-{name}", folder / f"replay-{name}"
         self.endpoint, self.replay_endpoint = f"ipc://{self._path}", f"ipc://{self._replay_path}"
         self.num_batches = 0
         self.num_lost = 0
@@ -200,7 +220,9 @@ class KvEventStream:
         logger.warning("sglang KV events: %s; the replica publishes nothing it held before", why)
 
     def stop(self) -> None:
-        """Stop the thread and remove the endpoint (the engine is stopped or stopping)."""
+        """Stop the thread and remove the endpoint (the engine is stopped or stopping). Once: later calls do nothing."""
+        if self._stopping.is_set():
+            return
         self._stopping.set()
         self._thread.join(timeout=5)
         if self._thread.is_alive():  # stuck in the sink: close its socket from here
@@ -209,3 +231,4 @@ class KvEventStream:
             self._ctx.term()
         for path in (self._path, self._replay_path):  # sglang's sockets, left behind when its engine did not close them
             path.unlink(missing_ok=True)
+        _release_private_dir()
