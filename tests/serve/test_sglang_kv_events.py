@@ -20,6 +20,7 @@ from sglang.srt.disaggregation.kv_events import BlockRemoved as SglangBlockRemov
 from sglang.srt.disaggregation.kv_events import BlockStored as SglangBlockStored
 
 from serve_app.config import AppConfig, ConfigError, EngineKnobs, validate
+from serve_app.engines.sglang import kv_events
 from serve_app.engines.sglang.kv_events import TOPIC, KvEventStream, to_kv_events
 from serve_app.engines.sglang.sglang_backend import SglangBackend
 from serve_app.replica.held_prefixes import AllCleared, BlockRemoved, BlockStored, KvEvent
@@ -163,8 +164,11 @@ def test_a_missed_or_undecodable_batch_clears_what_was_held() -> None:
     assert not Path(stream.endpoint.removeprefix("ipc://")).exists()
 
 
-def test_the_endpoints_folder_goes_with_the_last_stream_of_the_process() -> None:
-    # Serve ends a replica's process without its exit handlers: the folder goes when its streams stop.
+def test_the_endpoints_folder_goes_with_the_last_stream_of_the_process(monkeypatch) -> None:
+    # Serve ends a replica's process without its exit handlers: the folder goes when its streams stop. This test
+    # process may hold other tests' streams: it counts from none.
+    monkeypatch.setattr(kv_events, "_private_dir", None)
+    monkeypatch.setattr(kv_events, "_private_dir_users", 0)
     first, second = KvEventStream(Heard()), KvEventStream(Heard())
     folder = Path(first.endpoint.removeprefix("ipc://")).parent
     assert Path(second.endpoint.removeprefix("ipc://")).parent == folder
