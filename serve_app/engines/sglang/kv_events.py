@@ -66,9 +66,9 @@ _private_dir_users = 0
 
 
 def private_dir() -> Path:
-    """This process's directory for its engines' endpoints, removed when its last stream stops (`release_private_dir`)
-    and at exit: Serve ends a replica's process without running its exit handlers, after the replica's shutdown
-    has stopped its stream."""
+    """This process's directory for its engines' endpoints. It is removed when its last stream stops
+    (`_release_private_dir`), since Serve ends a replica's process without running its exit handlers (but only after
+    the replica's shutdown has stopped its stream), and at exit."""
     global _private_dir
     with _private_dir_lock:
         if _private_dir is None or not _private_dir.is_dir():
