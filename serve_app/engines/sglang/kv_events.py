@@ -65,12 +65,13 @@ _private_dir_users = 0
 """Streams of this process whose endpoints are in `_private_dir` now."""
 
 
-def private_dir() -> Path:
-    """This process's directory for its engines' endpoints. It is removed when its last stream stops
-    (`_release_private_dir`), since Serve ends a replica's process without running its exit handlers (but only after
-    the replica's shutdown has stopped its stream), and at exit."""
-    global _private_dir
+def _use_private_dir() -> Path:
+    """This process's directory for its engines' endpoints, with one more stream using it. It is removed when its
+    last stream stops (`_release_private_dir`), since Serve ends a replica's process without running its exit
+    handlers (but only after the replica's shutdown has stopped its stream), and at exit."""
+    global _private_dir, _private_dir_users
     with _private_dir_lock:
+        _private_dir_users += 1
         if _private_dir is None or not _private_dir.is_dir():
             path = tempfile.mkdtemp(prefix="fairshare-kv-")
             if len(path) > MAX_IPC_PATH:
@@ -79,13 +80,6 @@ def private_dir() -> Path:
             atexit.register(shutil.rmtree, path, ignore_errors=True)
             _private_dir = Path(path)
         return _private_dir
-
-
-def _use_private_dir() -> Path:
-    global _private_dir_users
-    with _private_dir_lock:
-        _private_dir_users += 1
-    return private_dir()
 
 
 def _release_private_dir() -> None:

@@ -34,7 +34,7 @@ class PrefillRate:
     window_s: float = WINDOW_S
     min_tokens: int = MIN_MEASURED_TOKENS
     _samples: deque[tuple[float, int, int]] = field(default_factory=deque)
-    _measured: float | None = None
+    _measured: float = 0.0
 
     def observe(self, now_s: float, total_tokens: int, total_busy_us: int) -> None:
         """One reading of the cumulative counters."""
@@ -53,11 +53,7 @@ class PrefillRate:
         """The measured rate; 0 (none) until there is one. A guessed rate would be a guess about the device: a
         low one made every fresh engine predict a chat's wait behind a document past the TTFT target, so the
         router kept one replica free for chats and the first documents all went to the other."""
-        return self._measured if self._measured is not None else 0.0
-
-    @property
-    def measured(self) -> bool:
-        return self._measured is not None
+        return self._measured
 
 
 @dataclass
