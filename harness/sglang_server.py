@@ -17,6 +17,20 @@ from pathlib import Path
 
 from harness.net import free_port, http_json
 
+PORT_TAKEN = "address already in use"
+"""In the server's log when its HTTP port was taken between the probe and the bind (the server binds it only once the
+engine is up, seconds later, and other processes bind random ports meanwhile). The server does not exit then: its
+engine processes live on, so the log is what tells."""
+
+
+START_ATTEMPTS = 3
+"""Starts on a fresh free port, when the port the server was given by probe was taken before it bound it."""
+
+
+class PortTaken(RuntimeError):
+    """The server could not bind its HTTP port."""
+
+
 PLUGIN_START_LINE = "long_prefill_token_threshold="
 """In the fairshare plugin's start-up line, logged once by every scheduler process it attaches to."""
 
@@ -50,8 +64,10 @@ class LocalServer:
         cwd: Path | None = None,
     ) -> None:
         """`cwd`: the server's working directory, first on its import path (``python -m`` puts it there)."""
+        self.port_is_chosen = port is None
         self.port = port or free_port()
-        self.command = launch_server_command(model_path, self.port, args)
+        self.model_path = model_path
+        self.args = args
         self.env = env
         self.log_path = log_path
         self.startup_timeout_s = startup_timeout_s
@@ -65,7 +81,23 @@ class LocalServer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    @property
+    def command(self) -> list[str]:
+        return launch_server_command(self.model_path, self.port, self.args)
+
     def start(self) -> None:
+        """Start the server and wait until it is ready; on a fresh port when the probed one was taken meanwhile."""
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                self._start_once()
+                return
+            except PortTaken:
+                if not self.port_is_chosen or attempt == START_ATTEMPTS:
+                    raise
+                self.port = free_port()
+        raise AssertionError("unreachable")
+
+    def _start_once(self) -> None:
         with self.log_path.open("w") as log:
             self.proc = subprocess.Popen(
                 self.command, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=self.cwd
@@ -83,6 +115,8 @@ class LocalServer:
                 raise RuntimeError(
                     f"sglang exited with code {self.proc.returncode} while starting; log tail:\n{self.log_tail()}"
                 )
+            if PORT_TAKEN in self.log_text().lower():
+                raise PortTaken(f"port {self.port} was taken before sglang bound it; log tail:\n{self.log_tail()}")
             try:
                 conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
                 conn.request("GET", "/health")

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 import torch
 from setuptools import find_packages
 
-from harness.cpu_env import REPO_ROOT, cpu_sglang_env
+from harness import net, sglang_server
+from harness.cpu_env import CPU_SERVER_ARGS, REPO_ROOT, cpu_sglang_env
 from harness.sgl_kernel_standin import sgl_kernel
 from harness.sglang_engine import run_engine
 from harness.sglang_server import PLUGIN_START_LINE
@@ -70,3 +73,19 @@ def test_in_process_engine_with_priority_scheduling_runs_the_policy(tiny_model_d
     assert records[0]["admitted"][0][0] == "doc" and ["q", 20] in records[0]["admitted"]
     assert sum(t for r in records for rid, t in r["admitted"] if rid == "doc") == 600
     assert any(g[0] == "doc" and g[2] for r in records for g in r["grants"])  # the policy cut the document
+
+
+@pytest.mark.sglang_cpu
+@pytest.mark.timeout(1200)
+def test_a_server_whose_probed_port_is_taken_before_it_binds_starts_on_another(tiny_model_dir, tmp_path, monkeypatch):
+    """The server binds its HTTP port only once the engine is up; another process can take the port meanwhile
+    (CI saw it). The harness must then start it again on a fresh port, not fail the tests that needed it."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        probes = iter([taken.getsockname()[1], net.free_port()])
+        monkeypatch.setattr(sglang_server, "free_port", lambda: next(probes))
+        server = sglang_server.LocalServer(tiny_model_dir, CPU_SERVER_ARGS, cpu_sglang_env(), tmp_path / "s.log")
+        with server:
+            assert server.port != taken.getsockname()[1]
+            assert server.request("GET", "/v1/models")["data"], server.log_tail()
