@@ -8,6 +8,7 @@ was given (sglang is imported only then: the import takes seconds).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from collections.abc import Sequence
@@ -59,9 +60,9 @@ class FakeSglangEngine:
             self.publisher.shutdown()
 
 
-def isolate_replica(monkeypatch: Any) -> None:
+def isolate_replica(monkeypatch: Any) -> list[Any]:
     """Outside Serve: an `Engine` replica whose sglang is `FakeSglangEngine`; the `FAIRSHARE_*` variables the backend
-    exports for the policy stay inside the test."""
+    exports for the policy stay inside the test. Returns the backends the replicas make, for `release_backends`."""
     from types import SimpleNamespace
 
     from serve_app.engines.sglang.sglang_backend import SglangBackend
@@ -72,6 +73,18 @@ def isolate_replica(monkeypatch: Any) -> None:
     FakeSglangEngine.policy_state = {}
     ctx = SimpleNamespace(replica_tag="Engine#r0", rank=SimpleNamespace(rank=0), world_size=1)
     monkeypatch.setattr(engine_replica.serve, "get_replica_context", lambda: ctx)
-    monkeypatch.setattr(
-        engine_replica, "make_backend", lambda cfg, knobs: SglangBackend(cfg, knobs, engine_factory=FakeSglangEngine)
-    )
+    made: list[SglangBackend] = []
+
+    def make_backend(cfg: Any, knobs: Any) -> SglangBackend:
+        made.append(SglangBackend(cfg, knobs, engine_factory=FakeSglangEngine))
+        return made[-1]
+
+    monkeypatch.setattr(engine_replica, "make_backend", make_backend)
+    return made
+
+
+def release_backends(backends: Sequence[Any]) -> None:
+    """Stop what a test's backends left running (a replica outside Serve is never shut down): each engine start's
+    KV-event subscriber (a thread, a socket, the process's endpoint folder) and its engine loop thread."""
+    for backend in backends:
+        asyncio.run(backend.shutdown())

@@ -36,7 +36,7 @@ from serve_app.replica.backend import EngineCapacity
 from serve_app.replica.engine_replica import backpressure_limits
 from serve_app.routing.ttft_prediction import wait_pass_seconds
 from tests.hypothesis_budget import examples
-from tests.serve.fake_sglang import FakeSglangEngine, isolate_replica
+from tests.serve.fake_sglang import FakeSglangEngine, isolate_replica, release_backends
 
 pytestmark = pytest.mark.filterwarnings("ignore:coroutine .*__del__' was never awaited:RuntimeWarning")
 
@@ -73,7 +73,9 @@ def started_scheduler(kwargs: dict[str, Any], env: dict[str, str]) -> SimpleName
 
 @pytest.fixture
 def isolated(monkeypatch):
-    isolate_replica(monkeypatch)
+    backends = isolate_replica(monkeypatch)
+    yield
+    release_backends(backends)
 
 
 def started_replica(args: dict[str, Any], user_config: dict[str, Any]) -> Any:

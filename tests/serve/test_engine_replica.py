@@ -26,7 +26,7 @@ from serve_app.replica import chat_slo
 from serve_app.replica.backend import JSON, SSE, EngineError, OpenAIRequest, ReplicaLoad, ResponseBody, ResponseStart
 from serve_app.routing.records import Lane, RouteDecision, RouteHint, RouteReason, RouteTicket
 from serve_app.tokenizer import ApproxTokenizer
-from tests.serve.fake_sglang import FakeSglangEngine, isolate_replica
+from tests.serve.fake_sglang import FakeSglangEngine, isolate_replica, release_backends
 
 # Serve awaits a deployment's async `__del__`; outside Serve Python calls it and drops the coroutine.
 pytestmark = pytest.mark.filterwarnings("ignore:coroutine .*__del__' was never awaited:RuntimeWarning")
@@ -36,7 +36,9 @@ SGLANG_ARGS = {"backend": "sglang", "sglang": {"model_path": "/models/tiny-llama
 
 @pytest.fixture(autouse=True)
 def isolated(monkeypatch):
-    isolate_replica(monkeypatch)
+    backends = isolate_replica(monkeypatch)
+    yield
+    release_backends(backends)
 
 
 def replica():

@@ -7,6 +7,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -182,6 +185,26 @@ def test_the_endpoints_folder_goes_with_the_last_stream_of_the_process(monkeypat
         assert Path(third.endpoint.removeprefix("ipc://")).parent.is_dir()
     finally:
         third.stop()
+
+
+def test_a_new_endpoints_folder_removes_those_of_killed_processes_and_keeps_the_living(monkeypatch) -> None:
+    # A replica's process killed before its streams stopped leaves its folder; the next one made here removes it.
+    monkeypatch.setattr(kv_events, "_private_dir", None)
+    monkeypatch.setattr(kv_events, "_private_dir_users", 0)
+    monkeypatch.setattr(tempfile, "tempdir", "/tmp")  # where the module makes its folder: a short socket path
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, check=True)
+    parent = Path("/tmp")
+    killed = Path(tempfile.mkdtemp(prefix=f"{kv_events.PRIVATE_DIR_PREFIX}{int(ended.stdout)}-", dir=parent))
+    (killed / "stale-socket").touch()
+    living = Path(tempfile.mkdtemp(prefix=f"{kv_events.PRIVATE_DIR_PREFIX}{os.getppid()}-", dir=parent))
+    stream = KvEventStream(Heard())
+    try:
+        assert Path(stream.endpoint.removeprefix("ipc://")).parent.parent == parent
+        assert not killed.exists()
+        assert living.is_dir()
+    finally:
+        stream.stop()
+        living.rmdir()
 
 
 def test_a_gap_is_filled_from_the_engines_replay_buffer_and_nothing_is_cleared(tmp_path) -> None:

@@ -28,6 +28,7 @@ import atexit
 import contextlib
 import json
 import logging
+import os
 import shutil
 import tempfile
 import threading
@@ -54,6 +55,8 @@ REPLAY_TIMEOUT_MS = 1000
 """How long a replay's next batch may take (the engine's publisher thread answers between its own sends)."""
 RECONNECT_MS = 10
 """How soon the SUB socket retries while sglang has not bound the endpoint yet (zmq's default: 100 ms)."""
+PRIVATE_DIR_PREFIX = "fairshare-kv-"
+"""Then the pid of the process whose engines' endpoints the directory holds."""
 MAX_IPC_PATH = 80
 """A Unix socket path's limit is 107 bytes; a longer temporary directory falls back to /tmp."""
 
@@ -68,18 +71,41 @@ _private_dir_users = 0
 def _use_private_dir() -> Path:
     """This process's directory for its engines' endpoints, with one more stream using it. It is removed when its
     last stream stops (`_release_private_dir`), since Serve ends a replica's process without running its exit
-    handlers (but only after the replica's shutdown has stopped its stream), and at exit."""
+    handlers (but only after the replica's shutdown has stopped its stream), and at exit. A process killed before
+    either leaves its directory behind: the next one made on the machine removes it (`_remove_orphans`)."""
     global _private_dir, _private_dir_users
     with _private_dir_lock:
         _private_dir_users += 1
         if _private_dir is None or not _private_dir.is_dir():
-            path = tempfile.mkdtemp(prefix="fairshare-kv-")
+            prefix = f"{PRIVATE_DIR_PREFIX}{os.getpid()}-"
+            path = tempfile.mkdtemp(prefix=prefix)
             if len(path) > MAX_IPC_PATH:
                 Path(path).rmdir()
-                path = tempfile.mkdtemp(prefix="fairshare-kv-", dir="/tmp")
+                path = tempfile.mkdtemp(prefix=prefix, dir="/tmp")
             atexit.register(shutil.rmtree, path, ignore_errors=True)
             _private_dir = Path(path)
+            _remove_orphans(_private_dir.parent)
         return _private_dir
+
+
+def _remove_orphans(parent: Path) -> None:
+    """Remove the endpoint directories in `parent` that this user's processes left when they were killed: those
+    whose process is gone. (A pid reused since keeps its directory: the sweep errs on the side of leaving one.)"""
+    for folder in parent.glob(f"{PRIVATE_DIR_PREFIX}*-*"):
+        pid = folder.name.removeprefix(PRIVATE_DIR_PREFIX).split("-", 1)[0]
+        with contextlib.suppress(OSError):
+            if pid.isdigit() and folder.stat().st_uid == os.getuid() and not _alive(int(pid)):
+                shutil.rmtree(folder, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _release_private_dir() -> None:
