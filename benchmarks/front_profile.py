@@ -1,0 +1,128 @@
+"""Where this app's processes spend their CPU on a chat, by layer: py-spy samples of the ingress and the engines.
+
+    python -m benchmarks.front_profile [--seconds 20] [--rate 200]
+
+The app as `loadtests.peers` runs it (`config.sglang-cpu.yaml`, two CPU sglang engines, every process at the
+priority it starts with), new chats sent one at a time (`peers.idle_chat_ttfts`' 40-token questions, 4 output
+tokens) while py-spy samples every thread of the ingress and of each engine replica for ``--seconds``. py-spy
+records a thread only while it runs, so each sample is CPU time. A sample goes to the first layer in `LAYERS` whose
+frames its stack holds: the deepest layers come first, so a sample inside the tokenizer under the ingress's handler
+is the tokenizer's, and one in Serve's router under the handler is Serve's. In an engine replica, what its engine's
+own loop runs (`EngineThread`: sglang's serving classes and tokenizer manager) is sglang's.
+
+Printed: per role (the ingress, the engine replicas together), its CPU milliseconds a chat by the samples, and each
+layer's share. py-spy's own reading slows the processes it samples, and it under-samples short frames: the shares
+are the figure; for CPU per request read `benchmarks.serve_overhead`. Writes docs/results/front-profile/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+import psutil
+
+from benchmarks.sglang_plugin_profile import py_spy
+from harness.results import records
+from loadtests import peers, prompts
+
+SEED = 23
+ENGINE_LOOP = "EngineThread._run"
+"""The frame under everything an engine replica's sglang loop runs (`serve_app.engines.sglang.engine_thread`)."""
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("tokenizer (this app)", ("serve_app/tokenizer.py",)),
+    ("routing policy (this app)", ("serve_app/routing/",)),
+    ("sglang's serving classes and tokenizer manager", (ENGINE_LOOP,)),
+    ("Ray's and Serve's metrics", ("ray/util/metrics.py", "ray/serve/metrics.py", "MetricsManager")),
+    ("Serve's request router", ("ray/serve/_private/router.py", "request_router/")),
+    ("gRPC and serialization", ("grpc/", "serialization.py", "cloudpickle", "replica_result.py")),
+    ("API: middlewares, handlers, relay (this app)", ("serve_app/api/",)),
+    ("replica and backend (this app)", ("serve_app/",)),
+    ("Serve's replica", ("ray/serve/",)),
+    ("FastAPI, Starlette, uvicorn", ("fastapi/", "starlette/", "uvicorn/")),
+)
+OTHER = "other (Ray's core worker, asyncio, the interpreter)"
+ROLES = {"ingress": "ServeReplica:fairshare:Ingress", "engine replicas": peers.ENGINE_REPLICA}
+
+
+def layer_of(stack: str) -> str:
+    return next((name for name, marks in LAYERS if any(m in stack for m in marks)), OTHER)
+
+
+def layers(lines: Iterable[str]) -> collections.Counter[str]:
+    """py-spy's raw output (``frame;frame;... count`` a line) counted by layer."""
+    counts = collections.Counter[str]()
+    for line in lines:
+        stack, _, count = line.rstrip().rpartition(" ")
+        if stack:
+            counts[layer_of(stack)] += int(count)
+    return counts
+
+
+def processes(title: str) -> list[psutil.Process]:
+    found = [p for p in psutil.process_iter(["cmdline"]) if title in " ".join(p.info["cmdline"] or ())]
+    if not found:
+        raise RuntimeError(f"no process titled {title!r}")
+    return found
+
+
+def chats(url: str, model: str, cpt: float, seconds: float) -> int:
+    """New chats one at a time for `seconds`; how many were sent."""
+    rng, sent, end = random.Random(SEED), 0, time.monotonic() + seconds
+    while time.monotonic() < end:
+        peers.first_content_s(url, model, prompts.question(peers.IDLE_PROBE_TOKENS, cpt, rng), 4)
+        sent += 1
+    return sent
+
+
+def measure(seconds: int, rate: int, tmp: Path) -> tuple[dict[str, collections.Counter[str]], int]:
+    """Each role's samples by layer, and the chats sent while they were taken."""
+    model = peers.build_model(tmp, peers.EngineSettings().context_tokens)
+    cpt = peers.chars_per_token(model)
+    with peers.app_front(model, peers.EngineSettings(), upstream=False)() as (url, name):
+        peers.warm_up(url, name)
+        peers.idle_chat_ttfts(url, name, cpt, SEED, 10)  # the lazy paths before the samples
+        spies = []
+        for role, title in ROLES.items():
+            for p in processes(title):
+                out = tmp / f"{role}-{p.pid}.txt"
+                cmd = [py_spy(), "record", "-p", str(p.pid), "-d", str(seconds), "-r", str(rate), "--threads"]
+                spies.append((role, out, subprocess.Popen([*cmd, "-f", "raw", "-o", str(out), "--nonblocking"])))
+        sent = chats(url, name, cpt, seconds)
+        by_role: dict[str, collections.Counter[str]] = {role: collections.Counter() for role in ROLES}
+        for role, out, spy in spies:
+            if spy.wait(timeout=seconds + 60) != 0:
+                raise RuntimeError(f"py-spy failed on {out.name}")
+            by_role[role] += layers(out.read_text().splitlines())
+    return by_role, sent
+
+
+@records("front-profile", "Where this app's processes spend their CPU on a chat, by layer (py-spy)")
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.front_profile", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seconds", type=int, default=20, help="Sampling time (chats are sent all along).")
+    ap.add_argument("--rate", type=int, default=200, help="Samples a second.")
+    args = ap.parse_args(argv)
+    print(
+        f"py-spy at {args.rate} Hz for {args.seconds} s on the ingress and the engine replicas; new chats one at a time"
+    )
+    with tempfile.TemporaryDirectory(prefix="front-profile-") as tmp:
+        by_role, sent = measure(args.seconds, args.rate, Path(tmp))
+    print(f"{sent} chats\n\n| process | layer | CPU ms a chat | share |\n| --- | --- | --- | --- |")
+    for role, counts in by_role.items():
+        total = sum(counts.values())
+        print(f"| {role} | all | {1000 * total / args.rate / sent:.1f} | 100% |")
+        for layer, n in counts.most_common():
+            print(f"| {role} | {layer} | {1000 * n / args.rate / sent:.1f} | {n / total:.0%} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
