@@ -10,9 +10,11 @@ frames its stack holds: the deepest layers come first, so a sample inside the to
 is the tokenizer's, and one in Serve's router under the handler is Serve's. In an engine replica, what its engine's
 own loop runs (`EngineThread`: sglang's serving classes and tokenizer manager) is sglang's.
 
-Printed: per role (the ingress, the engine replicas together), its CPU milliseconds a chat by the samples, and each
-layer's share. py-spy's own reading slows the processes it samples, and it under-samples short frames: the shares
-are the figure; for CPU per request read `benchmarks.serve_overhead`. Writes docs/results/front-profile/.
+Printed: per role (the ingress, the engine replicas together), its CPU milliseconds a chat by the processes' own
+clocks and by the samples, and each layer's share of the samples. A thread running native code (Ray's core worker
+loop, uvloop, gRPC's C core) shows py-spy only the Python frame it was entered from: that is "other". py-spy's own
+reading costs the processes CPU and it under-samples short frames: the shares are the figure; for CPU per request
+read `benchmarks.serve_overhead`. Writes docs/results/front-profile/.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
@@ -48,7 +51,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Serve's replica", ("ray/serve/",)),
     ("FastAPI, Starlette, uvicorn", ("fastapi/", "starlette/", "uvicorn/")),
 )
-OTHER = "other (Ray's core worker, asyncio, the interpreter)"
+OTHER = "other: native code below no layer's frame (Ray's core worker, uvloop, gRPC's C core), the interpreter"
 ROLES = {"ingress": "ServeReplica:fairshare:Ingress", "engine replicas": peers.ENGINE_REPLICA}
 
 
@@ -82,8 +85,21 @@ def chats(url: str, model: str, cpt: float, seconds: float) -> int:
     return sent
 
 
-def measure(seconds: int, rate: int, tmp: Path) -> tuple[dict[str, collections.Counter[str]], int]:
-    """Each role's samples by layer, and the chats sent while they were taken."""
+@dataclass
+class Role:
+    """One role's processes while sampled: py-spy's samples by layer, and the CPU seconds their own clocks counted."""
+
+    samples: collections.Counter[str] = field(default_factory=collections.Counter)
+    cpu_s: float = 0.0
+
+
+def cpu_s(p: psutil.Process) -> float:
+    times = p.cpu_times()
+    return float(times.user + times.system)
+
+
+def measure(seconds: int, rate: int, tmp: Path) -> tuple[dict[str, Role], int]:
+    """Each role's samples and CPU, and the chats sent while they were taken."""
     model = peers.build_model(tmp, peers.EngineSettings().context_tokens)
     cpt = peers.chars_per_token(model)
     with peers.app_front(model, peers.EngineSettings(), upstream=False)() as (url, name):
@@ -94,14 +110,16 @@ def measure(seconds: int, rate: int, tmp: Path) -> tuple[dict[str, collections.C
             for p in processes(title):
                 out = tmp / f"{role}-{p.pid}.txt"
                 cmd = [py_spy(), "record", "-p", str(p.pid), "-d", str(seconds), "-r", str(rate), "--threads"]
-                spies.append((role, out, subprocess.Popen([*cmd, "-f", "raw", "-o", str(out), "--nonblocking"])))
+                spy = subprocess.Popen([*cmd, "-f", "raw", "-o", str(out), "--nonblocking"])
+                spies.append((role, p, cpu_s(p), out, spy))
         sent = chats(url, name, cpt, seconds)
-        by_role: dict[str, collections.Counter[str]] = {role: collections.Counter() for role in ROLES}
-        for role, out, spy in spies:
+        roles = {role: Role() for role in ROLES}
+        for role, p, started_s, out, spy in spies:
+            roles[role].cpu_s += cpu_s(p) - started_s
             if spy.wait(timeout=seconds + 60) != 0:
                 raise RuntimeError(f"py-spy failed on {out.name}")
-            by_role[role] += layers(out.read_text().splitlines())
-    return by_role, sent
+            roles[role].samples += layers(out.read_text().splitlines())
+    return roles, sent
 
 
 @records("front-profile", "Where this app's processes spend their CPU on a chat, by layer (py-spy)")
@@ -114,13 +132,14 @@ def main(argv: list[str] | None = None) -> int:
         f"py-spy at {args.rate} Hz for {args.seconds} s on the ingress and the engine replicas; new chats one at a time"
     )
     with tempfile.TemporaryDirectory(prefix="front-profile-") as tmp:
-        by_role, sent = measure(args.seconds, args.rate, Path(tmp))
+        roles, sent = measure(args.seconds, args.rate, Path(tmp))
     print(f"{sent} chats\n\n| process | layer | CPU ms a chat | share |\n| --- | --- | --- | --- |")
-    for role, counts in by_role.items():
-        total = sum(counts.values())
-        print(f"| {role} | all | {1000 * total / args.rate / sent:.1f} | 100% |")
-        for layer, n in counts.most_common():
-            print(f"| {role} | {layer} | {1000 * n / args.rate / sent:.1f} | {n / total:.0%} |")
+    for name, role in roles.items():
+        total = sum(role.samples.values())
+        print(f"| {name} | all, by the processes' clocks | {1000 * role.cpu_s / sent:.1f} | |")
+        print(f"| {name} | all, by the samples | {1000 * total / args.rate / sent:.1f} | 100% |")
+        for layer, n in role.samples.most_common():
+            print(f"| {name} | {layer} | {1000 * n / args.rate / sent:.1f} | {n / total:.0%} |")
     return 0
 
 
