@@ -11,10 +11,11 @@ is the tokenizer's, and one in Serve's router under the handler is Serve's. In a
 own loop runs (`EngineThread`: sglang's serving classes and tokenizer manager) is sglang's.
 
 Printed: per role (the ingress, the engine replicas together), its CPU milliseconds a chat by the processes' own
-clocks and by the samples, and each layer's share of the samples. A thread running native code (Ray's core worker
-loop, uvloop, gRPC's C core) shows py-spy only the Python frame it was entered from: that is "other". py-spy's own
-reading costs the processes CPU and it under-samples short frames: the shares are the figure; for CPU per request
-read `benchmarks.serve_overhead`. Writes docs/results/front-profile/.
+clocks, and each layer's milliseconds by the samples and share of the samples in a layer. Samples that hold only a
+thread's entry frame (`ENTRY`) are counted apart: a thread in native code (a Ray core worker's loop, uvloop) shows
+py-spy nothing else, and py-spy takes many waiting ones for running. py-spy's own reading costs the processes CPU
+and it under-samples short frames: the shares rank the layers; the processes' clocks are the CPU figure (and
+`benchmarks.serve_overhead` the CPU per request under load). Writes docs/results/front-profile/.
 """
 
 from __future__ import annotations
@@ -51,11 +52,25 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Serve's replica", ("ray/serve/",)),
     ("FastAPI, Starlette, uvicorn", ("fastapi/", "starlette/", "uvicorn/")),
 )
-OTHER = "other: native code below no layer's frame (Ray's core worker, uvloop, gRPC's C core), the interpreter"
+OTHER = "other Python (asyncio, the interpreter, libraries called from no layer)"
+ENTRY = "a thread's entry frame only"
+"""A sample whose innermost frame is where a thread entered native code and stays: a Ray core worker's loop, an event
+loop's `run_forever` (uvloop), a wait. py-spy takes many of these for running (their count far exceeds what the
+processes' clocks allow), so they are counted apart and left out of the layers' shares."""
+ENTRY_FRAMES = (
+    "Thread.run (threading.py:",
+    "Worker.main_loop (",
+    "_worker (concurrent/futures/thread.py:",
+    "Condition.wait (",
+    "Poller.poll (",
+    f"{ENGINE_LOOP} (",
+)
 ROLES = {"ingress": "ServeReplica:fairshare:Ingress", "engine replicas": peers.ENGINE_REPLICA}
 
 
 def layer_of(stack: str) -> str:
+    if stack.rpartition(";")[2].startswith(ENTRY_FRAMES):
+        return ENTRY
     return next((name for name, marks in LAYERS if any(m in stack for m in marks)), OTHER)
 
 
@@ -133,13 +148,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     with tempfile.TemporaryDirectory(prefix="front-profile-") as tmp:
         roles, sent = measure(args.seconds, args.rate, Path(tmp))
-    print(f"{sent} chats\n\n| process | layer | CPU ms a chat | share |\n| --- | --- | --- | --- |")
+    print(f"{sent} chats\n\n| process | layer | CPU ms a chat | share of the layers |\n| --- | --- | --- | --- |")
     for name, role in roles.items():
+        entry = role.samples.pop(ENTRY, 0)
         total = sum(role.samples.values())
         print(f"| {name} | all, by the processes' clocks | {1000 * role.cpu_s / sent:.1f} | |")
-        print(f"| {name} | all, by the samples | {1000 * total / args.rate / sent:.1f} | 100% |")
+        print(f"| {name} | {ENTRY} (left out) | {1000 * entry / args.rate / sent:.1f} by the samples | |")
         for layer, n in role.samples.most_common():
-            print(f"| {name} | {layer} | {1000 * n / args.rate / sent:.1f} | {n / total:.0%} |")
+            print(f"| {name} | {layer} | {1000 * n / args.rate / sent:.1f} by the samples | {n / total:.0%} |")
     return 0
 
 

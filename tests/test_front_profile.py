@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from benchmarks.front_profile import OTHER, layers
+from benchmarks.front_profile import ENTRY, OTHER, layers
 
 THREAD = "thread (16617): AsyncIO Thread: default;Thread.run (threading.py:982)"
 ASGI = (
@@ -26,7 +26,9 @@ def test_a_sample_is_its_deepest_layers():
         f"{THREAD};{ASGI};{HANDLER} 2",
         f"{THREAD};{ASGI} 1",
         f"{ENGINE};pump (serve_app/engines/sglang/engine_thread.py:79);{SGLANG} 7",  # the engine's loop: sglang's
-        f"{THREAD} 6",
+        f"{THREAD};_run_once (asyncio/base_events.py:1922) 6",  # Python, in no layer
+        f"{THREAD} 8",  # the thread's entry frame alone: native code, or a wait py-spy took for running
+        f"{ENGINE} 9",  # the engine's loop waiting: not sglang's
         "",
     ]
     assert layers(raw) == {
@@ -37,4 +39,5 @@ def test_a_sample_is_its_deepest_layers():
         "Serve's replica": 1,
         "sglang's serving classes and tokenizer manager": 7,
         OTHER: 6,
+        ENTRY: 17,
     }
