@@ -1,7 +1,8 @@
 """A local ``python -m sglang.launch_server`` in its own process group, for tests and benchmarks.
 
-`LocalServer` starts the server on a free loopback port, waits for ``/health`` with a deadline, and stops the
-whole group (SIGTERM, then SIGKILL) and nothing else.
+`LocalServer` starts the server on a free loopback port (again on another when the probed one was taken before the
+server bound it), waits for ``/health`` with a deadline, and stops the whole group (SIGTERM, then SIGKILL) and
+nothing else.
 """
 
 from __future__ import annotations
