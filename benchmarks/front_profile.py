@@ -33,7 +33,7 @@ from pathlib import Path
 
 import psutil
 
-from benchmarks.sglang_plugin_profile import py_spy
+from benchmarks.sglang_plugin_profile import py_spy, raw_samples
 from harness.results import records
 from loadtests import peers, prompts
 
@@ -77,18 +77,9 @@ def layer_of(stack: str) -> str:
 def layers(lines: Iterable[str]) -> collections.Counter[str]:
     """py-spy's raw output (``frame;frame;... count`` a line) counted by layer."""
     counts = collections.Counter[str]()
-    for line in lines:
-        stack, _, count = line.rstrip().rpartition(" ")
-        if stack:
-            counts[layer_of(stack)] += int(count)
+    for stack, n in raw_samples(lines):
+        counts[layer_of(stack)] += n
     return counts
-
-
-def processes(title: str) -> list[psutil.Process]:
-    found = [p for p in psutil.process_iter(["cmdline"]) if title in " ".join(p.info["cmdline"] or ())]
-    if not found:
-        raise RuntimeError(f"no process titled {title!r}")
-    return found
 
 
 def chats(url: str, model: str, cpt: float, seconds: float) -> int:
@@ -122,7 +113,7 @@ def measure(seconds: int, rate: int, tmp: Path) -> tuple[dict[str, Role], int]:
         peers.idle_chat_ttfts(url, name, cpt, SEED, 10)  # the lazy paths before the samples
         spies = []
         for role, title in ROLES.items():
-            for p in processes(title):
+            for p in peers.processes_titled(title):
                 out = tmp / f"{role}-{p.pid}.txt"
                 cmd = [py_spy(), "record", "-p", str(p.pid), "-d", str(seconds), "-r", str(rate), "--threads"]
                 spy = subprocess.Popen([*cmd, "-f", "raw", "-o", str(out), "--nonblocking"])

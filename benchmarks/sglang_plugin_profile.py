@@ -27,7 +27,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,14 +85,18 @@ def owner(frame: str) -> str | None:
     return "sglang"
 
 
+def raw_samples(lines: Iterable[str]) -> Iterator[tuple[str, int]]:
+    """py-spy's raw output (``frame;frame;... count`` a line, outermost frame first) as (stack, samples)."""
+    for line in lines:
+        stack, _, count = line.rstrip().rpartition(" ")
+        if stack:
+            yield stack, int(count)
+
+
 def profile(lines: Iterable[str]) -> Profile:
     """py-spy's raw output (``frame;frame;... count`` per line, outermost first) attributed as the module says."""
     samples, own = 0, collections.Counter[str]()
-    for line in lines:
-        stack, _, count = line.rstrip().rpartition(" ")
-        if not stack:
-            continue
-        n = int(count)
+    for stack, n in raw_samples(lines):
         samples += n
         frames = stack.split(";")
         deepest = next(((f, who) for f in reversed(frames) if (who := owner(f)) is not None), None)

@@ -65,7 +65,7 @@ class LocalServer:
         cwd: Path | None = None,
     ) -> None:
         """`cwd`: the server's working directory, first on its import path (``python -m`` puts it there)."""
-        self.port_is_chosen = port is None
+        self.port_probed = port is None  # a port the caller named is never changed
         self.port = port or free_port()
         self.model_path = model_path
         self.args = args
@@ -93,7 +93,7 @@ class LocalServer:
                 self._start_once()
                 return
             except PortTaken:
-                if not self.port_is_chosen or attempt == START_ATTEMPTS:
+                if not self.port_probed or attempt == START_ATTEMPTS:
                     raise
                 self.port = free_port()
         raise AssertionError("unreachable")

@@ -346,10 +346,15 @@ def renice_devices(roots: list[psutil.Process], niceness: int) -> None:
 
 def engine_replicas() -> list[psutil.Process]:
     """This app's engine replica processes (`ENGINE_REPLICA`)."""
-    replicas = [p for p in psutil.process_iter(["cmdline"]) if ENGINE_REPLICA in " ".join(p.info["cmdline"] or ())]
-    if not replicas:
-        raise RuntimeError(f"no process titled {ENGINE_REPLICA!r}")
-    return replicas
+    return processes_titled(ENGINE_REPLICA)
+
+
+def processes_titled(title: str) -> list[psutil.Process]:
+    """The processes whose command line holds `title` (Serve titles a replica's process by its deployment)."""
+    found = [p for p in psutil.process_iter(["cmdline"]) if title in " ".join(p.info["cmdline"] or ())]
+    if not found:
+        raise RuntimeError(f"no process titled {title!r}")
+    return found
 
 
 def _config() -> dict[str, Any]:
