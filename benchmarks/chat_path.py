@@ -1,10 +1,11 @@
-"""Where an idle chat's first token goes: the engine itself, sglang's own HTTP server, and this app as shipped.
+"""Where an idle request's first token goes: the engine itself, sglang's own HTTP server, and this app as shipped.
 
     python -m benchmarks.chat_path [--probes 30] [--followups 8] [--rounds 2]
 
-The same new chats (`loadtests.peers.idle_chat_ttfts`: one at a time, 4 tokens each, every one new) and the same
-follow-ups (a new document of `DOC_TOKENS` tokens asked for a short answer, then a question on it that re-sends the
-conversation, as a plain client does: the follow-up's TTFT), the client's time to the first content, on one CPU
+The same new chats (`loadtests.peers.idle_chat_ttfts`: one at a time, 4 tokens each, every one new), the same
+documents (a new one of `DOC_TOKENS` tokens asked for a short answer: its whole prefill) and the same follow-ups (a
+question on that document that re-sends the conversation, as a plain client does), the client's time to the first
+content, on one CPU
 sglang engine of the peer benchmark's settings (`loadtests.peers`) running the plugin with the app's policy
 (`peers.app_policy`), reached three ways:
 
@@ -15,7 +16,8 @@ sglang engine of the peer benchmark's settings (`loadtests.peers`) running the p
   hop to the replica and back), over HTTP: what this app's front adds.
 
 The three take turns in rounds, the order reversed every other round. The table gives each way's p10/p50/p90 over
-every round's chats, then follow-ups, and what each adds over `engine` at the median. Writes
+every round's chats, documents and follow-ups, and what each adds over `engine` at the median: for a document, what
+a front costs a lone prefill (the peer benchmark's document tokens/s with nothing beside it). Writes
 docs/results/chat-path/.
 """
 
@@ -42,13 +44,16 @@ from harness.results import records
 from harness.sglang_engine import log_tail
 from harness.sglang_server import LocalServer
 from loadtests import peers, prompts
+from loadtests.sse import SseEvent, SseParser, content_of, outcome
 from scheduler.sglang_plugin.env import policy_env
 
 WAYS = ("engine", "sglang server", "app")
-KINDS = ("chat", "follow-up")
+KINDS = ("chat", "document", "follow-up")
 SEED = 23
 DOC_TOKENS = 12_000
 """A follow-up's document: the peer benchmark's documents are 10-14k tokens."""
+ANSWER_TOKENS = 8
+"""A document's answer, which the follow-up re-sends."""
 Ttfts = dict[str, list[float]]
 """Seconds to the first content by kind (`KINDS`)."""
 
@@ -86,15 +91,33 @@ def http_ttfts(url: str, cpt: float, probes: tuple[int, int]) -> Ttfts:
     peers.warm_up(url, name)
     chats = peers.idle_chat_ttfts(url, name, cpt, SEED, probes[0])
     rng = random.Random(SEED)
-    followups = []
+    documents, followups = [], []
     for i in range(probes[1]):
         asked = document_question(i, cpt, rng)
-        body: dict[str, Any] = {"model": name, "messages": asked, "max_tokens": 8}
-        answer = requests.post(f"{url}/v1/chat/completions", json=body, timeout=600)
-        answer.raise_for_status()
-        conversation = follow_up(asked, answer.json()["choices"][0]["message"]["content"], cpt, rng)
-        followups.append(peers.first_content_s(url, name, conversation, 4))
-    return {"chat": chats, "follow-up": followups}
+        ttft, answer = http_answer(url, name, asked)
+        documents.append(ttft)
+        followups.append(peers.first_content_s(url, name, follow_up(asked, answer, cpt, rng), 4))
+    return {"chat": chats, "document": documents, "follow-up": followups}
+
+
+def http_answer(url: str, name: str, messages: list[dict[str, str]]) -> tuple[float, str]:
+    """A document's answer, streamed: seconds to its first content, and its text."""
+    body: dict[str, Any] = {"model": name, "messages": messages, "max_tokens": ANSWER_TOKENS, "stream": True}
+    parser, sent = SseParser(), time.perf_counter()
+    with requests.post(f"{url}/v1/chat/completions", json=body, stream=True, timeout=600) as r:
+        r.raise_for_status()
+        for chunk in r.iter_content(chunk_size=None):
+            parser.feed(chunk, time.perf_counter())
+    parser.close(time.perf_counter())
+    return answer_of(parser.events, sent)
+
+
+def answer_of(events: list[SseEvent], sent: float) -> tuple[float, str]:
+    """A whole stream's time to first content (from `sent`) and text."""
+    got = outcome(events, sent)
+    if got.error is not None or got.ttft_s is None:
+        raise RuntimeError(f"a document's answer: {got.error or 'no content'}")
+    return got.ttft_s, "".join(content_of(p) for p in (e.json() for e in events) if p is not None)
 
 
 def document_question(i: int, cpt: float, rng: random.Random) -> list[dict[str, str]]:
@@ -128,11 +151,16 @@ async def _in_process(model: Path, cpt: float, probes: tuple[int, int]) -> Ttfts
                 return time.perf_counter() - sent
         raise RuntimeError("a stream without content")
 
-    async def answer(rid: str, messages: list[dict[str, str]]) -> str:
-        body = {"model": "m", "messages": messages, "max_tokens": 8}
-        parts = [p async for p in thread.stream(lambda: serving.respond("chat", body, rid))]
-        data = b"".join(p.data for p in parts if isinstance(p, ResponseBody))
-        return str(json.loads(data)["choices"][0]["message"]["content"])
+    async def answer(rid: str, messages: list[dict[str, str]]) -> tuple[float, str]:
+        body = {"model": "m", "messages": messages, "max_tokens": ANSWER_TOKENS, "stream": True}
+        parser, sent = SseParser(), time.perf_counter()
+        async for batch in thread.batches(lambda: serving.respond("chat", body, rid)):
+            now = time.perf_counter()
+            for part in batch:
+                if isinstance(part, ResponseBody):
+                    parser.feed(part.data, now)
+        parser.close(time.perf_counter())
+        return answer_of(parser.events, sent)
 
     def question(rng: random.Random) -> list[dict[str, str]]:
         return [{"role": "user", "content": prompts.question(peers.IDLE_PROBE_TOKENS, cpt, rng)}]
@@ -141,12 +169,13 @@ async def _in_process(model: Path, cpt: float, probes: tuple[int, int]) -> Ttfts
         await first_content_s("warm-up", [{"role": "user", "content": "hello"}])  # the lazy paths before the clock
         rng = random.Random(SEED)
         chats = [await first_content_s(f"chat-{i}", question(rng)) for i in range(probes[0])]
-        rng, followups = random.Random(SEED), []
+        rng, documents, followups = random.Random(SEED), [], []
         for i in range(probes[1]):
             asked = document_question(i, cpt, rng)
-            conversation = follow_up(asked, await answer(f"doc-{i}", asked), cpt, rng)
-            followups.append(await first_content_s(f"follow-up-{i}", conversation))
-        return {"chat": chats, "follow-up": followups}
+            ttft, text = await answer(f"doc-{i}", asked)
+            documents.append(ttft)
+            followups.append(await first_content_s(f"follow-up-{i}", follow_up(asked, text, cpt, rng)))
+        return {"chat": chats, "document": documents, "follow-up": followups}
     finally:
         engine.shutdown()
         thread.stop()
@@ -182,14 +211,16 @@ def percentiles(values: list[float]) -> tuple[float, float, float]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.chat_path", description=__doc__.split("\n\n")[0])
     ap.add_argument("--probes", type=int, default=30, help="Chats a way, a round.")
-    ap.add_argument("--followups", type=int, default=8, help="Follow-ups (each after its document) a way, a round.")
+    ap.add_argument(
+        "--followups", type=int, default=8, help="Documents, each with its follow-up, a way, a round (both timed)."
+    )
     ap.add_argument("--rounds", type=int, default=2, help="Rounds: each way once a round, the order reversed.")
     args = ap.parse_args(argv)
     if args.probes < 2 or args.followups < 2:
         ap.error("--probes and --followups: at least 2 (the table's percentiles)")
     print(
-        f"{args.rounds} rounds of {args.probes} new chats (4 tokens) and {args.followups} follow-ups (a question on a "
-        f"{DOC_TOKENS}-token document, re-sending it) a way, one at a time; TTFT at the client"
+        f"{args.rounds} rounds of {args.probes} new chats (4 tokens) and {args.followups} new {DOC_TOKENS}-token "
+        "documents, each with a follow-up (a question on it, re-sending it), a way, one at a time; TTFT at the client"
     )
     with tempfile.TemporaryDirectory(prefix="chat-path-") as folder:
         ttfts = measure(Path(folder), args.rounds, (args.probes, args.followups))
