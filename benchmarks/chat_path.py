@@ -5,9 +5,8 @@
 The same new chats (`loadtests.peers.idle_chat_ttfts`: one at a time, 4 tokens each, every one new), the same
 documents (a new one of `DOC_TOKENS` tokens asked for a short answer: its whole prefill) and the same follow-ups (a
 question on that document that re-sends the conversation, as a plain client does), the client's time to the first
-content, on one CPU
-sglang engine of the peer benchmark's settings (`loadtests.peers`) running the plugin with the app's policy
-(`peers.app_policy`), reached three ways:
+content, on one CPU sglang engine of the peer benchmark's settings (`loadtests.peers`) running the plugin with the
+app's policy (`peers.app_policy`), reached three ways:
 
 - `engine`: the engine in a process of its own, called as the app's replica calls it (`EngineThread`,
   `SglangOpenAI`: sglang's own serving classes, no HTTP, no Ray): what the engine takes;
@@ -207,7 +206,7 @@ def percentiles(values: list[float]) -> tuple[float, float, float]:
     return q[0], statistics.median(values), q[-1]
 
 
-@records("chat-path", "Where an idle chat's first token goes: the engine, sglang's HTTP server, this app")
+@records("chat-path", "Where an idle request's first token goes: the engine, sglang's HTTP server, this app")
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.chat_path", description=__doc__.split("\n\n")[0])
     ap.add_argument("--probes", type=int, default=30, help="Chats a way, a round.")
