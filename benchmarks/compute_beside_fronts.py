@@ -3,7 +3,7 @@
     python -m benchmarks.compute_beside_fronts [--rounds 4] [--seconds 6]
 
 On the 2-core machines this project is measured on, the two cores do not compute independently: a busy loop on
-one slows single-threaded torch work on the other (the `busy core` row). So whatever a front runs beside its
+one slows single-threaded torch work on the other (the busy loop's row). So whatever a front runs beside its
 engines, even idle, slows their passes, and `loadtests.peers` compares fronts at the same engine settings on the
 same machine. This measures that drag apart from any request.
 
