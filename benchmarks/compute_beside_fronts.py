@@ -27,11 +27,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.front_profile import cpu_s
 from harness.cpu_env import cpu_sglang_env
 from harness.results import records
 from loadtests import peers
@@ -44,6 +45,7 @@ SETTLE_S = 5.0
 """After a front answers: its replicas' and engines' start-up work ends."""
 NOTHING, BUSY = "nothing", "a busy loop on a core (the reference)"
 FRONTS = ("fairshare", "cache_aware")
+"""The default fronts (any of `loadtests.peers.FRONTS` may be named): this app and the peers' reference."""
 
 
 @dataclass(frozen=True)
@@ -71,14 +73,14 @@ def probe(seconds: float) -> Round:
 
     one_pass()  # first-touch allocations outside the window
     me, passes = psutil.Process(), []
-    busy0, own0 = _busy_s(psutil.cpu_times()), sum(me.cpu_times()[:2])
+    busy0, own0 = _busy_s(psutil.cpu_times()), cpu_s(me)
     start = time.monotonic()
     while time.monotonic() - start < seconds:
         t = time.perf_counter()
         one_pass()
         passes.append(time.perf_counter() - t)
     elapsed = time.monotonic() - start
-    other = _busy_s(psutil.cpu_times()) - busy0 - (sum(me.cpu_times()[:2]) - own0)
+    other = _busy_s(psutil.cpu_times()) - busy0 - (cpu_s(me) - own0)
     return Round(passes, max(other, 0.0) / elapsed)
 
 
@@ -114,24 +116,13 @@ def busy_loop() -> Iterator[None]:
         proc.wait()
 
 
-Starter = Callable[[], contextlib.AbstractContextManager[tuple[str, str]]]
-"""What `loadtests.peers` makes of a front: a context that starts it and yields its URL and model."""
-
-
-def front_starter(name: str, model: Path, out: Path) -> Starter:
-    settings = peers.EngineSettings()
-    if name == "fairshare":
-        return peers.app_front(model, settings, upstream=False)
-    return peers.router_front(model, settings, name, out)
-
-
 def rounds_beside(neighbour: contextlib.AbstractContextManager[object], n: int, seconds: float) -> list[Round]:
     with neighbour:
         return [run_probe(seconds) for _ in range(n)]
 
 
 @contextlib.contextmanager
-def idle_front(start: Starter) -> Iterator[None]:
+def idle_front(start: peers.FrontStarter) -> Iterator[None]:
     with start() as (url, model):
         peers.warm_up(url, model)
         time.sleep(SETTLE_S)
@@ -163,11 +154,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--rounds", type=int, default=4, help="Probe runs beside each neighbour.")
     ap.add_argument("--seconds", type=float, default=6.0, help="Timed passes a probe run.")
-    ap.add_argument("--fronts", default=",".join(FRONTS), help=f"Comma-separated, of {FRONTS}.")
+    ap.add_argument("--fronts", default=",".join(FRONTS), help=f"Comma-separated, of {peers.FRONTS}.")
     args = ap.parse_args(argv)
     fronts = [f for f in args.fronts.split(",") if f]
-    if bad := [f for f in fronts if f not in FRONTS]:
-        ap.error(f"--fronts: unknown front {bad[0]!r}; choose from {', '.join(FRONTS)}")
+    if bad := [f for f in fronts if f not in peers.FRONTS]:
+        ap.error(f"--fronts: unknown front {bad[0]!r}; choose from {', '.join(peers.FRONTS)}")
     print(
         f"probe: {CHUNK_TOKENS} queries over {DEPTH_TOKENS + CHUNK_TOKENS} keys (masked SDPA, bf16, {HEADS} heads) + "
         f"a {CHUNK_TOKENS}x512x2048 matmul, one thread; {args.rounds} runs of {args.seconds:g} s beside each"
@@ -176,9 +167,9 @@ def main(argv: list[str] | None = None) -> int:
     rows[BUSY] = rounds_beside(busy_loop(), args.rounds, args.seconds)
     with tempfile.TemporaryDirectory(prefix="compute-beside-") as tmp:
         model = peers.build_model(Path(tmp), peers.EngineSettings().context_tokens)
+        starters = peers.front_starters(model, peers.EngineSettings(), Path(tmp))
         for name in fronts:
-            start = front_starter(name, model, Path(tmp))
-            rows[f"{name}, idle"] = rounds_beside(idle_front(start), args.rounds, args.seconds)
+            rows[f"{name}, idle"] = rounds_beside(idle_front(starters[name]), args.rounds, args.seconds)
             rows[NOTHING] += rounds_beside(contextlib.nullcontext(), args.rounds, args.seconds)
     print(table(rows))
     return 0

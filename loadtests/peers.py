@@ -287,10 +287,29 @@ def front_of(
 
 # -- the fronts -------------------------------------------------------------------------------------------------
 
+FrontStarter = Callable[[], contextlib.AbstractContextManager[tuple[str, str]]]
+"""A front not yet started: entering it starts the front and yields its URL and the model name to ask for."""
+
+
+def front_starters(
+    model: Path, engine: EngineSettings, out: Path, renice: bool = False, pools: dict[str, list[int]] | None = None
+) -> dict[str, FrontStarter]:
+    """Each of `FRONTS` by name; `out`: the router fronts' logs; `pools`: a router front's servers' KV pools are
+    appended to its list there (`router_front`)."""
+    pools = pools or {}
+    return {
+        "fairshare": app_front(model, engine, upstream=False, renice=renice),
+        "fairshare-off": app_front(model, engine, upstream=True, renice=renice),
+        **{
+            p: router_front(model, engine, p, out, renice=renice, pools=pools.get(p))
+            for p in ("cache_aware", "round_robin")
+        },
+    }
+
 
 def app_front(
     model: Path, engine: EngineSettings, upstream: bool, started: list[LocalApp] | None = None, renice: bool = False
-) -> Callable[[], contextlib.AbstractContextManager[tuple[str, str]]]:
+) -> FrontStarter:
     """This app on a local Ray + Serve; `upstream`: the plugin's upstream rules and Serve's default router;
     `started`: the running app is appended to it (a benchmark that changes its `user_config` live); `renice`: not as
     shipped, Ray's workers at 0 and the schedulers at `DEVICE_NICENESS`."""
@@ -366,7 +385,7 @@ def _config() -> dict[str, Any]:
 
 def router_front(
     model: Path, engine: EngineSettings, policy: str, out: Path, renice: bool = False, pools: list[int] | None = None
-) -> Callable[[], contextlib.AbstractContextManager[tuple[str, str]]]:
+) -> FrontStarter:
     """`sglang-router` with `policy` in front of two stock sglang servers (the plugin off); `renice`: not as
     shipped, their schedulers at `DEVICE_NICENESS`; `pools`: each server's KV pool (`kv_pool_tokens`) is
     appended to it."""
@@ -477,11 +496,7 @@ def run_workload(
 ) -> WorkloadResult:
     """Every front in turn, each started afresh (cold caches), under the workload `load`."""
     pools: dict[str, list[int]] = {"cache_aware": [], "round_robin": []}
-    starts = {
-        "fairshare": app_front(model, engine, upstream=False, renice=args.renice),
-        "fairshare-off": app_front(model, engine, upstream=True, renice=args.renice),
-        **{p: router_front(model, engine, p, out, renice=args.renice, pools=pools[p]) for p in pools},
-    }
+    starts = front_starters(model, engine, out, renice=args.renice, pools=pools)
     result = WorkloadResult(load)
     for name in args.fronts:
         print(f"{load.name} / {name}: starting", flush=True)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from benchmarks.compute_beside_fronts import BUSY, NOTHING, Round, busy_loop, main, run_probe, table
+from loadtests import peers
 
 
 def test_the_probe_times_passes_in_its_own_process():
@@ -36,3 +39,10 @@ def test_an_unknown_front_is_named(tmp_path, monkeypatch, capsys):
         main(["--fronts", "fairshare,vllm"])
     assert ended.value.code == 2
     assert "unknown front 'vllm'" in capsys.readouterr().err
+
+
+def test_every_front_the_peers_name_can_be_started_from_the_one_map(tmp_path, monkeypatch):
+    for var in ("PYTHONPATH", "OMP_NUM_THREADS"):  # `app_front` exports them: restored after the test
+        monkeypatch.setenv(var, os.environ.get(var, ""))
+    starters = peers.front_starters(tmp_path / "model", peers.EngineSettings(), tmp_path)
+    assert sorted(starters) == sorted(peers.FRONTS)
