@@ -18,11 +18,13 @@ from typing import Any, ClassVar
 class FakeTokenizerManager:
     def __init__(self) -> None:
         self.aborted: list[str] = []
+        self.load_reads = 0
 
     def abort_request(self, rid: str) -> None:
         self.aborted.append(rid)
 
     async def get_loads(self) -> list[Any]:
+        self.load_reads += 1
         return []
 
     async def get_internal_state(self) -> list[dict[str, Any]]:

@@ -167,6 +167,38 @@ def test_a_missed_or_undecodable_batch_clears_what_was_held() -> None:
     assert not Path(stream.endpoint.removeprefix("ipc://")).exists()
 
 
+def test_a_stream_stops_at_once_whether_its_thread_waits_or_has_failed() -> None:
+    """The thread waits on its sockets with no timeout: `stop` wakes it, and finds nothing to wake when the sink
+    failed and the thread ended (then the sink was told to clear what it held)."""
+    heard = Heard()
+    waiting = KvEventStream(heard)
+    waiting.stop()
+    assert not waiting._thread.is_alive()
+
+    cleared: list[list[KvEvent]] = []
+
+    def failing(events: list[KvEvent]) -> None:
+        cleared.append(events)
+        if events != [AllCleared()]:
+            raise RuntimeError("the sink failed")
+
+    failed = KvEventStream(failing)
+    pub = Publisher(failed.endpoint)
+
+    def ended() -> bool:
+        pub.send(wire([AllBlocksCleared()]))  # until the subscriber has joined and a batch reaches the sink
+        time.sleep(0.02)
+        return not failed._thread.is_alive()
+
+    try:
+        until(ended, "the sink fails")
+        assert cleared[-1] == [AllCleared()]
+    finally:
+        failed.stop()
+        pub.close()
+    assert not Path(failed.endpoint.removeprefix("ipc://")).exists()
+
+
 def test_the_endpoints_folder_goes_with_the_last_stream_of_the_process(monkeypatch) -> None:
     # Serve ends a replica's process without its exit handlers: the folder goes when its streams stop. This test
     # process may hold other tests' streams: it counts from none.

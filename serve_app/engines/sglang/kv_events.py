@@ -49,8 +49,6 @@ logger = logging.getLogger(__name__)
 
 TOPIC = "kv"
 GPU_MEDIUM = "GPU"  # sglang's `StorageMedium.GPU`; None from a sender that predates the field
-POLL_MS = 100
-"""How long the subscriber waits for a batch before it checks whether it was stopped."""
 REPLAY_TIMEOUT_MS = 1000
 """How long a replay's next batch may take (the engine's publisher thread answers between its own sends)."""
 RECONNECT_MS = 10
@@ -167,6 +165,11 @@ class KvEventStream:
         self._sub.setsockopt(zmq.RECONNECT_IVL, RECONNECT_MS)
         self._sub.setsockopt(zmq.SUBSCRIBE, TOPIC.encode())
         self._sub.connect(self.endpoint)
+        # `stop` wakes the thread through this pair, so that it waits on its sockets with no timeout: an idle engine
+        # costs it no wake-ups (the thread uses `_woken`, `stop` the other end).
+        self._woken, self._waker = self._ctx.socket(zmq.PAIR), self._ctx.socket(zmq.PAIR)
+        self._woken.bind(f"inproc://stop-{name}")
+        self._waker.connect(f"inproc://stop-{name}")
         self._thread = threading.Thread(target=self._run, name="sglang-kv-events", daemon=True)
         self._thread.start()
 
@@ -179,8 +182,11 @@ class KvEventStream:
             from sglang.srt.disaggregation.kv_events import KVEventBatch
 
             decoder = msgspec.msgpack.Decoder(type=KVEventBatch)
+            poller = zmq.Poller()
+            poller.register(self._sub, zmq.POLLIN)
+            poller.register(self._woken, zmq.POLLIN)
             while not self._stopping.is_set():
-                if self._sub.poll(POLL_MS):
+                if self._sub in dict(poller.poll()):
                     self._received(self._sub.recv_multipart(), decoder)
         except Exception:
             logger.exception("sglang KV event subscriber failed: this replica stops publishing what its engine holds")
@@ -188,6 +194,7 @@ class KvEventStream:
                 self._sink([AllCleared()])
         finally:
             self._sub.close(linger=0)
+            self._woken.close(linger=0)
 
     def _received(self, frames: list[bytes], decoder: msgspec.msgpack.Decoder[KVEventBatch]) -> None:
         if len(frames) != 3 or frames[0] != TOPIC.encode():
@@ -244,6 +251,9 @@ class KvEventStream:
         if self._stopping.is_set():
             return
         self._stopping.set()
+        with contextlib.suppress(zmq.Again):  # the thread ended already (it failed): no one to wake
+            self._waker.send(b"", zmq.NOBLOCK)
+        self._waker.close(linger=0)
         self._thread.join(timeout=5)
         if self._thread.is_alive():  # stuck in the sink: close its socket from here
             self._ctx.destroy(linger=0)

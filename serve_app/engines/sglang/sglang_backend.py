@@ -69,7 +69,13 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 LOAD_REFRESH_S = 0.25
-POLICY_STATE_POLLS = 8  # the plugin's state every 8th load poll (2 s): sglang assembles its whole internal state
+"""How often the engine's load is read while it has work: a request in flight here or in its snapshot."""
+IDLE_LOAD_REFRESH_S = 5.0
+"""How often while it has none. An idle engine's load changes only when a request comes, and a request coming here
+reads it at once (`_work`). Each read wakes sglang's scheduler and the engine's loop: at 4 a second on two idle
+engines they cost about 1% of a core, compute the engines' passes lose on a machine whose cores share it
+(`benchmarks.compute_beside_fronts`)."""
+POLICY_STATE_POLLS = 8  # the plugin's state every 8th load read: sglang assembles its whole internal state
 
 
 EngineFactory = Callable[..., "SglangEngine"]
@@ -103,6 +109,8 @@ class SglangBackend:
         self._policy_state: list[Any] = []
         self._load_task: asyncio.Task[None] | None = None
         self._active: set[str] = set()
+        self._work = asyncio.Event()
+        """Set when a request comes: an idle engine's load is read at once, not at the next idle read."""
         self.held = HeldPrefixes()
         """What the engine's radix cache holds, from its KV events (applied on the subscriber's thread)."""
         self._held_lock = threading.Lock()
@@ -204,6 +212,7 @@ class SglangBackend:
         assert self._loop is not None and self._openai is not None, "respond before start"
         openai, rid = self._openai, request.rid
         self._active.add(rid)
+        self._work.set()
         self._pending.sent(rid, request.uncached_tokens)
         finished = False
         try:
@@ -237,6 +246,7 @@ class SglangBackend:
         loop, tm = self._loop, self._engine.tokenizer_manager
         assert tm is not None, "sglang's engine starts with its tokenizer manager"
         for poll in itertools.count():
+            self._work.clear()  # a request from here on is seen by the next read
             with contextlib.suppress(Exception):
                 if poll % POLICY_STATE_POLLS == 0:
                     self._policy_state = [s.get("fairshare") for s in await loop.call(tm.get_internal_state)]
@@ -248,7 +258,14 @@ class SglangBackend:
                 self._load = replica_load(
                     snaps, self._rate, time.monotonic(), self._policy, chunk, self._pending, self._policy_state
                 )
+            await self._until_next_read()
+
+    async def _until_next_read(self) -> None:
+        if self._active or self._load.num_pending or self._load.num_decoding or not self._load.ready:
             await asyncio.sleep(LOAD_REFRESH_S)
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._work.wait(), IDLE_LOAD_REFRESH_S)
 
     def load(self) -> ReplicaLoad:
         return self._load

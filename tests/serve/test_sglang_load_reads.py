@@ -1,0 +1,88 @@
+"""When the sglang backend reads its engine's load: every `LOAD_REFRESH_S` while the engine has work, only when a
+request comes while it has none (each read wakes sglang's scheduler). A stand-in engine counts the reads; the idle
+interval is made an hour, so a read while idle is a wrong decision, never a slow machine."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from serve_app.config import AppConfig, EngineKnobs, validate
+from serve_app.engines.sglang import sglang_backend
+from serve_app.engines.sglang.sglang_backend import SglangBackend
+from serve_app.replica.backend import SSE, OpenAIRequest, ResponseBody, ResponsePart, ResponseStart
+from tests.serve.fake_sglang import FakeSglangEngine, isolate_replica
+
+SGLANG_ARGS = {"backend": "sglang", "sglang": {"model_path": "/models/tiny-llama", "context_length": 4096}}
+DEADLINE_S = 30
+IDLE_LOOK_S = 0.3
+"""How long a test watches an idle engine for a read it must not make (30 reads at the busy interval)."""
+
+
+@pytest.fixture(autouse=True)
+def isolated(monkeypatch):
+    isolate_replica(monkeypatch)
+    monkeypatch.setattr(sglang_backend, "LOAD_REFRESH_S", 0.01)
+    monkeypatch.setattr(sglang_backend, "IDLE_LOAD_REFRESH_S", 3600.0)
+
+
+class HeldAnswer:
+    """sglang's serving classes, stood in: a stream that starts, then waits for `release` before it ends."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+
+    async def respond(self, kind: str, body: dict, rid: str, **_: object) -> AsyncIterator[ResponsePart]:
+        yield ResponseStart(200, SSE)
+        while not self.release.is_set():
+            await asyncio.sleep(0.01)
+        yield ResponseBody(b"data: [DONE]\n\n")
+
+
+async def until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {DEADLINE_S} s: {what}"
+        await asyncio.sleep(0.01)
+
+
+async def until_quiet(reads: Callable[[], int]) -> None:
+    """Until no read comes for `IDLE_LOOK_S`."""
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        before = reads()
+        await asyncio.sleep(IDLE_LOOK_S)
+        if reads() == before:
+            return
+        assert time.monotonic() < deadline, f"still read every {sglang_backend.LOAD_REFRESH_S} s after {DEADLINE_S} s"
+
+
+def test_an_idle_engine_is_read_when_a_request_comes_often_while_it_works_and_not_after() -> None:
+    async def go() -> None:
+        b = SglangBackend(validate(AppConfig, SGLANG_ARGS, "args"), EngineKnobs(), engine_factory=FakeSglangEngine)
+        await b.start()
+        try:
+            tm = FakeSglangEngine.started[0].tokenizer_manager
+            reads = lambda: tm.load_reads  # noqa: E731
+            await until(lambda: b.load().ready, "the first read")
+            await asyncio.sleep(IDLE_LOOK_S)
+            idle = reads()
+            assert idle == 1, "an idle engine read again before any request came"
+
+            answer = HeldAnswer()
+            b._openai = answer  # type: ignore[assignment]
+            parts = b.respond(OpenAIRequest("chat", {"messages": []}, "r1", prompt_tokens=40))
+            assert isinstance((await anext(parts))[0], ResponseStart)
+            await until(lambda: reads() >= idle + 3, "reads while the request is in flight")
+
+            answer.release.set()
+            assert [p async for batch in parts for p in batch] == [ResponseBody(b"data: [DONE]\n\n")]
+            await until_quiet(reads)  # the engine, idle again, is read only when a request comes
+        finally:
+            await b.shutdown()
+
+    asyncio.run(go())
