@@ -72,8 +72,8 @@ LOAD_REFRESH_S = 0.25
 """How often the engine's load is read while it has work: a request in flight here or in its snapshot."""
 IDLE_LOAD_REFRESH_S = 5.0
 """How often while it has none. An idle engine's load changes only when a request comes, and a request coming here
-reads it at once (`_work`). Each read wakes sglang's scheduler and the engine's loop: at 4 a second on two idle
-engines they cost about 1% of a core, compute the engines' passes lose on a machine whose cores share it
+reads it at once (`_work`). Each read wakes sglang's scheduler and the engine's loop: at 4 a second they took
+about 1% of a core per idle engine, compute the engines' passes lose on a machine whose cores share it
 (`benchmarks.compute_beside_fronts`)."""
 POLICY_STATE_POLLS = 8  # the plugin's state every 8th load read: sglang assembles its whole internal state
 
