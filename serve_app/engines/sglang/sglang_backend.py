@@ -71,10 +71,9 @@ logger = logging.getLogger(__name__)
 LOAD_REFRESH_S = 0.25
 """How often the engine's load is read while it has work: a request in flight here or in its snapshot."""
 IDLE_LOAD_REFRESH_S = 5.0
-"""How often while it has none. An idle engine's load changes only when a request comes, and a request coming here
-reads it at once (`_work`). Each read wakes sglang's scheduler and the engine's loop: at 4 a second they took
-about 1% of a core per idle engine, compute the engines' passes lose on a machine whose cores share it
-(`benchmarks.compute_beside_fronts`)."""
+"""While it has none: its load changes only when a request comes, which reads it at once (`_work`). A read wakes
+sglang's scheduler and the engine's loop: 4 a second took ~1% of a core per idle engine, compute its passes lose
+where cores share their compute (`benchmarks.compute_beside_fronts`)."""
 POLICY_STATE_POLLS = 8  # the plugin's state every 8th load read: sglang assembles its whole internal state
 
 
@@ -109,8 +108,7 @@ class SglangBackend:
         self._policy_state: list[Any] = []
         self._load_task: asyncio.Task[None] | None = None
         self._active: set[str] = set()
-        self._work = asyncio.Event()
-        """Set when a request comes: an idle engine's load is read at once, not at the next idle read."""
+        self._work = asyncio.Event()  # set when a request comes: an idle engine's load is read at once
         self.held = HeldPrefixes()
         """What the engine's radix cache holds, from its KV events (applied on the subscriber's thread)."""
         self._held_lock = threading.Lock()
