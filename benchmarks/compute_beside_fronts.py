@@ -2,10 +2,10 @@
 
     python -m benchmarks.compute_beside_fronts [--rounds 4] [--seconds 6]
 
-On the 2-core machines this project is measured on, the two cores do not compute independently: a busy loop on
-one slows single-threaded torch work on the other (the busy loop's row). So whatever a front runs beside its
-engines, even idle, slows their passes, and `loadtests.peers` compares fronts at the same engine settings on the
-same machine. This measures that drag apart from any request.
+Whether what a front runs beside its engines, even idle, slows their passes apart from any request. With both
+cores of this project's 2-core machines usable, it does not: a busy loop on the other core costs the probe nothing
+(the busy loop's row). Run with fewer usable cores than the machine has (a CPU affinity inherited from the shell;
+the result file's machine line says so), everything shares one core, and each front's idle CPU is the probe's loss.
 
 A probe process times the CPU engine's hot operations in a loop, single-threaded as the engines run them
 (`OMP_NUM_THREADS=1`): one chunk's attention deep in a document (`CHUNK_TOKENS` queries over `DEPTH_TOKENS` keys,

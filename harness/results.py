@@ -68,7 +68,15 @@ def machine() -> str:
         pass
     mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30 if hasattr(os, "sysconf") else 0.0
     system = f"{platform.system()} {platform.machine()}, Python {platform.python_version()}"
-    return f"{cpu}, {os.cpu_count()} cores, {mem_gib:.0f} GiB, {system}"
+    return f"{cpu}, {cores()}, {mem_gib:.0f} GiB, {system}"
+
+
+def cores() -> str:
+    """The machine's cores, and how many of them the run may use where its CPU affinity (inherited from whatever
+    started it: a shell, a CI runner) allows fewer: a run on one core of two is not the two-core machine's figure."""
+    total = os.cpu_count() or 0
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else total
+    return f"{total} cores" if usable >= total else f"{total} cores, {usable} usable (the run's CPU affinity)"
 
 
 def load_average() -> str:

@@ -8,7 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from harness.results import LATEST_NAME, TABLE_HEADER, command_line, git_commit, latest, recording, runs, write_result
+from harness.results import (
+    LATEST_NAME,
+    TABLE_HEADER,
+    command_line,
+    cores,
+    git_commit,
+    latest,
+    recording,
+    runs,
+    write_result,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -88,3 +98,11 @@ def test_only_changes_outside_docs_make_a_run_dirty(tmp_path):
     assert git_commit(tmp_path) == clean
     (tmp_path / "code.py").write_text("a = 2\n")
     assert git_commit(tmp_path) == f"{clean}-dirty"
+
+
+def test_a_run_limited_to_fewer_cores_than_the_machine_says_so(monkeypatch):
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1})
+    assert cores() == "2 cores"
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0})
+    assert cores() == "2 cores, 1 usable (the run's CPU affinity)"

@@ -72,8 +72,8 @@ LOAD_REFRESH_S = 0.25
 """How often the engine's load is read while it has work: a request in flight here or in its snapshot."""
 IDLE_LOAD_REFRESH_S = 5.0
 """While it has none: its load changes only when a request comes, which reads it at once (`_work`). A read wakes
-sglang's scheduler and the engine's loop: 4 a second took ~1% of a core per idle engine, compute its passes lose
-where cores share their compute (`benchmarks.compute_beside_fronts`)."""
+sglang's scheduler and the engine's loop: 4 a second took ~1% of a core per idle engine, for a load that did not
+change (/proc schedstat of the idle app's threads)."""
 POLICY_STATE_POLLS = 8  # the plugin's state every 8th load read: sglang assembles its whole internal state
 
 
