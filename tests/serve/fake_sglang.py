@@ -11,8 +11,12 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
+
+SGLANG_ARGS = {"backend": "sglang", "sglang": {"model_path": "/models/tiny-llama", "context_length": 4096}}
+DEADLINE_S = 30
+"""Generous: the engine's threads share 2 loaded cores with everything else."""
 
 
 class FakeTokenizerManager:
@@ -83,6 +87,22 @@ def isolate_replica(monkeypatch: Any) -> list[Any]:
 
     monkeypatch.setattr(engine_replica, "make_backend", make_backend)
     return made
+
+
+def fake_backend(**engine_args: Any) -> Any:
+    """An `SglangBackend` on `SGLANG_ARGS` (with `engine_args`) whose sglang is `FakeSglangEngine`."""
+    from serve_app.config import AppConfig, EngineKnobs, validate
+    from serve_app.engines.sglang.sglang_backend import SglangBackend
+
+    args = {**SGLANG_ARGS, "sglang": {**SGLANG_ARGS["sglang"], "engine_args": engine_args}}
+    return SglangBackend(validate(AppConfig, args, "args"), EngineKnobs(), engine_factory=FakeSglangEngine)
+
+
+async def until_async(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {DEADLINE_S} s: {what}"
+        await asyncio.sleep(0.01)
 
 
 def release_backends(backends: Sequence[Any]) -> None:

@@ -22,17 +22,14 @@ from sglang.srt.disaggregation.kv_events import AllBlocksCleared, KVEventBatch, 
 from sglang.srt.disaggregation.kv_events import BlockRemoved as SglangBlockRemoved
 from sglang.srt.disaggregation.kv_events import BlockStored as SglangBlockStored
 
-from serve_app.config import AppConfig, ConfigError, EngineKnobs, validate
+from serve_app.config import ConfigError, EngineKnobs
 from serve_app.engines.sglang import kv_events
 from serve_app.engines.sglang.kv_events import TOPIC, KvEventStream, to_kv_events
 from serve_app.engines.sglang.sglang_backend import SglangBackend
 from serve_app.replica.held_prefixes import AllCleared, BlockRemoved, BlockStored, KvEvent
 from serve_app.routing.prefix_pages import page_hashes
-from tests.serve.fake_sglang import FakeSglangEngine
-
-SGLANG_ARGS = {"backend": "sglang", "sglang": {"model_path": "/models/tiny-llama", "context_length": 4096}}
-DEADLINE_S = 30
-"""Generous: the subscriber's thread shares 2 loaded cores with everything else."""
+from tests.serve.fake_sglang import DEADLINE_S, FakeSglangEngine, until_async
+from tests.serve.fake_sglang import fake_backend as backend
 
 
 @pytest.fixture(autouse=True)
@@ -266,18 +263,6 @@ def test_a_gap_is_filled_from_the_engines_replay_buffer_and_nothing_is_cleared(t
 
 def subscribers() -> set[threading.Thread]:
     return {t for t in threading.enumerate() if t.name == "sglang-kv-events"}
-
-
-def backend(**engine_args) -> SglangBackend:
-    args = {**SGLANG_ARGS, "sglang": {**SGLANG_ARGS["sglang"], "engine_args": engine_args}}
-    return SglangBackend(validate(AppConfig, args, "args"), EngineKnobs(), engine_factory=FakeSglangEngine)
-
-
-async def until_async(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {DEADLINE_S} s: {what}"
-        await asyncio.sleep(0.01)
 
 
 async def joined(b: SglangBackend, engine: FakeSglangEngine) -> None:

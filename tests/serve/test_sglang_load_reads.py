@@ -11,14 +11,10 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from serve_app.config import AppConfig, EngineKnobs, validate
 from serve_app.engines.sglang import sglang_backend
-from serve_app.engines.sglang.sglang_backend import SglangBackend
 from serve_app.replica.backend import SSE, OpenAIRequest, ResponseBody, ResponsePart, ResponseStart
-from tests.serve.fake_sglang import FakeSglangEngine, isolate_replica
+from tests.serve.fake_sglang import DEADLINE_S, FakeSglangEngine, fake_backend, isolate_replica, until_async
 
-SGLANG_ARGS = {"backend": "sglang", "sglang": {"model_path": "/models/tiny-llama", "context_length": 4096}}
-DEADLINE_S = 30
 IDLE_LOOK_S = 0.3
 """How long a test watches an idle engine for a read it must not make (30 reads at the busy interval)."""
 
@@ -43,13 +39,6 @@ class HeldAnswer:
         yield ResponseBody(b"data: [DONE]\n\n")
 
 
-async def until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {DEADLINE_S} s: {what}"
-        await asyncio.sleep(0.01)
-
-
 async def until_quiet(reads: Callable[[], int]) -> None:
     """Until no read comes for `IDLE_LOOK_S`."""
     deadline = time.monotonic() + DEADLINE_S
@@ -63,12 +52,12 @@ async def until_quiet(reads: Callable[[], int]) -> None:
 
 def test_an_idle_engine_is_read_when_a_request_comes_often_while_it_works_and_not_after() -> None:
     async def go() -> None:
-        b = SglangBackend(validate(AppConfig, SGLANG_ARGS, "args"), EngineKnobs(), engine_factory=FakeSglangEngine)
+        b = fake_backend()
         await b.start()
         try:
             tm = FakeSglangEngine.started[0].tokenizer_manager
             reads = lambda: tm.load_reads  # noqa: E731
-            await until(lambda: b.load().ready, "the first read")
+            await until_async(lambda: b.load().ready, "the first read")
             await asyncio.sleep(IDLE_LOOK_S)
             idle = reads()
             assert idle == 1, "an idle engine read again before any request came"
@@ -77,7 +66,7 @@ def test_an_idle_engine_is_read_when_a_request_comes_often_while_it_works_and_no
             b._openai = answer  # type: ignore[assignment]
             parts = b.respond(OpenAIRequest("chat", {"messages": []}, "r1", prompt_tokens=40))
             assert isinstance((await anext(parts))[0], ResponseStart)
-            await until(lambda: reads() >= idle + 3, "reads while the request is in flight")
+            await until_async(lambda: reads() >= idle + 3, "reads while the request is in flight")
 
             answer.release.set()
             assert [p async for batch in parts for p in batch] == [ResponseBody(b"data: [DONE]\n\n")]
