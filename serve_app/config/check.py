@@ -4,7 +4,7 @@ Validates the file with Serve's own schema (`ServeDeploySchema`), refuses keys S
 drop in our deployments, then validates our typed sections (`args`, both `user_config`s, the policy
 overrides, the SLO autoscaling policy's `policy_kwargs`: `autoscaling_problems`), checks that the Ingress
 drains at least as long as the Engine (`drain_problems`) and that the controller and the application ask
-for the same front (`serve_path.front_problems`).
+for the same front (`serve_path.front_problems`) and the same ingress drain (`serve_path.ingress_drain_problems`).
 Prints one line per problem, naming the field, and exits non-zero if there is any.
 A bad `user_config` sent to a running app fails the update (Serve then replaces the replica that
 refused it), so check first.
@@ -32,7 +32,7 @@ from serve_app.config import (
     validate,
 )
 from serve_app.config.autoscaling import SLO_POLICY_FUNCTION, slo_scaling_knobs
-from serve_app.config.serve_path import env_vars_of, front_problems
+from serve_app.config.serve_path import env_vars_of, front_problems, ingress_drain_problems
 
 DEPLOYMENTS: dict[str, type[RoutingKnobs] | type[EngineKnobs] | None] = {
     "Ingress": RoutingKnobs,
@@ -88,7 +88,10 @@ def problems(raw: dict[str, Any]) -> list[str]:
             out.append(str(e))
             cfg = AppConfig()
         out += drain_problems(where, app_raw.get("deployments", []))
-        out += [f"{where}: {p}" for p in front_problems(raw.get("controller_options"), env_vars_of(app_raw))]
+        controller, app_env = raw.get("controller_options"), env_vars_of(app_raw)
+        out += [
+            f"{where}: {p}" for p in front_problems(controller, app_env) + ingress_drain_problems(controller, app_env)
+        ]
         for d in app_raw.get("deployments", []):
             name = d.get("name")
             if name not in DEPLOYMENTS:

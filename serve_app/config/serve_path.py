@@ -28,6 +28,15 @@ as every replica together. At 0.5 s (`CONTROLLER_ENV`) they take half that. What
 anyway: health checks every 10 s, autoscaling metrics every 10 s, and the replicas' routing stats every
 ``request_routing_stats_period_s`` (0.5 s in our configs); a replica starting or stopping is seen up to 0.4 s later.
 Measured: `python -m benchmarks.serve_idle_cpu` (docs/benchmarks.md).
+
+The ingress's drain. Under direct ingress, Serve holds a stopping ingress replica open at least
+`RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S` (30 s by default) so that an external load balancer (an ALB) can
+deregister it first; the controller waits that long too, and raises the ingress's `graceful_shutdown_timeout_s` to
+cover it. Here nothing but HAProxy sends to an ingress replica's port (a client, or a Kubernetes Service, reaches
+HAProxy), and HAProxy drops a replica as soon as the controller's update reaches it, and retries a
+refused connection elsewhere. So `INGRESS_DRAIN_ENV` sets 5 s, in both environments (the controller times the stop,
+the replica holds itself open): a Ctrl-C of `serve run`, a `serve shutdown` and an ingress redeploy stop in seconds,
+not half a minute. Requests in flight are still drained up to `graceful_shutdown_timeout_s`.
 """
 
 from __future__ import annotations
@@ -35,10 +44,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+INGRESS_DRAIN_ENV: dict[str, str] = {"RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "5"}
+"""How long a stopping ingress replica stays open for HAProxy to drop it, in the controller's and the
+application's environment alike."""
+
 SERVE_PATH_ENV: dict[str, str] = {
     "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0",
     "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": "0",
     "RAY_SERVE_USE_GRPC_BY_DEFAULT": "1",
+    **INGRESS_DRAIN_ENV,
 }
 
 FRONT_ENV: dict[str, str] = {"RAY_SERVE_ENABLE_HA_PROXY": "1", "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1"}
@@ -46,7 +60,7 @@ FRONT_ENV: dict[str, str] = {"RAY_SERVE_ENABLE_HA_PROXY": "1", "RAY_SERVE_THROUG
 PYTHON_PROXY_ENV: dict[str, str] = dict.fromkeys(FRONT_ENV, "0")
 """The switch back to Serve's Python proxy: the same variables, off, in both places."""
 
-CONTROLLER_ENV: dict[str, str] = {"RAY_SERVE_CONTROL_LOOP_INTERVAL_S": "0.5", **FRONT_ENV}
+CONTROLLER_ENV: dict[str, str] = {"RAY_SERVE_CONTROL_LOOP_INTERVAL_S": "0.5", **INGRESS_DRAIN_ENV, **FRONT_ENV}
 CONTROLLER_OPTIONS: dict[str, Any] = {"runtime_env": {"env_vars": CONTROLLER_ENV}}
 """A config's top-level `controller_options` (Serve applies it when it starts the controller, and only then)."""
 
@@ -80,6 +94,21 @@ def front_problems(controller_options: Mapping[str, Any] | None, app_env_vars: M
     ]
 
 
+def ingress_drain_problems(
+    controller_options: Mapping[str, Any] | None, app_env_vars: Mapping[str, str] | None
+) -> list[str]:
+    """What a config gets wrong about the ingress's drain (empty: nothing): the controller kills a stopping ingress
+    replica by its own value while the replica stays open by the application's, so the two must agree."""
+    (key,) = INGRESS_DRAIN_ENV
+    controller, app = env_vars_of(controller_options).get(key), dict(app_env_vars or {}).get(key)
+    if controller == app:
+        return []
+    return [
+        f"{key}: controller_options has {controller!r} and the application's runtime_env {app!r}; set the same "
+        f"value in both (unset: Serve's 30 s), or the controller may kill an ingress replica while it drains"
+    ]
+
+
 def serve_path_problems(env_vars: Mapping[str, str] | None) -> list[str]:
     """What an application's `runtime_env.env_vars` gets wrong about the request path (empty: nothing)."""
     env = dict(env_vars or {})
@@ -87,7 +116,8 @@ def serve_path_problems(env_vars: Mapping[str, str] | None) -> list[str]:
 
 
 def controller_problems(controller_options: Mapping[str, Any] | None) -> list[str]:
-    """What a config's top-level `controller_options` gets wrong about the controller's loop (empty: nothing)."""
+    """What a config's top-level `controller_options` gets wrong about the controller's loop and the ingress's
+    drain (empty: nothing)."""
     env = env_vars_of(controller_options)
     return [
         f"controller_options.runtime_env.env_vars.{k}: {env.get(k)!r}, expected {v!r}"

@@ -13,6 +13,7 @@ from serve_app.config import AppConfig, ConfigError, EngineKnobs, RoutingKnobs, 
 from serve_app.config.serve_path import (
     CONTROLLER_ENV,
     FRONT_ENV,
+    INGRESS_DRAIN_ENV,
     PYTHON_PROXY_ENV,
     SERVE_PATH_ENV,
     controller_problems,
@@ -193,10 +194,28 @@ def test_the_checker_refuses_a_config_whose_front_is_set_in_one_place() -> None:
     assert problem.startswith("applications[fairshare]: front:")
 
 
-def test_controller_check_names_a_missing_or_changed_loop_interval() -> None:
-    (key,) = (k for k in CONTROLLER_ENV if k not in FRONT_ENV)
+def test_the_checker_refuses_an_ingress_drain_set_in_one_place_only() -> None:
+    from serve_app.config.check import problems
+
+    (key,) = INGRESS_DRAIN_ENV
+    raw = load("config.yaml")
+    del raw["applications"][0]["runtime_env"]["env_vars"][key]  # the replica would hold itself open Serve's 30 s
+    (problem,) = problems(raw)
+    assert problem.startswith(f"applications[fairshare]: {key}: controller_options has '5'") and "None" in problem
+    del raw["controller_options"]["runtime_env"]["env_vars"][key]  # Serve's default in both places: consistent
+    assert problems(raw) == []
+
+
+def test_controller_check_names_a_missing_or_changed_loop_interval_or_drain() -> None:
+    keys = [k for k in CONTROLLER_ENV if k not in FRONT_ENV]
+    assert keys == ["RAY_SERVE_CONTROL_LOOP_INTERVAL_S", *INGRESS_DRAIN_ENV]
     good = {"runtime_env": {"env_vars": {**CONTROLLER_ENV, "OTHER": "x"}}}
     assert controller_problems(good) == []
-    assert [p.split(":")[0] for p in controller_problems(None)] == [f"controller_options.runtime_env.env_vars.{key}"]
-    assert len(controller_problems({"runtime_env": {"env_vars": {key: "0.1"}}})) == 1
-    assert len(controller_problems({"runtime_env": None})) == 1
+    assert [p.split(":")[0] for p in controller_problems(None)] == [
+        f"controller_options.runtime_env.env_vars.{k}" for k in keys
+    ]
+    for key in keys:
+        changed = {"runtime_env": {"env_vars": {**CONTROLLER_ENV, key: "30"}}}
+        (problem,) = controller_problems(changed)
+        assert problem.startswith(f"controller_options.runtime_env.env_vars.{key}: '30'")
+    assert len(controller_problems({"runtime_env": None})) == len(keys)
