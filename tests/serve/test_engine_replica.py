@@ -26,12 +26,10 @@ from serve_app.replica import chat_slo
 from serve_app.replica.backend import JSON, SSE, EngineError, OpenAIRequest, ReplicaLoad, ResponseBody, ResponseStart
 from serve_app.routing.records import Lane, RouteDecision, RouteHint, RouteReason, RouteTicket
 from serve_app.tokenizer import ApproxTokenizer
-from tests.serve.fake_sglang import FakeSglangEngine, isolate_replica, release_backends
+from tests.serve.fake_sglang import SGLANG_ARGS, FakeSglangEngine, isolate_replica, release_backends
 
 # Serve awaits a deployment's async `__del__`; outside Serve Python calls it and drops the coroutine.
 pytestmark = pytest.mark.filterwarnings("ignore:coroutine .*__del__' was never awaited:RuntimeWarning")
-
-SGLANG_ARGS = {"backend": "sglang", "sglang": {"model_path": "/models/tiny-llama", "context_length": 4096}}
 
 
 @pytest.fixture(autouse=True)
