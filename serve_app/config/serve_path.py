@@ -36,7 +36,8 @@ cover it. Here nothing but HAProxy sends to an ingress replica's port (a client,
 HAProxy), and HAProxy drops a replica as soon as the controller's update reaches it, and retries a
 refused connection elsewhere. So `INGRESS_DRAIN_ENV` sets 5 s, in both environments (the controller times the stop,
 the replica holds itself open): a Ctrl-C of `serve run`, a `serve shutdown` and an ingress redeploy stop in seconds,
-not half a minute. Requests in flight are still drained up to `graceful_shutdown_timeout_s`.
+not half a minute. Requests in flight are still drained up to `graceful_shutdown_timeout_s` (except on a Ctrl-C of
+`serve run`, where Serve stops HAProxy first, whatever the drain).
 """
 
 from __future__ import annotations
