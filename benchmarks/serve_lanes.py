@@ -106,7 +106,7 @@ def main() -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}/v1/chat/completions"
     sc.start(port)
-    os.nice(15)  # Ray's workers run at niceness 15: the client must not outrank them
+    os.nice(15)  # the client must not outrank the app it measures
     results = {}
     try:
         for replicas in (2, 1):

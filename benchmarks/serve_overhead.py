@@ -13,8 +13,8 @@ Fronts, all up at once, measured in phases that alternate (the order reversed ev
 
 Chat phases: `--concurrency` closed-loop streams (default 50), each asking for 16 tokens. Embeddings phases:
 `/v1/embeddings` of one short input at 1, 8 and 64 closed-loop clients on each Serve. Every process runs at the
-priority it starts with; the load generator runs at niceness 15, below all of them (Ray itself starts its workers
-at 15), so it never outranks what it measures.
+priority it starts with; the load generator runs at niceness 15, below all of them, so it never outranks what it
+measures.
 
 Printed: per front, requests/s, failures, client TTFT p50/p99, and CPU milliseconds per request by process (the
 front's processes summed: Serve's are the proxy or HAProxy, the replicas, the controller and Ray's own; sglang's

@@ -2,9 +2,9 @@
 
     python -m benchmarks.stream_spacing [--seconds 40] [--spacings 0,0.05]
 
-The peer benchmark's app (`loadtests.peers`: `config.sglang-cpu.yaml`, two CPU sglang engines, the schedulers at
-niceness 15) under a chat-only streaming load: 4 users, 40-token questions, 16 output tokens, 0.3 s between a
-user's requests. The spacings take turns in rounds on the one running app (a live `user_config` change), so a
+The peer benchmark's app (`loadtests.peers`: `config.sglang-cpu.yaml`, two CPU sglang engines, every process at
+the priority it starts with) under a chat-only streaming load: 4 users, 40-token questions, 16 output tokens, 0.3 s
+between a user's requests. The spacings take turns in rounds on the one running app (a live `user_config` change), so a
 pair of phases shares the machine's state. Per phase: chats a second, HTTP chunks a chat reached the client in,
 the CPU a chat cost the front (ingress, Serve's proxy and controller, raylet, GCS) and the engines (sglang's
 processes and the engine replicas), and the cores the engines waited for; then, per round, each spacing's front

@@ -180,7 +180,7 @@ def run_locust(
     ]
     log = out / f"{label}.locust.log"
     with open(log, "w") as f:
-        # Ray's workers run at niceness 15: the load generator must not outrank the app it measures.
+        # The load generator must not outrank the app it measures.
         proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=REPO, preexec_fn=lambda: os.nice(15))
         bar = tqdm(total=round(wall_s), desc=label, unit="s", disable=None, leave=False)
         t0 = time.monotonic()

@@ -61,9 +61,15 @@ class Front:
     """Each engine's KV pool as sglang reports it (`max_total_num_tokens`); empty where the front does not say."""
     idle_ttft_s: list[float] = field(default_factory=list)
     """TTFTs of chats sent one at a time before the load (`loadtests.peers.idle_chat_ttfts`)."""
+    span_s: float | None = None
+    """Seconds from its first request's send to its last one's end (None: read from `samples`); a front pooled
+    from several rounds (`pooled`) has the sum of its rounds' spans, not the wall time between them."""
 
     def __post_init__(self) -> None:
         self.figures = {**figures(self.samples), IDLE_TTFT_P50: pct(self.idle_ttft_s, 50)}
+        if self.span_s is None:
+            ends = [s.sent_at_s + (s.e2e_s or 0.0) for s in self.samples]
+            self.span_s = max(ends) - min(s.sent_at_s for s in self.samples) if self.samples else 0.0
 
     @property
     def failures(self) -> int:
@@ -182,8 +188,38 @@ def front_cpu_ms(front: Front) -> float | None:
     cores = front.cpu_cores.get("front")
     if cores is None or not front.samples:
         return None
-    span_s = max(s.sent_at_s + (s.e2e_s or 0.0) for s in front.samples) - min(s.sent_at_s for s in front.samples)
-    return 1e3 * cores * span_s / len(front.samples)
+    return 1e3 * cores * (front.span_s or 0.0) / len(front.samples)
+
+
+def pooled(rounds: Sequence[Front]) -> Front:
+    """One front's rounds (`loadtests.peers --rounds`) as one result: their samples and idle probes together, the
+    cores each role used averaged over the rounds' spans, the load average from the first round's start to the last
+    round's end."""
+    first, last = rounds[0], rounds[-1]
+    spans = [f.span_s or 0.0 for f in rounds]
+
+    def mean_cores(of: Callable[[Front], dict[str, float]]) -> dict[str, float]:
+        roles = dict.fromkeys(r for f in rounds for r in of(f))
+        out = {}
+        for role in roles:
+            had = [(of(f)[role], w) for f, w in zip(rounds, spans, strict=True) if role in of(f)]
+            total = sum(w for _, w in had)
+            out[role] = sum(c * w for c, w in had) / total if total else sum(c for c, _ in had) / len(had)
+        return out
+
+    return Front(
+        first.name,
+        [s for f in rounds for s in f.samples],
+        first.start_s,
+        first.load_start,
+        last.load_end,
+        next((f.locust_rc for f in rounds if f.locust_rc), first.locust_rc),
+        cpu_cores=mean_cores(lambda f: f.cpu_cores),
+        cpu_waiting=mean_cores(lambda f: f.cpu_waiting),
+        kv_pool_tokens=first.kv_pool_tokens,
+        idle_ttft_s=[t for f in rounds for t in f.idle_ttft_s],
+        span_s=sum(spans),
+    )
 
 
 def table(fronts: Sequence[Front]) -> str:
@@ -239,7 +275,10 @@ def verdict(fronts: Sequence[Front]) -> list[str]:
     return lines
 
 
-AS_SHIPPED = "every process at the priority it starts with (as shipped: Ray's workers at niceness 15, the rest at 0)"
+AS_SHIPPED = (
+    "every process at the priority it starts with (as shipped: this app's replicas and HAProxy at the raylet's, by "
+    "its config's `RAY_worker_niceness`)"
+)
 RENICED = (
     "**reniced, not as shipped** (`--renice`): sglang's schedulers (the forward passes) at niceness 15, every other "
     "process at 0"
@@ -260,24 +299,36 @@ def markdown(
     seed: int,
     reniced: bool = False,
     workload: str = SESSIONS_WORKLOAD,
+    rounds: int = 1,
 ) -> str:
-    """The settings, the table and the verdict of one workload; `workload`: what its users send, in words."""
+    """The settings, the table and the verdict of one workload; `workload`: what its users send, in words;
+    `rounds`: the windows each front had, pooled in the table."""
     settings = (
         f"Two CPU sglang 0.5.23 engines per front: context {engine.context_tokens}, chunked prefill "
         f"{engine.chunk_tokens}, max running requests {engine.max_running_requests}, KV {engine.max_total_tokens} "
         f"tokens, cache report on, OMP_NUM_THREADS=1, {RENICED if reniced else AS_SHIPPED}; "
         f"this app's class bound (short_request_tokens) {engine.short_request_tokens}. "
-        f"Workload seed {seed}, {duration_s:.0f} s a front, "
+        f"Workload seed {seed}, {_windows(rounds, duration_s)}, "
         f"closed loop: {workload}, think 0.5-1.5 s; {chars_per_token:.2f} characters a token (the model's "
         f"tokenizer). Chat SLO: TTFT ≤ {TTFT_TARGET_S} s and no gap between tokens above {TBT_TARGET_S} s."
     )
     return "\n".join([settings, "", table(fronts), "", "Acceptance:", *verdict(fronts), ""])
 
 
+def _windows(rounds: int, duration_s: float) -> str:
+    if rounds == 1:
+        return f"{duration_s:.0f} s a front"
+    return (
+        f"{rounds} rounds of {duration_s:.0f} s a front, each front started afresh each round, the fronts' order "
+        f"reversed each round; the table pools the rounds"
+    )
+
+
 HEADLINE = (
     "engine prefix-cache hit rate",
     "follow-up TTFT p50",
     "follow-up TTFT p99",
+    "chat TTFT p50",
     "chat TTFT p99",
     "document prompt tokens/s",
     "failures",
@@ -286,16 +337,31 @@ HEADLINE = (
 UNITS = {label: unit for label, unit, _, _ in METRICS}
 
 
-def headline(workloads: Sequence[tuple[str, Sequence[Front]]]) -> str:
-    """One row per workload and `HEADLINE` figure: this app's, `REFERENCE`'s, and the ratio of the two."""
-    rows = [f"| workload | figure | {APP} | {REFERENCE} | {APP} / {REFERENCE} |", "|" + " --- |" * 5]
-    for name, fronts in workloads:
-        by_name = {f.name: f for f in fronts}
+def pool_rounds(rounds: Sequence[Sequence[Front]]) -> list[Front]:
+    """Each front of a workload's rounds pooled (`pooled`), in the order the first round ran them."""
+    names = dict.fromkeys(f.name for r in rounds for f in r)
+    return [pooled([f for r in rounds for f in r if f.name == name]) for name in names]
+
+
+def _figure(fronts: Sequence[Front], name: str, label: str) -> float | None:
+    return next((f.figures[label] for f in fronts if f.name == name), None)
+
+
+def headline(workloads: Sequence[tuple[str, Sequence[Sequence[Front]]]]) -> str:
+    """One row per workload and `HEADLINE` figure: this app's and `REFERENCE`'s over every round, their ratio, and
+    the ratio in each round alone (its spread: how far the machine's drift between windows moves it)."""
+    head = f"| workload | figure | {APP} | {REFERENCE} | {APP} / {REFERENCE} | each round |"
+    rows = [head, "|" + " --- |" * 6]
+    for name, rounds in workloads:
+        fronts = pool_rounds(rounds)
         for label in HEADLINE:
             unit = UNITS[label]
-            mine, theirs = (by_name[n].figures[label] if n in by_name else None for n in (APP, REFERENCE))
+            mine, theirs = (_figure(fronts, n, label) for n in (APP, REFERENCE))
+            each = ", ".join(ratio(_figure(r, APP, label), _figure(r, REFERENCE, label)) for r in rounds)
             figure = f"{label} ({unit})" if unit else label
-            rows.append(f"| {name} | {figure} | {_fmt(mine, unit)} | {_fmt(theirs, unit)} | {ratio(mine, theirs)} |")
+            rows.append(
+                f"| {name} | {figure} | {_fmt(mine, unit)} | {_fmt(theirs, unit)} | {ratio(mine, theirs)} | {each} |"
+            )
     return "\n".join(rows)
 
 

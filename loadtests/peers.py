@@ -1,14 +1,14 @@
 """This app beside its peers: one seeded closed-loop workload against several fronts in turn, on the same engines.
 
-    python -m loadtests.peers                                          # the four fronts, 150 s each
-    python -m loadtests.peers --duration-s 30 --fronts fairshare,round_robin   # a quick look
+    python -m loadtests.peers                                          # the four fronts, 2 rounds of 120 s each
+    python -m loadtests.peers --duration-s 30 --rounds 1 --fronts fairshare,round_robin   # a quick look
     python -m loadtests.peers --workload followups                     # plain clients: no session id
     python -m loadtests.peers --workload all --fronts fairshare,cache_aware     # every workload in turn
 
 Every front serves the same tiny random-weight Llama (`harness.tiny_model`, a 32,768-token context: a
 12,000-token document takes seconds to prefill on one core) on two CPU sglang 0.5.23 engines with the same
 settings (`EngineSettings`) and `OMP_NUM_THREADS=1`. Every front runs as shipped: each process at the priority it
-starts with (Ray starts its workers, this app's replicas, at niceness 15; the stock servers and the router run at 0).
+starts with (0: this app's config keeps its replicas at the raylet's priority, `serve_path.WORKER_PRIORITY_ENV`).
 `--renice` is the other setting, labelled so in the result file: sglang's scheduler processes, which run the forward
 passes (the device), at niceness 15 and every other process at 0 under every front, as beside a GPU
 (`DEVICE_PROCESS`). Fronts, in turn:
@@ -28,6 +28,12 @@ as a plain OpenAI client does; `--workload all` runs every workload in turn, eac
 (cold caches). Prompts are sized in the model's own tokens (characters per token measured on its tokenizer).
 Every engine reports its cached prompt tokens (sglang's `enable_cache_report`), from which the table gives each
 front's prefix-cache hit rate.
+
+The fronts take turns in rounds (`--rounds`), each round a fresh start of every front for `--duration-s` under
+the same seeded workload, in turn forwards then backwards (A B, B A, A B, ...): a machine that drifts between
+windows (the same front's own figures moved by a quarter between runs ten minutes apart) then weighs on every
+front alike rather than on whichever ran second. Each front's figures pool its rounds; the headline gives the
+ratio in each round beside the pooled one, its spread.
 
 The result file (`harness.results`: docs/results/peers/, `FAIRSHARE_RESULTS_DIR` moves the folder) starts with
 each workload's headline figures, this app against `cache_aware` (`peer_report.headline`), then has a section a
@@ -66,7 +72,16 @@ from harness.sglang_server import LocalServer
 from loadtests import prompts
 from loadtests.app import LocalApp, sglang_upstream_overrides
 from loadtests.cpu_share import CpuSampler
-from loadtests.peer_report import APP, REFERENCE, SESSIONS_WORKLOAD, Front, headline, markdown, plot
+from loadtests.peer_report import (
+    APP,
+    REFERENCE,
+    SESSIONS_WORKLOAD,
+    Front,
+    headline,
+    markdown,
+    plot,
+    pool_rounds,
+)
 from loadtests.recording import read_samples
 from loadtests.workloads import PLAIN, PlainWorkload, plain_workload
 from scheduler.sglang_plugin.env import PASS_TRACE_VAR
@@ -89,7 +104,8 @@ process at 15 (the runs up to 2026-12-02), a chat's first token took up to 0.36 
 it to the client while both schedulers prefilled documents: the detokenizer and the tokenizer waited for a core on
 equal terms with the two passes. With every process at 0, this app's Serve proxy and ingress waited so too."""
 RAY_NICENESS_VAR = "RAY_worker_niceness"
-"""Ray's own setting (its case is Ray's): the niceness it starts workers at (15 by default)."""
+"""Ray's own setting (its case is Ray's): the niceness a worker lowers itself to as it starts (15 by default; this
+app's config sets 0 for its replicas)."""
 ENGINE_REPLICA = "ServeReplica:fairshare:Engine"
 """The process title Ray gives this app's engine replicas."""
 LOCUST_GRACE_S = 300
@@ -155,7 +171,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=SESSIONS,
         help=f"Workloads to run, in order, from {list(WORKLOADS)}, or `all`; each runs every front.",
     )
-    ap.add_argument("--duration-s", type=float, default=150.0, help="Length of each front's run (wall s).")
+    ap.add_argument("--duration-s", type=float, default=120.0, help="Length of each front's window (wall s).")
+    ap.add_argument(
+        "--rounds", type=int, default=2, help="Windows of each front, the fronts' order reversed each round."
+    )
     ap.add_argument("--seed", type=int, default=23, help="Seed of the workload (the same for every front).")
     ap.add_argument("--model", type=Path, default=None, help="A tiny model built with the context (default: build).")
     ap.add_argument("--out", type=Path, default=Path("loadtest-out/peers"), help="Samples and logs.")
@@ -171,6 +190,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         ap.error(f"--fronts: unknown {bad}; choose from {list(FRONTS)}")
     if args.duration_s <= 0:
         ap.error(f"--duration-s {args.duration_s}: must be > 0")
+    if args.rounds < 1:
+        ap.error(f"--rounds {args.rounds}: must be at least 1")
     workloads = list(WORKLOADS) if args.workload == "all" else [w for w in args.workload.split(",") if w]
     unknown = [w for w in workloads if w not in WORKLOADS]
     if unknown or not workloads:
@@ -241,15 +262,18 @@ def run_locust(
     duration_s: float,
     locustfile: Path = LOCUSTFILES[SESSIONS],
     idle_ttft_s: list[float] | None = None,
+    stem: str = "",
 ) -> Front:
-    samples = out / f"{name}.samples.jsonl"
+    """One window of load on the front `name`; its samples and Locust's log are `stem` (default `name`) in `out`."""
+    stem = stem or name
+    samples = out / f"{stem}.samples.jsonl"
     samples.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "locust", "-f", str(locustfile), "--headless"]
     cmd += ["--host", url, "--only-summary", "--samples-file", str(samples), *flags]
     load_start = os.getloadavg()[0]
     cpu = CpuSampler()
     cpu.start()
-    with open(out / f"{name}.locust.log", "w") as log:
+    with open(out / f"{stem}.locust.log", "w") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
         try:
             proc.wait(timeout=duration_s + LOCUST_GRACE_S)
@@ -480,50 +504,91 @@ def kv_pool_tokens(server_url: str) -> int:
 
 @dataclass
 class WorkloadResult:
-    """One workload's run: each front that ran, and why any other did not."""
+    """One workload's run: each round's fronts that ran, and why any other did not."""
 
     load: Load
-    fronts: list[Front] = field(default_factory=list)
+    rounds: list[list[Front]] = field(default_factory=list)
     broken: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def fronts(self) -> list[Front]:
+        """Each front's rounds pooled."""
+        return pool_rounds(self.rounds)
 
     @property
     def clean(self) -> bool:
         return not self.broken and all(f.failures == 0 for f in self.fronts)
 
 
+def round_order(fronts: list[str], round_index: int) -> list[str]:
+    """The fronts in the order round `round_index` runs them: forwards, then backwards, in turn."""
+    return list(fronts) if round_index % 2 == 0 else fronts[::-1]
+
+
 def run_workload(
     load: Load, args: argparse.Namespace, model: Path, engine: EngineSettings, out: Path, cpt: float
 ) -> WorkloadResult:
-    """Every front in turn, each started afresh (cold caches), under the workload `load`."""
+    """Every front in turn, each started afresh (cold caches), in `args.rounds` rounds under the workload `load`."""
     pools: dict[str, list[int]] = {"cache_aware": [], "round_robin": []}
     starts = front_starters(model, engine, out, renice=args.renice, pools=pools)
     result = WorkloadResult(load)
-    for name in args.fronts:
-        print(f"{load.name} / {name}: starting", flush=True)
-        try:
-            with starts[name]() as (url, model_name):
-                warm_up(url, model_name)
-                idle = idle_chat_ttfts(url, model_name, cpt, args.seed)
-                print(f"{load.name} / {name}: {args.duration_s:.0f} s of load", flush=True)
-                flags = [*load.flags, "--model", model_name]
-                front = run_locust(url, name, flags, out, args.duration_s, load.locustfile, idle)
-        except Exception as e:  # the other fronts still run; the result file says which one did not
-            result.broken[name] = f"{type(e).__name__}: {str(e)[:300]}"
-            print(f"{load.name} / {name}: did not run: {result.broken[name]}", flush=True)
-            continue
-        front.kv_pool_tokens = pools.get(name, [])
-        result.fronts.append(front)
-        print(f"{load.name} / {name}: {len(front.samples)} requests", flush=True)
+    for r in range(args.rounds):
+        result.rounds.append([])
+        for name in round_order(args.fronts, r):
+            if name in result.broken:
+                continue
+            tag = f"{load.name} / {name} / round {r + 1} of {args.rounds}"
+            front = run_front(starts[name], tag, name, f"{name}.round{r + 1}", load, args, out, cpt, result)
+            if front is not None:
+                front.kv_pool_tokens = list(pools.get(name, []))
+                pools.get(name, []).clear()
+                result.rounds[-1].append(front)
     return result
+
+
+def run_front(
+    start: FrontStarter,
+    tag: str,
+    name: str,
+    stem: str,
+    load: Load,
+    args: argparse.Namespace,
+    out: Path,
+    cpt: float,
+    result: WorkloadResult,
+) -> Front | None:
+    """One window of `load` on the front `name`, started afresh; None, with the reason in `result.broken`, if it
+    did not run (the other fronts still run, and the result file says which one did not)."""
+    print(f"{tag}: starting", flush=True)
+    try:
+        with start() as (url, model_name):
+            warm_up(url, model_name)
+            idle = idle_chat_ttfts(url, model_name, cpt, args.seed)
+            print(f"{tag}: {args.duration_s:.0f} s of load", flush=True)
+            flags = [*load.flags, "--model", model_name]
+            front = run_locust(url, name, flags, out, args.duration_s, load.locustfile, idle, stem=stem)
+    except Exception as e:
+        result.broken[name] = f"{type(e).__name__}: {str(e)[:300]}"
+        print(f"{tag}: did not run: {result.broken[name]}", flush=True)
+        return None
+    print(f"{tag}: {len(front.samples)} requests", flush=True)
+    return front
 
 
 def report(results: list[WorkloadResult], engine: EngineSettings, cpt: float, args: argparse.Namespace) -> str:
     """The headline figures of every workload, then a section a workload (its settings, table and verdict)."""
-    summary = headline([(r.load.name, r.fronts) for r in results])
+    summary = headline([(r.load.name, r.rounds) for r in results])
     parts = [f"Each workload's headline figures, {APP} against {REFERENCE}:", "", summary, ""]
     for r in results:
         body = markdown(
-            r.fronts, engine, cpt, args.duration_s, args.seed, reniced=args.renice, workload=r.load.description
+            r.fronts,
+            engine,
+            cpt,
+            args.duration_s,
+            args.seed,
+            reniced=args.renice,
+            workload=r.load.description,
+            rounds=args.rounds,
         )
         parts += [f"## Workload `{r.load.name}`", "", body]
         if r.broken:

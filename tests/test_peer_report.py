@@ -124,7 +124,7 @@ def test_the_table_gives_the_fronts_cpu_per_request_over_the_span_of_its_request
 def test_the_result_says_whether_the_fronts_ran_as_shipped(reniced):
     text = markdown([front("fairshare", [0.1] * 3, 1.0)], EngineSettings(), 4.0, 60.0, 1, reniced=reniced)
     settings = text.splitlines()[0]
-    assert ("not as shipped" in settings) is reniced and ("as shipped: Ray's workers" in settings) is not reniced
+    assert ("not as shipped" in settings) is reniced and ("as shipped: this app's replicas" in settings) is not reniced
 
 
 def test_a_sample_reads_its_class_replica_and_first_token_inside_the_app_from_the_headers():

@@ -209,10 +209,10 @@ def test_the_table_and_the_headline_give_the_hit_rates_and_this_app_against_cach
     assert "| hit rate: follow-ups (%) | 99.0 | 0.0 | — |" in rows
     assert "| prompt tokens (engines' count) | 20,100 | 20,100 | — |" in rows
     assert "| KV pool per engine (tokens, sglang's count) | — | 65,536 / 65,536 | |" in rows
-    lines = headline([("followups", [app, peer]), ("overflow", [peer])]).splitlines()
-    assert lines[0] == "| workload | figure | fairshare | cache_aware | fairshare / cache_aware |"
-    assert "| followups | follow-up TTFT p50 (s) | 0.2 | 0.8 | 0.25x |" in lines
-    assert "| followups | engine prefix-cache hit rate (%) | 49.3 | 0.0 | — |" in lines
-    assert "| followups | failures | 0 | 0 | — |" in lines
-    assert "| overflow | chat TTFT p99 (s) | — | 0.05 | — |" in lines  # this app did not run
-    assert len(lines) == 2 + 2 * 6
+    lines = headline([("followups", [[app, peer]]), ("overflow", [[peer]])]).splitlines()
+    assert lines[0] == "| workload | figure | fairshare | cache_aware | fairshare / cache_aware | each round |"
+    assert "| followups | follow-up TTFT p50 (s) | 0.2 | 0.8 | 0.25x | 0.25x |" in lines
+    assert "| followups | engine prefix-cache hit rate (%) | 49.3 | 0.0 | — | — |" in lines
+    assert "| followups | failures | 0 | 0 | — | — |" in lines
+    assert "| overflow | chat TTFT p99 (s) | — | 0.05 | — | — |" in lines  # this app did not run
+    assert len(lines) == 2 + 2 * 7

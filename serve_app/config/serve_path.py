@@ -1,6 +1,6 @@
 """Ray Serve's settings the shipped configs set: the front (Serve's high-throughput mode: HAProxy and direct
-ingress), the request path (application `runtime_env.env_vars`) and the controller's loop (top-level
-`controller_options`).
+ingress), the request path (application `runtime_env.env_vars`), the controller's loop (top-level
+`controller_options`) and the processes' priority (both).
 
 The front. Serve's Python proxy parses every request, hands it to the ingress replica over a Ray call and relays
 the stream back: with the ingress and the engine replica's hop it cost more CPU per request than the engines it
@@ -38,6 +38,18 @@ refused connection elsewhere. So `INGRESS_DRAIN_ENV` sets 5 s, in both environme
 the replica holds itself open): a Ctrl-C of `serve run`, a `serve shutdown` and an ingress redeploy stop in seconds,
 not half a minute. Requests in flight are still drained up to `graceful_shutdown_timeout_s` (except on a Ctrl-C of
 `serve run`, where Serve stops HAProxy first, whatever the drain).
+
+The processes' priority. Every Ray worker lowers its own priority to niceness 15 as it starts (Ray's
+`worker_niceness`), unless its environment says otherwise: Ray's job supervisor sets it to 0 for itself the same
+way. At 15, this app's replicas, every process they start (sglang's scheduler, which drives the device, and its
+detokenizer) and HAProxy (which the controller's actor starts) ran below every process at 0 on the host: the
+raylet, the GCS, the dashboard, the client, any other program. sglang's own server runs at 0, and so does the
+router it is compared with. `WORKER_PRIORITY_ENV` keeps the request path at the priority the raylet runs at (0
+unless the operator starts Ray niced), in the application's environment (the replicas) and the controller's (the
+controller, HAProxy and its manager). A worker only ever lowers its own priority, so this needs no privilege. Ray's
+idle pool workers, which run none of this app, stay at 15. On the two-core CPU engines beside the same load, this
+did not shorten the schedulers' wait for a core (`python -m loadtests.peers`, its "CPU cores waited for" rows):
+there the processes beside them at 0 are few; what they wait behind is the app's own processes, at either priority.
 """
 
 from __future__ import annotations
@@ -49,11 +61,15 @@ INGRESS_DRAIN_ENV: dict[str, str] = {"RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERI
 """How long a stopping ingress replica stays open for HAProxy to drop it, in the controller's and the
 application's environment alike."""
 
+WORKER_PRIORITY_ENV: dict[str, str] = {"RAY_worker_niceness": "0"}
+"""The request path's processes at the raylet's priority, not Ray's niceness 15 (its case is Ray's)."""
+
 SERVE_PATH_ENV: dict[str, str] = {
     "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0",
     "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": "0",
     "RAY_SERVE_USE_GRPC_BY_DEFAULT": "1",
     **INGRESS_DRAIN_ENV,
+    **WORKER_PRIORITY_ENV,
 }
 
 FRONT_ENV: dict[str, str] = {"RAY_SERVE_ENABLE_HA_PROXY": "1", "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1"}
@@ -61,7 +77,12 @@ FRONT_ENV: dict[str, str] = {"RAY_SERVE_ENABLE_HA_PROXY": "1", "RAY_SERVE_THROUG
 PYTHON_PROXY_ENV: dict[str, str] = dict.fromkeys(FRONT_ENV, "0")
 """The switch back to Serve's Python proxy: the same variables, off, in both places."""
 
-CONTROLLER_ENV: dict[str, str] = {"RAY_SERVE_CONTROL_LOOP_INTERVAL_S": "0.5", **INGRESS_DRAIN_ENV, **FRONT_ENV}
+CONTROLLER_ENV: dict[str, str] = {
+    "RAY_SERVE_CONTROL_LOOP_INTERVAL_S": "0.5",
+    **INGRESS_DRAIN_ENV,
+    **WORKER_PRIORITY_ENV,
+    **FRONT_ENV,
+}
 CONTROLLER_OPTIONS: dict[str, Any] = {"runtime_env": {"env_vars": CONTROLLER_ENV}}
 """A config's top-level `controller_options` (Serve applies it when it starts the controller, and only then)."""
 
@@ -117,8 +138,8 @@ def serve_path_problems(env_vars: Mapping[str, str] | None) -> list[str]:
 
 
 def controller_problems(controller_options: Mapping[str, Any] | None) -> list[str]:
-    """What a config's top-level `controller_options` gets wrong about the controller's loop and the ingress's
-    drain (empty: nothing)."""
+    """What a config's top-level `controller_options` gets wrong about the controller's loop, the ingress's drain
+    and the processes' priority (empty: nothing)."""
     env = env_vars_of(controller_options)
     return [
         f"controller_options.runtime_env.env_vars.{k}: {env.get(k)!r}, expected {v!r}"

@@ -16,6 +16,7 @@ from serve_app.config.serve_path import (
     INGRESS_DRAIN_ENV,
     PYTHON_PROXY_ENV,
     SERVE_PATH_ENV,
+    WORKER_PRIORITY_ENV,
     controller_problems,
     front_of,
     front_problems,
@@ -208,7 +209,7 @@ def test_the_checker_refuses_an_ingress_drain_set_in_one_place_only() -> None:
 
 def test_controller_check_names_a_missing_or_changed_loop_interval_or_drain() -> None:
     keys = [k for k in CONTROLLER_ENV if k not in FRONT_ENV]
-    assert keys == ["RAY_SERVE_CONTROL_LOOP_INTERVAL_S", *INGRESS_DRAIN_ENV]
+    assert keys == ["RAY_SERVE_CONTROL_LOOP_INTERVAL_S", *INGRESS_DRAIN_ENV, *WORKER_PRIORITY_ENV]
     good = {"runtime_env": {"env_vars": {**CONTROLLER_ENV, "OTHER": "x"}}}
     assert controller_problems(good) == []
     assert [p.split(":")[0] for p in controller_problems(None)] == [

@@ -17,6 +17,7 @@ import httpx
 import openai
 import pytest
 
+from harness.net import listener
 from loadtests.recording import server_timing
 from tests.serve.conftest import ServeHandle, deployment
 
@@ -54,6 +55,24 @@ def test_models_and_health(served: ServeHandle) -> None:
     assert [(m.id, m.kind) for m in models.data] == [(served.model, "chat"), (EMBEDDING_MODEL, "embedding")]
     r = httpx.get(f"{served.base_url}/health", timeout=10)
     assert r.status_code == 200 and r.json()["status"] == "ok"
+
+
+def test_the_request_path_runs_at_the_raylets_priority_not_rays_niceness_15(served: ServeHandle) -> None:
+    """Ray lowers each worker to niceness 15 as it starts unless its environment says otherwise; the config says 0
+    (`serve_path.WORKER_PRIORITY_ENV`) for the replicas and for HAProxy, which the controller's actor starts."""
+    port = int(served.base_url.rsplit(":", 1)[1])
+    haproxy = listener(port)
+    assert haproxy is not None and haproxy.name() == "haproxy"
+    manager = haproxy.parent()
+    raylet = manager.parent()
+    assert "raylet" in raylet.name()  # this cluster's, whatever else runs on the machine
+    workers = [(" ".join(w.cmdline()), w) for w in raylet.children()]
+    replicas = [w for title, w in workers if "ServeReplica:fairshare:" in title]
+    assert len(replicas) == 5  # the ingress, three engines, the embedder
+    assert {p.nice() for p in (*replicas, manager, haproxy)} == {raylet.nice()}
+    # A worker started without the setting, as Ray's idle pool starts them, lowers itself: the switch is what works.
+    idle = [w for title, w in workers if title.startswith("ray::IDLE")]
+    assert all(w.nice() == min(raylet.nice() + 15, 19) for w in idle)
 
 
 def test_chat_completion_with_usage_and_routing_headers(served: ServeHandle) -> None:

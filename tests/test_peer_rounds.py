@@ -1,0 +1,132 @@
+"""The peer benchmark's rounds (`loadtests.peers --rounds`): the fronts take turns, forwards then backwards, each
+started afresh each round, and each front's rounds are pooled into one result with the ratio of each round beside
+it. No server: the fronts and the load generator are stand-ins that record what was asked of them."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from loadtests import peers
+from loadtests.peer_report import Front, front_cpu_ms, headline, pooled
+from loadtests.peers import EngineSettings, Load, WorkloadResult, parse_args, round_order, run_workload
+from loadtests.recording import Sample
+
+
+def chat(sent_s: float, ttft_s: float) -> Sample:
+    return Sample("chat", "short", "short", 200, sent_s, ttft_s=ttft_s, e2e_s=1.0)
+
+
+def document(sent_s: float, ttft_s: float) -> Sample:
+    return Sample("doc", "long", "long", 200, sent_s, ttft_s=ttft_s, e2e_s=ttft_s, prompt_tokens=10_000)
+
+
+def window(name: str, start_s: float, chat_ttft_s: float, doc_ttft_s: float, front_cores: float = 0.1) -> Front:
+    """A 10 s window: 10 chats, one a second, and one document."""
+    samples = [chat(start_s + i, chat_ttft_s) for i in range(10)] + [document(start_s, doc_ttft_s)]
+    f = Front(name, samples, start_s, 1.0, 1.0)
+    f.cpu_cores = {"front": front_cores}
+    return f
+
+
+@given(st.lists(st.sampled_from(["fairshare", "fairshare-off", "cache_aware", "round_robin"]), unique=True, min_size=1))
+def test_every_front_runs_once_a_round_forwards_then_backwards(fronts):
+    orders = [round_order(fronts, r) for r in range(4)]
+    assert all(sorted(o) == sorted(fronts) for o in orders)
+    assert orders[0] == orders[2] == fronts and orders[1] == orders[3] == fronts[::-1]
+    # Whichever front ends a round starts the next one: no front always runs first or always last.
+    assert all(orders[r][-1] == orders[r + 1][0] for r in range(3))
+
+
+def test_a_pooled_front_holds_every_rounds_samples_and_probes_and_no_time_between_them():
+    first, second = window("fairshare", 0.0, 0.1, 2.0, front_cores=0.1), window("fairshare", 1000.0, 0.3, 1.0, 0.3)
+    first.idle_ttft_s, second.idle_ttft_s = [0.05], [0.07]
+    both = pooled([first, second])
+    assert len(both.samples) == 22 and both.idle_ttft_s == [0.05, 0.07]
+    assert both.span_s == pytest.approx(first.span_s + second.span_s) == pytest.approx(20.0)
+    # Two equal spans: the front's cores are their mean, and its CPU per request is the two rounds' together.
+    assert both.cpu_cores["front"] == pytest.approx(0.2)
+    assert front_cpu_ms(both) == pytest.approx(1e3 * (0.1 * 10 + 0.3 * 10) / 22)
+    # One document a round, each alone: 20,000 tokens over 3 s of prefill, not over the 1,000 s between the rounds.
+    assert both.figures["document prompt tokens/s"] == pytest.approx(20_000 / 3.0)
+
+
+def test_the_headline_gives_the_pooled_ratio_and_each_rounds_beside_it():
+    rounds = [
+        [window("fairshare", 0.0, 0.1, 1.0), window("cache_aware", 100.0, 0.1, 2.0)],
+        [window("cache_aware", 200.0, 0.1, 1.0), window("fairshare", 300.0, 0.1, 1.0)],
+    ]
+    lines = headline([("sessions", rounds)]).splitlines()
+    # Documents: 2.00x in the first round, 1.00x in the second; pooled, 20,000 tokens in 2 s against 3 s.
+    assert "| sessions | document prompt tokens/s (tok/s) | 10,000 | 6,667 | 1.50x | 2.00x, 1.00x |" in lines
+
+
+class Recorder:
+    """Stand-in fronts and load generator: what ran, in order, and each window's kv pools."""
+
+    def __init__(self, broken: str = "") -> None:
+        self.ran: list[str] = []
+        self.pools: dict[str, list[int]] = {}
+        self.broken = broken
+
+    def starters(self, model, engine, out, renice=False, pools=None):
+        self.pools = pools
+
+        def starter(name: str):
+            @contextlib.contextmanager
+            def start() -> Iterator[tuple[str, str]]:
+                if name == self.broken:
+                    raise RuntimeError("engine died")
+                if name in self.pools:
+                    self.pools[name].extend([65_536, 65_536])  # as a router front appends its servers' pools
+                yield f"http://{name}", "tiny"
+
+            return start
+
+        return {n: starter(n) for n in peers.FRONTS}
+
+    def locust(self, url, name, flags, out, duration_s, locustfile, idle, stem=""):
+        self.ran.append(stem)
+        return window(name, 100.0 * len(self.ran), 0.1, 1.0)
+
+
+def run(monkeypatch, tmp_path, rounds: int, broken: str = "") -> tuple[Recorder, WorkloadResult]:
+    rec = Recorder(broken)
+    monkeypatch.setattr(peers, "front_starters", rec.starters)
+    monkeypatch.setattr(peers, "run_locust", rec.locust)
+    monkeypatch.setattr(peers, "warm_up", lambda url, model: None)
+    monkeypatch.setattr(peers, "idle_chat_ttfts", lambda url, model, cpt, seed: [0.05])
+    args = parse_args(["--fronts", "fairshare,cache_aware", "--rounds", str(rounds)])
+    load = Load("sessions", tmp_path / "locustfile.py", [], "made up")
+    return rec, run_workload(load, args, tmp_path, EngineSettings(), tmp_path, 1.0)
+
+
+def test_each_round_starts_every_front_afresh_in_alternating_order(monkeypatch, tmp_path):
+    rec, result = run(monkeypatch, tmp_path, rounds=3)
+    assert rec.ran == [
+        *("fairshare.round1", "cache_aware.round1"),
+        *("cache_aware.round2", "fairshare.round2"),
+        *("fairshare.round3", "cache_aware.round3"),
+    ]
+    forwards, backwards = ["fairshare", "cache_aware"], ["cache_aware", "fairshare"]
+    assert [[f.name for f in r] for r in result.rounds] == [forwards, backwards, forwards]
+    # Each window carries the pools its own start reported, not every start's so far.
+    assert all(f.kv_pool_tokens == [65_536, 65_536] for r in result.rounds for f in r if f.name == "cache_aware")
+    pooled_fronts = {f.name: f for f in result.fronts}
+    assert len(pooled_fronts["fairshare"].samples) == 3 * 11 and result.clean
+
+
+def test_a_front_that_does_not_start_is_reported_and_not_tried_again(monkeypatch, tmp_path):
+    rec, result = run(monkeypatch, tmp_path, rounds=2, broken="cache_aware")
+    assert rec.ran == ["fairshare.round1", "fairshare.round2"]
+    assert result.broken == {"cache_aware": "RuntimeError: engine died"} and not result.clean
+
+
+def test_rounds_below_one_are_refused(capsys):
+    with pytest.raises(SystemExit):
+        parse_args(["--rounds", "0"])
+    assert "--rounds 0: must be at least 1" in capsys.readouterr().err
