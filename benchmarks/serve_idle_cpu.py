@@ -46,7 +46,7 @@ def phase(setting: str, seconds: float) -> dict[str, float]:
     edit = without_controller_options if setting == "Serve's default" else None
     with LocalApp(CONFIG, {}, edit=edit):
         time.sleep(SETTLE_S)
-        sampler = CpuSampler(table=PROCESSES)
+        sampler = CpuSampler(table=PROCESSES, rest=False)  # Ray's and Serve's processes, not the machine's
         sampler.start()
         time.sleep(seconds)
         return sampler.stop()

@@ -1,4 +1,5 @@
-"""The CPU a load test's processes use, by role: the engines, the front before them, the load generator.
+"""The CPU a load test's processes use, by role: the engines, the front before them, the load generator, and the
+rest of the machine (Ray's dashboard, its agent and log monitor, idle workers, the benchmark itself, the kernel).
 
 On a machine whose cores the engines share with the front and the load generator (the peer benchmark on two
 CPU cores), how much of the CPU each role took says whether the engines were short of it or short of work. A
@@ -8,7 +9,8 @@ load (the load generator at its end) still counts.
 
 It also reads how long each role's threads were ready to run but waited for a core (Linux's run-queue wait,
 ``/proc/PID/task/TID/schedstat``; absent elsewhere): the engines' wait is the share of the cores the other
-processes took from them while they had work.
+processes took from them while they had work. The rest of the machine is read for its CPU only: its threads are
+many, and what it waited for says nothing of the roles measured.
 """
 
 from __future__ import annotations
@@ -29,11 +31,13 @@ ROLES: list[tuple[str, re.Pattern[str]]] = [
     ("front", re.compile(r"sglang_router|sglang::router|ServeReplica|ProxyActor|ServeController|raylet|gcs_server")),
     ("load generator", re.compile(r"locust")),
 ]
+REST = "rest of the machine"
+"""Every process no role of the table claims."""
 
 
-def role_of(cmdline: str, roles: list[tuple[str, re.Pattern[str]]] = ROLES) -> str | None:
-    """The role of a process by its command line (or title), the first of `roles` that matches; None: not one."""
-    return next((role for role, pattern in roles if pattern.search(cmdline)), None)
+def role_of(cmdline: str, roles: list[tuple[str, re.Pattern[str]]] = ROLES) -> str:
+    """The role of a process by its command line (or title), the first of `roles` that matches; `REST`: none."""
+    return next((role for role, pattern in roles if pattern.search(cmdline)), REST)
 
 
 def run_queue_wait_s(pid: int, proc_root: Path = Path("/proc")) -> float | None:
@@ -51,10 +55,12 @@ def run_queue_wait_s(pid: int, proc_root: Path = Path("/proc")) -> float | None:
 
 @dataclass
 class CpuSampler:
-    """Cores used by each role between `start` and `stop` (`cores`); `table`: the roles, `ROLES` unless given."""
+    """Cores used by each role between `start` and `stop` (`cores`); `table`: the roles, `ROLES` unless given;
+    `rest`: whether the processes no role claims count too, as `REST`."""
 
     period_s: float = 1.0
     table: list[tuple[str, re.Pattern[str]]] = field(default_factory=lambda: ROLES)
+    rest: bool = True
     first: dict[int, float] = field(default_factory=dict)
     last: dict[int, float] = field(default_factory=dict)
     first_wait: dict[int, float] = field(default_factory=dict)
@@ -69,7 +75,7 @@ class CpuSampler:
         for proc in psutil.process_iter(["pid", "name", "cmdline"]):
             try:
                 role = role_of(" ".join(proc.info["cmdline"] or [proc.info["name"] or ""]), self.table)
-                if role is None:
+                if role == REST and not self.rest:
                     continue
                 times = proc.cpu_times()
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
@@ -78,6 +84,8 @@ class CpuSampler:
             self.roles[pid] = role
             self.first.setdefault(pid, used if initial else 0.0)
             self.last[pid] = used
+            if role == REST:
+                continue
             waited = run_queue_wait_s(pid)
             if waited is not None:
                 self.first_wait.setdefault(pid, waited if initial else 0.0)
@@ -102,17 +110,20 @@ class CpuSampler:
         return self.cores()
 
     def cores(self) -> dict[str, float]:
-        """Cores each role used on average over the sampled time (every role of `table`, 0 where none ran)."""
-        return self._per_role(self.first, self.last)
+        """Cores each role used on average over the sampled time (every role of `table`, and `REST` if counted; 0
+        where none ran)."""
+        roles = [role for role, _ in self.table]
+        return self._per_role(self.first, self.last, [*roles, REST] if self.rest else roles)
 
     def waiting_cores(self) -> dict[str, float]:
         """Cores-worth of each role's threads waiting for a core, on average over the sampled time: 0.3 is three
-        tenths of a second a second. Empty where the kernel reports no run-queue wait."""
-        return self._per_role(self.first_wait, self.last_wait) if self.last_wait else {}
+        tenths of a second a second; the roles of `table` only. Empty where the kernel reports no run-queue wait."""
+        roles = [role for role, _ in self.table]
+        return self._per_role(self.first_wait, self.last_wait, roles) if self.last_wait else {}
 
-    def _per_role(self, first: dict[int, float], last: dict[int, float]) -> dict[str, float]:
+    def _per_role(self, first: dict[int, float], last: dict[int, float], roles: list[str]) -> dict[str, float]:
         total: dict[str, float] = defaultdict(float)
         for pid, end in last.items():
             total[self.roles[pid]] += max(0.0, end - first[pid])
         span = self.elapsed_s or (time.monotonic() - self.started_s)
-        return {role: total[role] / span if span > 0 else 0.0 for role, _ in self.table}
+        return {role: total[role] / span if span > 0 else 0.0 for role in roles}

@@ -38,10 +38,10 @@ ratio in each round beside the pooled one, its spread.
 The result file (`harness.results`: docs/results/peers/, `FAIRSHARE_RESULTS_DIR` moves the folder) starts with
 each workload's headline figures, this app against `cache_aware` (`peer_report.headline`), then has a section a
 workload: its table (chat TTFT, ITL, document TTFT and prompt tokens/s, follow-up TTFT, SLO attainment, hit rates,
-failures, the ratio of this app to the best peer, and the CPU cores the engines, the front and the load generator
-used while the load ran: `loadtests.cpu_share`), with a PNG per workload beside it. Before its load, each front
-answers `IDLE_PROBES` new chats sent one at a time (`idle_chat_ttfts`): its TTFT with the engines idle, the path's
-own latency, which the loaded chat TTFT is read against.
+failures, the ratio of this app to the best peer, and the CPU cores the engines, the front, the load generator and
+the rest of the machine used while the load ran: `loadtests.cpu_share`), with a PNG per workload beside it. Before
+its load, each front answers `IDLE_PROBES` new chats sent one at a time (`idle_chat_ttfts`): its TTFT with the
+engines idle, the path's own latency, which the loaded chat TTFT is read against.
 """
 
 from __future__ import annotations

@@ -3,10 +3,11 @@ exits during the load still counted."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
-from loadtests.cpu_share import CpuSampler, role_of, run_queue_wait_s
+from loadtests.cpu_share import REST, CpuSampler, role_of, run_queue_wait_s
 
 
 def test_processes_are_told_apart_by_their_command_lines():
@@ -17,7 +18,7 @@ def test_processes_are_told_apart_by_their_command_lines():
     assert role_of("ray::ProxyActor") == "front"
     assert role_of("python -m sglang_router.launch_router --policy cache_aware") == "front"
     assert role_of("python -m locust -f loadtests/locustfile.py --headless") == "load generator"
-    assert role_of("python -m pytest") is None
+    assert role_of("python -m pytest") == REST == "rest of the machine"
 
 
 def test_a_process_that_exits_during_the_load_is_counted():
@@ -27,7 +28,7 @@ def test_a_process_that_exits_during_the_load_is_counted():
     burn = "import time\nwhile time.process_time() < 0.5: pass"
     subprocess.run([sys.executable, "-c", burn, "locust"], check=True)
     cores = sampler.stop()
-    assert set(cores) == {"engines", "front", "load generator"}
+    assert set(cores) == {"engines", "front", "load generator", REST}
     used_s = cores["load generator"] * sampler.elapsed_s
     assert 0.3 <= used_s <= 0.5 + 0.5  # up to one sampling period lost at its exit; its start-up on top
 
@@ -55,3 +56,22 @@ def test_threads_that_wait_for_a_core_are_counted_for_their_role():
     # 1.2 CPU seconds on one core: the two that start behind wait at least 0.4 + 0.8 s in all (0.6 asserted: the
     # sampler may miss the edges of their lives).
     assert waited["load generator"] * sampler.elapsed_s >= 0.6
+
+
+def test_the_rest_of_the_machine_is_counted_for_its_cpu_only_and_can_be_left_out():
+    table = [("sleeper", re.compile(r"fairshare-test-sleeper"))]
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "fairshare-test-sleeper"])
+    try:
+        counted, alone = CpuSampler(period_s=0.05, table=table), CpuSampler(period_s=0.05, table=table, rest=False)
+        for sampler in (counted, alone):
+            sampler.start()
+        # Half a CPU second in a process no role claims.
+        subprocess.run([sys.executable, "-c", "import time\nwhile time.process_time() < 0.5: pass"], check=True)
+        for sampler in (counted, alone):
+            sampler.stop()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert set(counted.cores()) == {"sleeper", REST} and set(alone.cores()) == {"sleeper"}
+    assert counted.cores()[REST] * counted.elapsed_s >= 0.3  # its exit may cost it up to a sampling period
+    assert REST not in counted.waiting_cores()  # the rest's threads are not read for their wait

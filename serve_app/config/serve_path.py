@@ -47,9 +47,9 @@ raylet, the GCS, the dashboard, the client, any other program. sglang's own serv
 router it is compared with. `WORKER_PRIORITY_ENV` keeps the request path at the priority the raylet runs at (0
 unless the operator starts Ray niced), in the application's environment (the replicas) and the controller's (the
 controller, HAProxy and its manager). A worker only ever lowers its own priority, so this needs no privilege. Ray's
-idle pool workers, which run none of this app, stay at 15. On the two-core CPU engines beside the same load, this
-did not shorten the schedulers' wait for a core (`python -m loadtests.peers`, its "CPU cores waited for" rows):
-there the processes beside them at 0 are few; what they wait behind is the app's own processes, at either priority.
+idle pool workers, which run none of this app, stay at 15. It does not make the CPU engines' schedulers wait for a
+core as little as a stock server's beside the same load (`python -m loadtests.peers`, its "CPU cores waited for"
+rows): what they wait behind there is mostly this app's own processes, at either priority.
 """
 
 from __future__ import annotations
