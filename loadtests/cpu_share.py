@@ -112,14 +112,16 @@ class CpuSampler:
     def cores(self) -> dict[str, float]:
         """Cores each role used on average over the sampled time (every role of `table`, and `REST` if counted; 0
         where none ran)."""
-        roles = [role for role, _ in self.table]
-        return self._per_role(self.first, self.last, [*roles, REST] if self.rest else roles)
+        return self._per_role(self.first, self.last, [*self._roles, REST] if self.rest else self._roles)
 
     def waiting_cores(self) -> dict[str, float]:
         """Cores-worth of each role's threads waiting for a core, on average over the sampled time: 0.3 is three
         tenths of a second a second; the roles of `table` only. Empty where the kernel reports no run-queue wait."""
-        roles = [role for role, _ in self.table]
-        return self._per_role(self.first_wait, self.last_wait, roles) if self.last_wait else {}
+        return self._per_role(self.first_wait, self.last_wait, self._roles) if self.last_wait else {}
+
+    @property
+    def _roles(self) -> list[str]:
+        return [role for role, _ in self.table]
 
     def _per_role(self, first: dict[int, float], last: dict[int, float], roles: list[str]) -> dict[str, float]:
         total: dict[str, float] = defaultdict(float)

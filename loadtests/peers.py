@@ -538,39 +538,30 @@ def run_workload(
             if name in result.broken:
                 continue
             tag = f"{load.name} / {name} / round {r + 1} of {args.rounds}"
-            front = run_front(starts[name], tag, name, f"{name}.round{r + 1}", load, args, out, cpt, result)
-            if front is not None:
-                front.kv_pool_tokens = list(pools.get(name, []))
-                pools.get(name, []).clear()
-                result.rounds[-1].append(front)
+            try:
+                front = run_front(starts[name], tag, name, f"{name}.round{r + 1}", load, args, out, cpt)
+            except Exception as e:  # the other fronts still run; the result file says which one did not
+                result.broken[name] = f"{type(e).__name__}: {str(e)[:300]}"
+                print(f"{tag}: did not run: {result.broken[name]}", flush=True)
+                continue
+            reported = pools.get(name, [])  # appended to by this start alone: the next start's is its own
+            front.kv_pool_tokens = list(reported)
+            reported.clear()
+            result.rounds[-1].append(front)
     return result
 
 
 def run_front(
-    start: FrontStarter,
-    tag: str,
-    name: str,
-    stem: str,
-    load: Load,
-    args: argparse.Namespace,
-    out: Path,
-    cpt: float,
-    result: WorkloadResult,
-) -> Front | None:
-    """One window of `load` on the front `name`, started afresh; None, with the reason in `result.broken`, if it
-    did not run (the other fronts still run, and the result file says which one did not)."""
+    start: FrontStarter, tag: str, name: str, stem: str, load: Load, args: argparse.Namespace, out: Path, cpt: float
+) -> Front:
+    """One window of `load` on the front `name`, started afresh; its samples and log are `stem` in `out`."""
     print(f"{tag}: starting", flush=True)
-    try:
-        with start() as (url, model_name):
-            warm_up(url, model_name)
-            idle = idle_chat_ttfts(url, model_name, cpt, args.seed)
-            print(f"{tag}: {args.duration_s:.0f} s of load", flush=True)
-            flags = [*load.flags, "--model", model_name]
-            front = run_locust(url, name, flags, out, args.duration_s, load.locustfile, idle, stem=stem)
-    except Exception as e:
-        result.broken[name] = f"{type(e).__name__}: {str(e)[:300]}"
-        print(f"{tag}: did not run: {result.broken[name]}", flush=True)
-        return None
+    with start() as (url, model_name):
+        warm_up(url, model_name)
+        idle = idle_chat_ttfts(url, model_name, cpt, args.seed)
+        print(f"{tag}: {args.duration_s:.0f} s of load", flush=True)
+        flags = [*load.flags, "--model", model_name]
+        front = run_locust(url, name, flags, out, args.duration_s, load.locustfile, idle, stem=stem)
     print(f"{tag}: {len(front.samples)} requests", flush=True)
     return front
 
