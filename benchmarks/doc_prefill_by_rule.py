@@ -5,7 +5,9 @@
 One CPU sglang 0.5.23 engine per variant (the peer benchmark's settings and tiny 32,768-token model), a
 12,000-token document sent while a chat (a 40-token question, 16 output tokens) is sent every 0.5 s: the
 document's time to first token, its prefill rate (and its ratio to the plugin switched off), and the chats'
-TTFTs while it prefilled. Variants: the plugin off, its default rules, and the default with one rule off.
+TTFTs while it prefilled. Variants: the plugin off, the policy as shipped for CPU engines (config.sglang-cpu.yaml's,
+with the peer benchmark's class bound: what `loadtests.peers` runs), the plugin's default rules, and the default with
+one rule off.
 Writes docs/results/doc-prefill-by-rule/ (`harness.results`).
 """
 
@@ -21,12 +23,13 @@ from harness.cpu_env import cpu_sglang_env
 from harness.results import records
 from harness.sglang_server import LocalServer
 from loadtests import prompts
-from loadtests.peers import EngineSettings, build_model, chars_per_token, first_content_s
+from loadtests.peers import EngineSettings, app_policy, build_model, chars_per_token, first_content_s
 
 DOC_TOKENS = 12_000
 CHAT_EVERY_S = 0.5
 VARIANTS: dict[str, dict[str, object]] = {
     "plugin off": {"plugin_enabled": False},
+    "plugin as shipped": app_policy(EngineSettings(), upstream=False),
     "plugin default": {},
     "adaptive_pass off": {"adaptive_pass": False},
     "mixed_decode off": {"mixed_decode": False},
