@@ -40,6 +40,9 @@ class Sample:
     session: str = ""
     replica: str = ""
     """The engine replica that served it (`X-Replica`; empty behind a front that does not say)."""
+    route: str = ""
+    """Why the router chose that replica (`X-Route`: `affinity`, `gave-way`, ...; empty behind a front that does not
+    say)."""
     app_ttft_s: float | None = None
     """Its first token inside the app: from the ingress's receipt to the engine's first item (`Server-Timing`
     ``ttft``; None behind a front that does not say). The client's TTFT less this is the path outside the ingress
@@ -73,6 +76,7 @@ def response_meta(resp: Any, intent: str) -> dict[str, Any]:
         status=resp.status_code,
         lane=headers.get("X-Lane", ""),
         replica=headers.get("X-Replica", ""),
+        route=headers.get("X-Route", ""),
         app_ttft_s=None if (ms := server_timing(headers.get("Server-Timing", "")).get("ttft")) is None else ms / 1000,
     )
 

@@ -127,22 +127,23 @@ def test_the_result_says_whether_the_fronts_ran_as_shipped(reniced):
     assert ("not as shipped" in settings) is reniced and ("as shipped: this app's replicas" in settings) is not reniced
 
 
-def test_a_sample_reads_its_class_replica_and_first_token_inside_the_app_from_the_headers():
+def test_a_sample_reads_its_class_replica_route_and_first_token_inside_the_app_from_the_headers():
     app = SimpleNamespace(
         status_code=200,
         headers={
             "X-Traffic-Class": "short",
             "X-Lane": "chat",
             "X-Replica": "r1",
+            "X-Route": "gave-way",
             "Server-Timing": "route;dur=1.5, ttft;dur=42",
         },
     )
     assert response_meta(app, "long") == dict(
-        intent="long", traffic_class="short", status=200, lane="chat", replica="r1", app_ttft_s=0.042
+        intent="long", traffic_class="short", status=200, lane="chat", replica="r1", route="gave-way", app_ttft_s=0.042
     )
     stock = SimpleNamespace(status_code=200, headers={})  # a front that says none of it
     assert response_meta(stock, "long") == dict(
-        intent="long", traffic_class="long", status=200, lane="", replica="", app_ttft_s=None
+        intent="long", traffic_class="long", status=200, lane="", replica="", route="", app_ttft_s=None
     )
     # The table gives the app's share of a chat's first token where a front said it, and nothing for one that did not.
     said = front(

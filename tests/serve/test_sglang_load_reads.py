@@ -75,3 +75,37 @@ def test_an_idle_engine_is_read_when_a_request_comes_often_while_it_works_and_no
             await b.shutdown()
 
     asyncio.run(go())
+
+
+def test_a_request_counts_in_the_load_at_once_and_the_engine_is_read_after_its_first_pass(monkeypatch) -> None:
+    """A read is a round trip through sglang's scheduler: at a request's arrival it would run beside the request's
+    own first pass. The replica counts the request itself, at once, and reads the engine `LOAD_REFRESH_S` later
+    (made an hour here, so a read before it is a wrong decision)."""
+
+    async def go() -> None:
+        b = fake_backend()
+        await b.start()
+        try:
+            tm = FakeSglangEngine.started[0].tokenizer_manager
+            await until_async(lambda: b.load().ready, "the first read")
+            monkeypatch.setattr(sglang_backend, "LOAD_REFRESH_S", 3600.0)
+            read = tm.load_reads
+            assert b.load().num_pending == 0
+
+            answer = HeldAnswer()
+            b._openai = answer  # type: ignore[assignment]
+            parts = b.respond(OpenAIRequest("chat", {"messages": []}, "r1", prompt_tokens=40))
+            assert isinstance((await anext(parts))[0], ResponseStart)
+            load = b.load()
+            assert (load.num_pending, load.prefill_tokens) == (1, 40), "the request is in the load before any read"
+            await asyncio.sleep(IDLE_LOOK_S)
+            assert tm.load_reads == read, "the engine was read beside the request's first pass"
+
+            answer.release.set()
+            assert [p async for batch in parts for p in batch] == [ResponseBody(b"data: [DONE]\n\n")]
+            assert b.load().num_pending == 0, "its first output takes it out of the load, before any read"
+            assert tm.load_reads == read
+        finally:
+            await b.shutdown()
+
+    asyncio.run(go())

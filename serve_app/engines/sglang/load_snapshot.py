@@ -98,12 +98,26 @@ def replica_load(
     overhead, so no separate fixed cost. `plugin_states`: the plugin's state in each scheduler (``fairshare`` in
     sglang's internal state), whose wait bound the load carries; until the plugin has reported one,
     `wait_pass_seconds` without the engine's figures."""
-    wait_s = reported_wait_pass_s(plugin_states)
     rate.observe(
         now_s,
         sum(getattr(s, "total_prefill_uncached_tokens", 0) for s in snaps),
         sum(getattr(s, "total_prefill_busy_us", 0) for s in snaps),
     )
+    return recounted_load(snaps, rate, policy, chunk_budget_tokens, pending, plugin_states)
+
+
+def recounted_load(
+    snaps: Sequence[Any],
+    rate: PrefillRate,
+    policy: PolicyConfig,
+    chunk_budget_tokens: int,
+    pending: PendingPrefill | None = None,
+    plugin_states: Sequence[Mapping[str, Any] | None] = (),
+) -> ReplicaLoad:
+    """`replica_load` of the last snapshots, with no new reading of the counters: the engine's figures as last read,
+    the replica's `pending` requests as they are now (a request that has just come counts at once, before the
+    engine is read again)."""
+    wait_s = reported_wait_pass_s(plugin_states)
     waiting = sum(s.num_waiting_reqs for s in snaps)
     in_flight = pending.tokens_by_rid if pending is not None else {}
     return ReplicaLoad(

@@ -51,7 +51,7 @@ from serve_app.config import (
 )
 from serve_app.engines.sglang.engine_thread import EngineThread
 from serve_app.engines.sglang.kv_events import KvEventStream
-from serve_app.engines.sglang.load_snapshot import PendingPrefill, PrefillRate, replica_load
+from serve_app.engines.sglang.load_snapshot import PendingPrefill, PrefillRate, recounted_load, replica_load
 from serve_app.engines.sglang.openai_serving import SglangOpenAI
 from serve_app.replica.backend import (
     EngineCapacity,
@@ -69,11 +69,14 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 LOAD_REFRESH_S = 0.25
-"""How often the engine's load is read while it has work: a request in flight here or in its snapshot."""
+"""How often the engine's load is read while it has work: a request in flight here or in its snapshot. A request
+that comes to an idle engine is read this long after it came, not at once: a read is a round trip through sglang's
+scheduler and the engine's loop, and one beside the request's own first pass added ~5 ms to an idle chat's first
+token (the request counts in the load at once all the same: `_recount`)."""
 IDLE_LOAD_REFRESH_S = 5.0
-"""While it has none: its load changes only when a request comes, which reads it at once (`_work`). A read wakes
-sglang's scheduler and the engine's loop: 4 a second took ~1% of a core per idle engine, for a load that did not
-change (/proc schedstat of the idle app's threads)."""
+"""While it has none: its load changes only when a request comes (`_work`). A read wakes sglang's scheduler and the
+engine's loop: 4 a second took ~1% of a core per idle engine, for a load that did not change (/proc schedstat of
+the idle app's threads)."""
 POLICY_STATE_POLLS = 8  # the plugin's state every 8th load read: sglang assembles its whole internal state
 
 
@@ -104,11 +107,13 @@ class SglangBackend:
         self._load = ReplicaLoad(ready=False)
         """Not ready until the first snapshot of a started engine: routers send a loading replica nothing."""
         self._rate = PrefillRate()
+        self._snaps: list[Any] | None = None
+        """The engine's load snapshots as last read (None: not read since it started)."""
         self._pending = PendingPrefill()
         self._policy_state: list[Any] = []
         self._load_task: asyncio.Task[None] | None = None
         self._active: set[str] = set()
-        self._work = asyncio.Event()  # set when a request comes: an idle engine's load is read at once
+        self._work = asyncio.Event()  # set when a request comes: an idle engine's load is read again soon
         self.held = HeldPrefixes()
         """What the engine's radix cache holds, from its KV events (applied on the subscriber's thread)."""
         self._held_lock = threading.Lock()
@@ -144,6 +149,7 @@ class SglangBackend:
 
     async def shutdown(self) -> None:
         self._load = ReplicaLoad(ready=False)
+        self._snaps = None
         if self._load_task is not None:
             self._load_task.cancel()
             self._load_task = None
@@ -212,6 +218,7 @@ class SglangBackend:
         self._active.add(rid)
         self._work.set()
         self._pending.sent(rid, request.uncached_tokens)
+        self._recount()
         finished = False
         try:
             # sglang writes one SSE event per output; what is ready together goes to the ingress as one stream item.
@@ -227,13 +234,16 @@ class SglangBackend:
             )
             async with contextlib.aclosing(batches):
                 async for batch in batches:
-                    if any(isinstance(part, ResponseBody) for part in batch):
+                    if any(isinstance(part, ResponseBody) for part in batch) and rid in self._pending.tokens_by_rid:
                         self._pending.answered(rid)  # its first output: prefilled
+                        self._recount()
                     yield batch
             finished = True
         finally:
             self._active.discard(rid)
-            self._pending.answered(rid)
+            if rid in self._pending.tokens_by_rid:
+                self._pending.answered(rid)
+                self._recount()
             if finished:
                 self._counters.num_finished += 1
             else:  # the client left: `SglangOpenAI.respond` aborted it in sglang
@@ -251,12 +261,22 @@ class SglangBackend:
                     # What the plugin filled from sglang's own values (e.g. `max_running_requests` sized from memory).
                     self._policy = reported_policy(self._policy_state, self._policy)
             with contextlib.suppress(Exception):
-                snaps = await loop.call(tm.get_loads)
-                chunk = self.cfg.sglang.chunked_prefill_size or self._policy.chunk_budget_tokens
+                snaps = list(await loop.call(tm.get_loads))
                 self._load = replica_load(
-                    snaps, self._rate, time.monotonic(), self._policy, chunk, self._pending, self._policy_state
+                    snaps, self._rate, time.monotonic(), self._policy, self._chunk(), self._pending, self._policy_state
                 )
+                self._snaps = snaps
             await self._until_next_read()
+
+    def _chunk(self) -> int:
+        return self.cfg.sglang.chunked_prefill_size or self._policy.chunk_budget_tokens
+
+    def _recount(self) -> None:
+        """The load as last read, with this replica's pending requests as they are now (`recounted_load`)."""
+        if self._snaps is not None:
+            self._load = recounted_load(
+                self._snaps, self._rate, self._policy, self._chunk(), self._pending, self._policy_state
+            )
 
     async def _until_next_read(self) -> None:
         if self._active or self._load.num_pending or self._load.num_decoding or not self._load.ready:
@@ -264,6 +284,7 @@ class SglangBackend:
             return
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._work.wait(), IDLE_LOAD_REFRESH_S)
+            await asyncio.sleep(LOAD_REFRESH_S)  # after the request's own first pass, not beside it
 
     def load(self) -> ReplicaLoad:
         return self._load
