@@ -14,6 +14,10 @@ app's policy (`peers.app_policy`), reached three ways:
 - `app`: `config.sglang-cpu.yaml` on a local Ray, as shipped (two engine replicas, HAProxy, the ingress, the Ray
   hop to the replica and back), over HTTP: what this app's front adds.
 
+`--gap-s` waits that long before each request: with it past the app's busy load-read interval
+(`serve_app.engines.sglang.sglang_backend.LOAD_REFRESH_S`), each request meets an engine replica gone idle, as a
+replica serving a few requests a minute does; 0 (the default) sends them back to back.
+
 The three take turns in rounds, the order reversed every other round. The table gives each way's p10/p50/p90 over
 every round's chats, documents and follow-ups, and what each adds over `engine` at the median: for a document, what
 a front costs a lone prefill (the peer benchmark's document tokens/s with nothing beside it). Writes
@@ -34,7 +38,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import requests
 
@@ -57,15 +61,23 @@ Ttfts = dict[str, list[float]]
 """Seconds to the first content by kind (`KINDS`)."""
 
 
+class Probes(NamedTuple):
+    chats: int
+    followups: int
+    """Documents, each with its follow-up."""
+    gap_s: float = 0.0
+    """Seconds waited before each request."""
+
+
 def engine_env(engine: peers.EngineSettings) -> dict[str, str]:
     """A CPU sglang process's environment with the app's policy for the plugin."""
     return {**cpu_sglang_env(), **policy_env(peers.app_policy(engine, upstream=False))}
 
 
-def engine_ttfts(model: Path, cpt: float, probes: tuple[int, int], out: Path) -> Ttfts:
+def engine_ttfts(model: Path, cpt: float, probes: Probes, out: Path) -> Ttfts:
     """`engine`: in a child process (sglang must be imported with the CPU environment set)."""
     cmd = [sys.executable, "-m", "benchmarks.chat_path", "--engine-only", str(model), "--cpt", str(cpt)]
-    cmd += ["--probes", str(probes[0]), "--followups", str(probes[1])]
+    cmd += ["--probes", str(probes.chats), "--followups", str(probes.followups), "--gap-s", str(probes.gap_s)]
     with open(out / "engine.log", "w") as log:
         done = subprocess.run(cmd, env=engine_env(peers.EngineSettings()), stdout=subprocess.PIPE, stderr=log)
     if done.returncode != 0:
@@ -74,27 +86,29 @@ def engine_ttfts(model: Path, cpt: float, probes: tuple[int, int], out: Path) ->
     return {kind: [float(x) for x in got[kind]] for kind in KINDS}
 
 
-def server_ttfts(model: Path, cpt: float, probes: tuple[int, int], out: Path) -> Ttfts:
+def server_ttfts(model: Path, cpt: float, probes: Probes, out: Path) -> Ttfts:
     engine = peers.EngineSettings()
     with LocalServer(model, engine.server_args(), engine_env(engine), out / "server.log") as server:
         return http_ttfts(f"http://127.0.0.1:{server.port}", cpt, probes)
 
 
-def app_ttfts(model: Path, cpt: float, probes: tuple[int, int], out: Path) -> Ttfts:
+def app_ttfts(model: Path, cpt: float, probes: Probes, out: Path) -> Ttfts:
     with peers.app_front(model, peers.EngineSettings(), upstream=False)() as (url, _):
         return http_ttfts(url, cpt, probes)
 
 
-def http_ttfts(url: str, cpt: float, probes: tuple[int, int]) -> Ttfts:
+def http_ttfts(url: str, cpt: float, probes: Probes) -> Ttfts:
     name = peers.model_id(url)
     peers.warm_up(url, name)
-    chats = peers.idle_chat_ttfts(url, name, cpt, SEED, probes[0])
+    chats = peers.idle_chat_ttfts(url, name, cpt, SEED, probes.chats, probes.gap_s)
     rng = random.Random(SEED)
     documents, followups = [], []
-    for i in range(probes[1]):
+    for i in range(probes.followups):
         asked = document_question(i, cpt, rng)
+        time.sleep(probes.gap_s)
         ttft, answer = http_answer(url, name, asked)
         documents.append(ttft)
+        time.sleep(probes.gap_s)
         followups.append(peers.first_content_s(url, name, follow_up(asked, answer, cpt, rng), 4))
     return {"chat": chats, "document": documents, "follow-up": followups}
 
@@ -128,7 +142,7 @@ def follow_up(asked: list[dict[str, str]], answer: str, cpt: float, rng: random.
     return [*asked, {"role": "assistant", "content": answer}, {"role": "user", "content": question}]
 
 
-async def _in_process(model: Path, cpt: float, probes: tuple[int, int]) -> Ttfts:
+async def _in_process(model: Path, cpt: float, probes: Probes) -> Ttfts:
     from serve_app.engines.sglang.engine_thread import EngineThread
     from serve_app.engines.sglang.openai_serving import SglangOpenAI
     from serve_app.replica.backend import ResponseBody
@@ -144,6 +158,7 @@ async def _in_process(model: Path, cpt: float, probes: tuple[int, int]) -> Ttfts
 
     async def first_content_s(rid: str, messages: list[dict[str, str]]) -> float:
         body = {"model": "m", "messages": messages, "max_tokens": 4, "stream": True}
+        await asyncio.sleep(probes.gap_s)
         sent = time.perf_counter()
         async for batch in thread.batches(lambda: serving.respond("chat", body, rid)):
             if any(isinstance(p, ResponseBody) and b'"content"' in p.data for p in batch):
@@ -152,6 +167,7 @@ async def _in_process(model: Path, cpt: float, probes: tuple[int, int]) -> Ttfts
 
     async def answer(rid: str, messages: list[dict[str, str]]) -> tuple[float, str]:
         body = {"model": "m", "messages": messages, "max_tokens": ANSWER_TOKENS, "stream": True}
+        await asyncio.sleep(probes.gap_s)
         parser, sent = SseParser(), time.perf_counter()
         async for batch in thread.batches(lambda: serving.respond("chat", body, rid)):
             now = time.perf_counter()
@@ -167,9 +183,9 @@ async def _in_process(model: Path, cpt: float, probes: tuple[int, int]) -> Ttfts
     try:
         await first_content_s("warm-up", [{"role": "user", "content": "hello"}])  # the lazy paths before the clock
         rng = random.Random(SEED)
-        chats = [await first_content_s(f"chat-{i}", question(rng)) for i in range(probes[0])]
+        chats = [await first_content_s(f"chat-{i}", question(rng)) for i in range(probes.chats)]
         rng, documents, followups = random.Random(SEED), [], []
-        for i in range(probes[1]):
+        for i in range(probes.followups):
             asked = document_question(i, cpt, rng)
             ttft, text = await answer(f"doc-{i}", asked)
             documents.append(ttft)
@@ -180,14 +196,14 @@ async def _in_process(model: Path, cpt: float, probes: tuple[int, int]) -> Ttfts
         thread.stop()
 
 
-MEASURE: dict[str, Callable[[Path, float, tuple[int, int], Path], Ttfts]] = {
+MEASURE: dict[str, Callable[[Path, float, Probes, Path], Ttfts]] = {
     "engine": engine_ttfts,
     "sglang server": server_ttfts,
     "app": app_ttfts,
 }
 
 
-def measure(tmp: Path, rounds: int, probes: tuple[int, int]) -> dict[str, Ttfts]:
+def measure(tmp: Path, rounds: int, probes: Probes) -> dict[str, Ttfts]:
     """Each way's TTFTs over `rounds`, the ways taking turns; the model and the logs in `tmp`."""
     model = peers.build_model(tmp, peers.EngineSettings().context_tokens)
     cpt = peers.chars_per_token(model)
@@ -214,15 +230,20 @@ def main(argv: list[str] | None = None) -> int:
         "--followups", type=int, default=8, help="Documents, each with its follow-up, a way, a round (both timed)."
     )
     ap.add_argument("--rounds", type=int, default=2, help="Rounds: each way once a round, the order reversed.")
+    ap.add_argument("--gap-s", type=float, default=0.0, help="Seconds waited before each request (0: back to back).")
     args = ap.parse_args(argv)
     if args.probes < 2 or args.followups < 2:
         ap.error("--probes and --followups: at least 2 (the table's percentiles)")
+    if args.gap_s < 0:
+        ap.error(f"--gap-s {args.gap_s}: must be >= 0")
+    spacing = f"{args.gap_s:g} s apart" if args.gap_s else "back to back"
     print(
         f"{args.rounds} rounds of {args.probes} new chats (4 tokens) and {args.followups} new {DOC_TOKENS}-token "
-        "documents, each with a follow-up (a question on it, re-sending it), a way, one at a time; TTFT at the client"
+        f"documents, each with a follow-up (a question on it, re-sending it), a way, one at a time, {spacing}; "
+        "TTFT at the client"
     )
     with tempfile.TemporaryDirectory(prefix="chat-path-") as folder:
-        ttfts = measure(Path(folder), args.rounds, (args.probes, args.followups))
+        ttfts = measure(Path(folder), args.rounds, Probes(args.probes, args.followups, args.gap_s))
     print("\n| what | way | requests | TTFT p10 (ms) | p50 (ms) | p90 (ms) | p50 over `engine` (ms) |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for kind in KINDS:
@@ -244,8 +265,10 @@ def engine_only(argv: list[str]) -> int:
     ap.add_argument("--cpt", type=float, required=True)
     ap.add_argument("--probes", type=int, required=True)
     ap.add_argument("--followups", type=int, required=True)
+    ap.add_argument("--gap-s", type=float, required=True)
     args = ap.parse_args(argv)
-    print(json.dumps(asyncio.run(_in_process(args.engine_only, args.cpt, (args.probes, args.followups)))))
+    probes = Probes(args.probes, args.followups, args.gap_s)
+    print(json.dumps(asyncio.run(_in_process(args.engine_only, args.cpt, probes))))
     return 0
 
 

@@ -485,12 +485,19 @@ def first_content_s(url: str, model: str, content: str | list[dict[str, str]], m
     raise RuntimeError("a stream without content")
 
 
-def idle_chat_ttfts(url: str, model: str, cpt: float, seed: int, n: int = IDLE_PROBES) -> list[float]:
-    """TTFTs of `n` new chats sent one after another to a front whose engines do nothing else: the path's own
-    latency (front, engine hops, a chat's passes), apart from what the load adds. The same questions for every
-    front (`seed`), each new (no cached prefix beyond the chat template)."""
+def idle_chat_ttfts(
+    url: str, model: str, cpt: float, seed: int, n: int = IDLE_PROBES, gap_s: float = 0.0
+) -> list[float]:
+    """TTFTs of `n` new chats sent one after another (`gap_s` apart) to a front whose engines do nothing else: the
+    path's own latency (front, engine hops, a chat's passes), apart from what the load adds. The same questions for
+    every front (`seed`), each new (no cached prefix beyond the chat template)."""
     rng = random.Random(seed)
-    return [first_content_s(url, model, prompts.question(IDLE_PROBE_TOKENS, cpt, rng), 4) for _ in range(n)]
+    ttfts = []
+    for _ in range(n):
+        question = prompts.question(IDLE_PROBE_TOKENS, cpt, rng)
+        time.sleep(gap_s)
+        ttfts.append(first_content_s(url, model, question, 4))
+    return ttfts
 
 
 def model_id(url: str) -> str:
