@@ -23,8 +23,10 @@ ARG TORCH_VERSION=2.14.1
 USER 1000
 WORKDIR /home/ray
 COPY --from=wheel --chown=ray:users /home/ray/wheels /tmp/wheels
+# Serve's HAProxy front with splice off, which the overlays name (serve_app/config/haproxy_binary.py).
 # sglang 0.5.23 pins torch 2.14.1 and its kernels (flashinfer for CUDA 13): the node's driver must run CUDA 13.
 RUN pip install --no-cache-dir "ray[serve]==${RAY_VERSION}" "sglang==${SGLANG_VERSION}" "torch==${TORCH_VERSION}" \
         /tmp/wheels/fairshare_serve-*.whl \
     && rm -rf /tmp/wheels \
-    && python -c "from importlib.metadata import entry_points; assert entry_points(group='sglang.srt.plugins', name='fairshare')"
+    && python -c "from importlib.metadata import entry_points; assert entry_points(group='sglang.srt.plugins', name='fairshare')" \
+    && python -m serve_app.config.haproxy_binary /home/ray/bin/haproxy-nosplice

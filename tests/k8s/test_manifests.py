@@ -17,7 +17,7 @@ from ray.serve import Application
 from ray.serve.schema import ServeDeploySchema
 
 from serve_app.app import build_app
-from serve_app.config import AppConfig, kuberay, validate
+from serve_app.config import AppConfig, haproxy_binary, kuberay, validate
 from serve_app.config.autoscaling import SLO_POLICY_FUNCTION
 from serve_app.config.check import problems
 from tests.k8s import rules
@@ -196,6 +196,8 @@ def test_serve_config_is_the_config_file_with_only_the_cluster_changes(name: str
     host = ("http_options", "host")
     assert got.pop(host) == "0.0.0.0"
     want.pop(host, None)
+    # The images' HAProxy (splice off), which a laptop's config cannot name.
+    assert got.pop(("controller_options", "runtime_env", "env_vars", haproxy_binary.ENV)) == haproxy_binary.IMAGE_PATH
     for app in source["applications"]:
         for deployment in app.get("deployments", []):
             if deployment["name"] != kuberay.ENGINE or "autoscaling_config" in deployment:

@@ -77,15 +77,20 @@ class ServeHandle:
 
 
 @contextlib.contextmanager
-def serving(edit: Callable[[dict[str, Any]], None] | None = None) -> Iterator[ServeHandle]:
+def serving(
+    edit: Callable[[dict[str, Any]], None] | None = None, controller_env: dict[str, str] | None = None
+) -> Iterator[ServeHandle]:
     """Ray and Serve on this machine running `serve_test_config`, changed by `edit` (if given) before it is deployed:
-    for a module whose app needs another environment or other knobs from the start. Shut down after."""
+    for a module whose app needs another environment or other knobs from the start; `controller_env`: variables
+    added to the controller's environment (as a KubeRay overlay adds them). Shut down after."""
     import ray
     from ray import serve
 
     metrics_port = free_port()
     # The controller as the config file sets it; the proxy on a port found free just before it binds.
-    port = start_on_a_free_port(controller_options=CONTROLLER_OPTIONS, metrics_port=metrics_port)
+    options = copy.deepcopy(CONTROLLER_OPTIONS)
+    options["runtime_env"]["env_vars"].update(controller_env or {})
+    port = start_on_a_free_port(controller_options=options, metrics_port=metrics_port)
     cfg = serve_test_config(port)
     try:
         if edit is not None:

@@ -69,10 +69,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 LOAD_REFRESH_S = 0.25
-"""How often the engine's load is read while it has work: a request in flight here or in its snapshot. A request
-that comes to an idle engine is read this long after it came, not at once: a read is a round trip through sglang's
-scheduler and the engine's loop, and one beside the request's own first pass added ~5 ms to an idle chat's first
-token (the request counts in the load at once all the same: `_recount`)."""
+"""How often the engine's load is read while it has work: a request in flight here or in its snapshot. An idle
+engine is read this long after a request comes, not at once: the replica counts the request in its load itself, at
+once (`_recount`), so a read at its arrival would tell nothing new, and it would run beside the request's own first
+pass (a round trip through sglang's scheduler and the engine's loop). Measured, the first token of a request that
+meets an idle replica did not move either way (`benchmarks.chat_path --gap-s`)."""
 IDLE_LOAD_REFRESH_S = 5.0
 """While it has none: its load changes only when a request comes (`_work`). A read wakes sglang's scheduler and the
 engine's loop: 4 a second took ~1% of a core per idle engine, for a load that did not change (/proc schedstat of
