@@ -2,9 +2,9 @@
 
 Ray's HAProxy template sets `option splice-request` and `option splice-response` for every proxy, and has no switch
 for them. With splice on, HAProxy 2.8 (the bundled one) spins in its own task loop when a client leaves a stream
-whose response is still coming: measured on the CPU sglang engines, 10-53 ms of HAProxy CPU for each stream a
-client left at its first token (a whole stream read to its end cost 0.75 ms), growing with what was left of it;
-with splice off (`-dS`, HAProxy's command-line switch) 0.5-1 ms. haproxy/haproxy#2129 describes the same
+whose response is still coming: tens of milliseconds of HAProxy CPU for each stream a client leaves at its first
+token, against about one for a stream read to its end; with splice off (`-dS`, HAProxy's command-line switch) a left
+stream costs no more than a whole one (`python -m benchmarks.left_streams`). haproxy/haproxy#2129 describes the same
 conditions ("the response is spliced and the client aborts"). Splice saves copies of large bodies; a stream of
 small SSE events gains nothing from it.
 
