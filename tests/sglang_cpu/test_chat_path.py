@@ -14,6 +14,6 @@ pytestmark = [pytest.mark.sglang_cpu, pytest.mark.timeout(1200)]  # an engine st
 
 def test_the_engine_way_times_every_chat_document_and_follow_up_through_the_replicas_serving_path(tmp_path):
     model = peers.build_model(tmp_path, peers.EngineSettings().context_tokens)
-    ttfts = chat_path.engine_ttfts(model, peers.chars_per_token(model), (3, 1), tmp_path)
+    ttfts = chat_path.engine_ttfts(model, peers.chars_per_token(model), chat_path.Probes(3, 1), tmp_path)
     assert {kind: len(got) for kind, got in ttfts.items()} == {"chat": 3, "document": 1, "follow-up": 1}
     assert all(0 < t < 60 for got in ttfts.values() for t in got), ttfts  # seconds from the send to the first content

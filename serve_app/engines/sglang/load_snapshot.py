@@ -68,8 +68,9 @@ class PendingPrefill:
     def sent(self, rid: str, uncached_tokens: int) -> None:
         self.tokens_by_rid[rid] = max(1, uncached_tokens)
 
-    def answered(self, rid: str) -> None:
-        self.tokens_by_rid.pop(rid, None)
+    def answered(self, rid: str) -> bool:
+        """Whether `rid` was pending (it is not now)."""
+        return self.tokens_by_rid.pop(rid, None) is not None
 
     def ids(self, limit: int) -> dict[str, int]:
         return dict(list(self.tokens_by_rid.items())[:limit])
@@ -134,3 +135,41 @@ def recounted_load(
         interactive_pass_tokens=interactive_pass_tokens(policy, chunk_budget_tokens),
         short_first=overtakes_queued_prefill(policy),
     )
+
+
+@dataclass
+class EngineReading:
+    """The replica's count of its engine's load: the last reading of the schedulers' snapshots (`read`), recounted
+    with the replica's own pending requests as they are now (`recount`): a request counts from the moment it reaches
+    the replica, before the engine is read again."""
+
+    rate: PrefillRate = field(default_factory=PrefillRate)
+    pending: PendingPrefill = field(default_factory=PendingPrefill)
+    _last: tuple[list[Any], PolicyConfig, int, list[Any]] | None = None
+
+    def read(
+        self, snaps: Sequence[Any], now_s: float, policy: PolicyConfig, chunk_budget_tokens: int, states: Sequence[Any]
+    ) -> ReplicaLoad:
+        """`replica_load` of a new reading (`states`: the plugin's, as `plugin_states`)."""
+        self._last = (list(snaps), policy, chunk_budget_tokens, list(states))
+        return replica_load(snaps, self.rate, now_s, policy, chunk_budget_tokens, self.pending, states)
+
+    def sent(self, rid: str, uncached_tokens: int) -> ReplicaLoad | None:
+        """The load with `rid` pending from now (None before any reading)."""
+        self.pending.sent(rid, uncached_tokens)
+        return self.recount()
+
+    def answered(self, rid: str) -> ReplicaLoad | None:
+        """The load with `rid` no longer pending (None where that changed nothing)."""
+        return self.recount() if self.pending.answered(rid) else None
+
+    def recount(self) -> ReplicaLoad | None:
+        """`recounted_load` of the last reading; None before any (or after `forget`)."""
+        if self._last is None:
+            return None
+        snaps, policy, chunk_budget_tokens, states = self._last
+        return recounted_load(snaps, self.rate, policy, chunk_budget_tokens, self.pending, states)
+
+    def forget(self) -> None:
+        """The engine stopped: its last reading no longer stands."""
+        self._last = None

@@ -51,7 +51,7 @@ from serve_app.config import (
 )
 from serve_app.engines.sglang.engine_thread import EngineThread
 from serve_app.engines.sglang.kv_events import KvEventStream
-from serve_app.engines.sglang.load_snapshot import PendingPrefill, PrefillRate, recounted_load, replica_load
+from serve_app.engines.sglang.load_snapshot import EngineReading
 from serve_app.engines.sglang.openai_serving import SglangOpenAI
 from serve_app.replica.backend import (
     EngineCapacity,
@@ -70,14 +70,11 @@ logger = logging.getLogger(__name__)
 
 LOAD_REFRESH_S = 0.25
 """How often the engine's load is read while it has work: a request in flight here or in its snapshot. An idle
-engine is read this long after a request comes, not at once: the replica counts the request in its load itself, at
-once (`_recount`), so a read at its arrival would tell nothing new, and it would run beside the request's own first
-pass (a round trip through sglang's scheduler and the engine's loop). Measured, the first token of a request that
-meets an idle replica did not move either way (`benchmarks.chat_path --gap-s`)."""
+engine is read this long after a request comes: the replica counts the request itself at once (`EngineReading`), so a
+read beside its first pass tells nothing new (measured, it moved no first token: `benchmarks.chat_path --gap-s`)."""
 IDLE_LOAD_REFRESH_S = 5.0
 """While it has none: its load changes only when a request comes (`_work`). A read wakes sglang's scheduler and the
-engine's loop: 4 a second took ~1% of a core per idle engine, for a load that did not change (/proc schedstat of
-the idle app's threads)."""
+engine's loop: 4 a second took ~1% of a core per idle engine (/proc schedstat of the idle app's threads)."""
 POLICY_STATE_POLLS = 8  # the plugin's state every 8th load read: sglang assembles its whole internal state
 
 
@@ -107,10 +104,7 @@ class SglangBackend:
         self._openai: SglangOpenAI | None = None
         self._load = ReplicaLoad(ready=False)
         """Not ready until the first snapshot of a started engine: routers send a loading replica nothing."""
-        self._rate = PrefillRate()
-        self._snaps: list[Any] | None = None
-        """The engine's load snapshots as last read (None: not read since it started)."""
-        self._pending = PendingPrefill()
+        self._reading = EngineReading()
         self._policy_state: list[Any] = []
         self._load_task: asyncio.Task[None] | None = None
         self._active: set[str] = set()
@@ -150,7 +144,7 @@ class SglangBackend:
 
     async def shutdown(self) -> None:
         self._load = ReplicaLoad(ready=False)
-        self._snaps = None
+        self._reading.forget()
         if self._load_task is not None:
             self._load_task.cancel()
             self._load_task = None
@@ -218,8 +212,7 @@ class SglangBackend:
         openai, rid = self._openai, request.rid
         self._active.add(rid)
         self._work.set()
-        self._pending.sent(rid, request.uncached_tokens)
-        self._recount()
+        self._load = self._reading.sent(rid, request.uncached_tokens) or self._load
         finished = False
         try:
             # sglang writes one SSE event per output; what is ready together goes to the ingress as one stream item.
@@ -235,16 +228,13 @@ class SglangBackend:
             )
             async with contextlib.aclosing(batches):
                 async for batch in batches:
-                    if any(isinstance(part, ResponseBody) for part in batch) and rid in self._pending.tokens_by_rid:
-                        self._pending.answered(rid)  # its first output: prefilled
-                        self._recount()
+                    if any(isinstance(part, ResponseBody) for part in batch):
+                        self._load = self._reading.answered(rid) or self._load  # its first output: prefilled
                     yield batch
             finished = True
         finally:
             self._active.discard(rid)
-            if rid in self._pending.tokens_by_rid:
-                self._pending.answered(rid)
-                self._recount()
+            self._load = self._reading.answered(rid) or self._load
             if finished:
                 self._counters.num_finished += 1
             else:  # the client left: `SglangOpenAI.respond` aborted it in sglang
@@ -262,22 +252,10 @@ class SglangBackend:
                     # What the plugin filled from sglang's own values (e.g. `max_running_requests` sized from memory).
                     self._policy = reported_policy(self._policy_state, self._policy)
             with contextlib.suppress(Exception):
-                snaps = list(await loop.call(tm.get_loads))
-                self._load = replica_load(
-                    snaps, self._rate, time.monotonic(), self._policy, self._chunk(), self._pending, self._policy_state
-                )
-                self._snaps = snaps
+                snaps = await loop.call(tm.get_loads)
+                chunk = self.cfg.sglang.chunked_prefill_size or self._policy.chunk_budget_tokens
+                self._load = self._reading.read(snaps, time.monotonic(), self._policy, chunk, self._policy_state)
             await self._until_next_read()
-
-    def _chunk(self) -> int:
-        return self.cfg.sglang.chunked_prefill_size or self._policy.chunk_budget_tokens
-
-    def _recount(self) -> None:
-        """The load as last read, with this replica's pending requests as they are now (`recounted_load`)."""
-        if self._snaps is not None:
-            self._load = recounted_load(
-                self._snaps, self._rate, self._policy, self._chunk(), self._pending, self._policy_state
-            )
 
     async def _until_next_read(self) -> None:
         if self._active or self._load.num_pending or self._load.num_decoding or not self._load.ready:
@@ -295,7 +273,7 @@ class SglangBackend:
             return self.held.published(limit)
 
     def pending_requests(self, limit: int) -> dict[str, int]:
-        return self._pending.ids(limit)
+        return self._reading.pending.ids(limit)
 
     def counters(self) -> EngineCounters:
         self._counters.sized_passes, self._counters.passes_over_target = reported_passes(self._policy_state)
