@@ -24,12 +24,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
 import requests
 
 from harness.net import listener
 from harness.results import records
 from loadtests import peers, prompts
+from loadtests.cpu_share import on_cpu_s
 from serve_app.config import haproxy_binary
 
 SETTLE_S = 0.5
@@ -39,23 +39,24 @@ SETTINGS = ("bundled (splice on)", "wrapper (splice off)")
 MODES = ("read whole", "left at first token")
 
 
-def cpu_s(proc: psutil.Process) -> float:
-    """The process's CPU seconds, every thread's, to the nanosecond (`/proc/PID/task/*/schedstat`; the clock-tick
-    counts psutil reads are 10 ms steps, as long as what a request costs)."""
-    total_ns = 0
-    for task in Path(f"/proc/{proc.pid}/task").iterdir():
-        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
-            total_ns += int((task / "schedstat").read_text().split()[0])
-    return total_ns / 1e9
+def cpu_s(pid: int) -> float:
+    """HAProxy's CPU seconds, every thread's, to the nanosecond (psutil's clock ticks are 10 ms steps, as long as
+    what a request costs)."""
+    used = on_cpu_s(pid)
+    assert used is not None, "this benchmark needs the kernel's schedstat (Linux)"
+    return used
 
 
 def one_request(url: str, model: str, question: str, max_tokens: int, leave: bool) -> None:
+    """A stream read to its end, or (`leave`) closed at its first content (`peers.first_content_s`)."""
+    if leave:
+        peers.first_content_s(url, model, question, max_tokens)
+        return
     body = {"model": model, "messages": [{"role": "user", "content": question}], "max_tokens": max_tokens}
     with requests.post(f"{url}/v1/chat/completions", json={**body, "stream": True}, stream=True, timeout=120) as r:
         r.raise_for_status()
-        for chunk in r.iter_content(chunk_size=None):
-            if leave and b'"content"' in chunk:
-                break  # the response closes here, mid-stream: the client is gone
+        for _ in r.iter_content(chunk_size=None):
+            pass
 
 
 @contextlib.contextmanager
@@ -69,25 +70,25 @@ def app(model: Path, wrapper: Path | None) -> Iterator[tuple[str, str]]:
         os.environ.pop(haproxy_binary.ENV, None)
 
 
-def measure(url: str, name: str, cpt: float, n: int, max_tokens: int) -> dict[str, list[float]]:
+def measure(url: str, name: str, cpt: float, n: int, max_tokens: int) -> tuple[dict[str, list[float]], float]:
+    """HAProxy CPU ms of each request by mode, and HAProxy's idle CPU seconds a second."""
     front = listener(int(url.rsplit(":", 1)[1]))
     assert front is not None and front.name() == "haproxy", "Serve's HAProxy front holds the port"
     peers.warm_up(url, name)
-    before, t0 = cpu_s(front), time.monotonic()
+    before, t0 = cpu_s(front.pid), time.monotonic()
     time.sleep(IDLE_S)
-    idle_per_s = (cpu_s(front) - before) / (time.monotonic() - t0)
+    idle_per_s = (cpu_s(front.pid) - before) / (time.monotonic() - t0)
     rng = random.Random(23)
     got: dict[str, list[float]] = {mode: [] for mode in MODES}
     for i in range(n * len(MODES)):
         mode = MODES[i % len(MODES)]
         question = prompts.question(peers.IDLE_PROBE_TOKENS, cpt, rng)
-        before, t0 = cpu_s(front), time.monotonic()
+        before, t0 = cpu_s(front.pid), time.monotonic()
         one_request(url, name, question, max_tokens, leave=mode != MODES[0])
         time.sleep(SETTLE_S)
-        used = cpu_s(front) - before - idle_per_s * (time.monotonic() - t0)
+        used = cpu_s(front.pid) - before - idle_per_s * (time.monotonic() - t0)
         got[mode].append(used * 1000)
-    got["idle (ms a second)"] = [idle_per_s * 1000]
-    return got
+    return got, idle_per_s
 
 
 @records("left-streams", "What a stream a client leaves costs Serve's HAProxy front, splice on and off")
@@ -106,8 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         wrapper = haproxy_binary.write_wrapper(Path(folder) / "bin" / "haproxy-nosplice")
         for setting in SETTINGS:
             with app(model, wrapper if setting == SETTINGS[1] else None) as (url, name):
-                got = measure(url, name, cpt, args.requests, args.max_tokens)
-            idle = got.pop("idle (ms a second)")[0]
+                got, idle_per_s = measure(url, name, cpt, args.requests, args.max_tokens)
+            idle = idle_per_s * 1000
             for mode, ms in got.items():
                 rows.append((setting, mode, len(ms), statistics.median(ms), statistics.fmean(ms), max(ms), idle))
                 print(f"{setting}, {mode}: HAProxy CPU p50 {statistics.median(ms):.2f} ms a request")

@@ -43,10 +43,20 @@ def role_of(cmdline: str, roles: list[tuple[str, re.Pattern[str]]] = ROLES) -> s
 def run_queue_wait_s(pid: int, proc_root: Path = Path("/proc")) -> float | None:
     """Seconds the threads of process `pid` have spent ready to run, waiting for a core (the second field of each
     thread's ``schedstat``); None where the kernel does not say (not Linux, no schedstats, the process gone)."""
+    return _schedstat_s(pid, 1, proc_root)
+
+
+def on_cpu_s(pid: int, proc_root: Path = Path("/proc")) -> float | None:
+    """Seconds the threads of process `pid` have run, to the nanosecond (the first field of each thread's
+    ``schedstat``; the clock-tick counts of ``/proc/PID/stat`` are 10 ms steps); None as for `run_queue_wait_s`."""
+    return _schedstat_s(pid, 0, proc_root)
+
+
+def _schedstat_s(pid: int, index: int, proc_root: Path) -> float | None:
     total, seen = 0, False
     for stat in (proc_root / str(pid) / "task").glob("*/schedstat"):
         try:
-            total += int(stat.read_text().split()[1])
+            total += int(stat.read_text().split()[index])
             seen = True
         except (OSError, IndexError, ValueError):
             continue

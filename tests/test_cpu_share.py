@@ -7,7 +7,7 @@ import re
 import subprocess
 import sys
 
-from loadtests.cpu_share import REST, CpuSampler, role_of, run_queue_wait_s
+from loadtests.cpu_share import REST, CpuSampler, on_cpu_s, role_of, run_queue_wait_s
 
 
 def test_processes_are_told_apart_by_their_command_lines():
@@ -33,13 +33,15 @@ def test_a_process_that_exits_during_the_load_is_counted():
     assert 0.3 <= used_s <= 0.5 + 0.5  # up to one sampling period lost at its exit; its start-up on top
 
 
-def test_run_queue_wait_is_summed_over_a_process_threads(tmp_path):
+def test_run_queue_wait_and_time_on_a_cpu_are_summed_over_a_process_threads(tmp_path):
     # /proc/PID/task/TID/schedstat: ns on a CPU, ns waiting on a run queue, time slices.
     for tid, line in (("7", "900 2000000000 5\n"), ("8", "100 500000000 3\n"), ("9", "garbage\n")):
         (tmp_path / "7" / "task" / tid).mkdir(parents=True)
         (tmp_path / "7" / "task" / tid / "schedstat").write_text(line)
     assert run_queue_wait_s(7, proc_root=tmp_path) == 2.5
+    assert on_cpu_s(7, proc_root=tmp_path) == 1000 / 1e9
     assert run_queue_wait_s(8, proc_root=tmp_path) is None  # no such process: nothing said
+    assert on_cpu_s(8, proc_root=tmp_path) is None
 
 
 def test_threads_that_wait_for_a_core_are_counted_for_their_role():
