@@ -1,4 +1,4 @@
-"""Where an idle request's first token goes: the engine itself, sglang's own HTTP server, and this app as shipped.
+"""Where an idle request's first token goes: the engine itself, sglang's HTTP server, this app with one engine or two.
 
     python -m benchmarks.chat_path [--probes 30] [--followups 8] [--rounds 2]
 
@@ -6,19 +6,22 @@ The same new chats (`loadtests.peers.idle_chat_ttfts`: one at a time, 4 tokens e
 documents (a new one of `DOC_TOKENS` tokens asked for a short answer: its whole prefill) and the same follow-ups (a
 question on that document that re-sends the conversation, as a plain client does), the client's time to the first
 content, on one CPU sglang engine of the peer benchmark's settings (`loadtests.peers`) running the plugin with the
-app's policy (`peers.app_policy`), reached three ways:
+app's policy (`peers.app_policy`), reached four ways:
 
 - `engine`: the engine in a process of its own, called as the app's replica calls it (`EngineThread`,
   `SglangOpenAI`: sglang's own serving classes, no HTTP, no Ray): what the engine takes;
 - `sglang server`: `python -m sglang.launch_server`, over HTTP: what sglang's own front adds to it;
-- `app`: `config.sglang-cpu.yaml` on a local Ray, as shipped (two engine replicas, HAProxy, the ingress, the Ray
-  hop to the replica and back), over HTTP: what this app's front adds.
+- `app`: `config.sglang-cpu.yaml` on a local Ray, as shipped but with one engine replica (HAProxy, the ingress,
+  the Ray hop to the replica and back, Ray's own processes), over HTTP: what this app's front adds;
+- `app, 2 engines`: the same with the shipped two engine replicas, the second idle beside the first: what a second
+  engine on the two cores costs the first. The ways above run one engine each; until 12-06 `app` ran two, and this
+  benchmark put the second engine's cost on the front's account.
 
 `--gap-s` waits that long before each request: with it past the app's busy load-read interval
 (`serve_app.engines.sglang.sglang_backend.LOAD_REFRESH_S`), each request meets an engine replica gone idle, as a
 replica serving a few requests a minute does; 0 (the default) sends them back to back.
 
-The three take turns in rounds, the order reversed every other round. The table gives each way's p10/p50/p90 over
+The four take turns in rounds, the order reversed every other round. The table gives each way's p10/p50/p90 over
 every round's chats, documents and follow-ups, and what each adds over `engine` at the median: for a document, what
 a front costs a lone prefill (the peer benchmark's document tokens/s with nothing beside it). Writes
 docs/results/chat-path/.
@@ -50,7 +53,7 @@ from loadtests import peers, prompts
 from loadtests.sse import SseEvent, SseParser, content_of, outcome
 from scheduler.sglang_plugin.env import policy_env
 
-WAYS = ("engine", "sglang server", "app")
+WAYS = ("engine", "sglang server", "app", "app, 2 engines")
 KINDS = ("chat", "document", "follow-up")
 SEED = 23
 DOC_TOKENS = 12_000
@@ -92,9 +95,13 @@ def server_ttfts(model: Path, cpt: float, probes: Probes, out: Path) -> Ttfts:
         return http_ttfts(f"http://127.0.0.1:{server.port}", cpt, probes)
 
 
-def app_ttfts(model: Path, cpt: float, probes: Probes, out: Path) -> Ttfts:
-    with peers.app_front(model, peers.EngineSettings(), upstream=False)() as (url, _):
+def app_ttfts(model: Path, cpt: float, probes: Probes, out: Path, engine_replicas: int = 1) -> Ttfts:
+    with peers.app_front(model, peers.EngineSettings(), upstream=False, engine_replicas=engine_replicas)() as (url, _):
         return http_ttfts(url, cpt, probes)
+
+
+def app_two_engines_ttfts(model: Path, cpt: float, probes: Probes, out: Path) -> Ttfts:
+    return app_ttfts(model, cpt, probes, out, engine_replicas=2)
 
 
 def http_ttfts(url: str, cpt: float, probes: Probes) -> Ttfts:
@@ -200,6 +207,7 @@ MEASURE: dict[str, Callable[[Path, float, Probes, Path], Ttfts]] = {
     "engine": engine_ttfts,
     "sglang server": server_ttfts,
     "app": app_ttfts,
+    "app, 2 engines": app_two_engines_ttfts,
 }
 
 

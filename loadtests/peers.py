@@ -332,11 +332,17 @@ def front_starters(
 
 
 def app_front(
-    model: Path, engine: EngineSettings, upstream: bool, started: list[LocalApp] | None = None, renice: bool = False
+    model: Path,
+    engine: EngineSettings,
+    upstream: bool,
+    started: list[LocalApp] | None = None,
+    renice: bool = False,
+    engine_replicas: int = 2,
 ) -> FrontStarter:
     """This app on a local Ray + Serve; `upstream`: the plugin's upstream rules and Serve's default router;
     `started`: the running app is appended to it (a benchmark that changes its `user_config` live); `renice`: not as
-    shipped, Ray's workers at 0 and the schedulers at `DEVICE_NICENESS`."""
+    shipped, Ray's workers at 0 and the schedulers at `DEVICE_NICENESS`; `engine_replicas`: two, as every front here
+    has two engines."""
     os.environ.update({k: v for k, v in cpu_sglang_env().items() if k in ("PYTHONPATH", "OMP_NUM_THREADS")})
 
     def edit(cfg: dict[str, Any]) -> None:
@@ -362,7 +368,9 @@ def app_front(
         if renice:
             os.environ[RAY_NICENESS_VAR] = "0"  # read when Ray starts: every worker at 0, the schedulers reniced below
         try:
-            with LocalApp(CONFIG, {"engine_replicas": 2, "policy": policy}, edit=edit, deploy_timeout_s=900) as local:
+            with LocalApp(
+                CONFIG, {"engine_replicas": engine_replicas, "policy": policy}, edit=edit, deploy_timeout_s=900
+            ) as local:
                 if renice:
                     renice_devices(engine_replicas(), DEVICE_NICENESS)
                 if started is not None:
