@@ -95,13 +95,13 @@ def server_ttfts(model: Path, cpt: float, probes: Probes, out: Path) -> Ttfts:
         return http_ttfts(f"http://127.0.0.1:{server.port}", cpt, probes)
 
 
-def app_ttfts(model: Path, cpt: float, probes: Probes, out: Path, engine_replicas: int = 1) -> Ttfts:
-    with peers.app_front(model, peers.EngineSettings(), upstream=False, engine_replicas=engine_replicas)() as (url, _):
+def app_ttfts(model: Path, cpt: float, probes: Probes, out: Path, num_engines: int = 1) -> Ttfts:
+    with peers.app_front(model, peers.EngineSettings(), upstream=False, num_engines=num_engines)() as (url, _):
         return http_ttfts(url, cpt, probes)
 
 
 def app_two_engines_ttfts(model: Path, cpt: float, probes: Probes, out: Path) -> Ttfts:
-    return app_ttfts(model, cpt, probes, out, engine_replicas=2)
+    return app_ttfts(model, cpt, probes, out, num_engines=2)
 
 
 def http_ttfts(url: str, cpt: float, probes: Probes) -> Ttfts:

@@ -337,12 +337,12 @@ def app_front(
     upstream: bool,
     started: list[LocalApp] | None = None,
     renice: bool = False,
-    engine_replicas: int = 2,
+    num_engines: int = 2,
 ) -> FrontStarter:
     """This app on a local Ray + Serve; `upstream`: the plugin's upstream rules and Serve's default router;
     `started`: the running app is appended to it (a benchmark that changes its `user_config` live); `renice`: not as
-    shipped, Ray's workers at 0 and the schedulers at `DEVICE_NICENESS`; `engine_replicas`: two, as every front here
-    has two engines."""
+    shipped, Ray's workers at 0 and the schedulers at `DEVICE_NICENESS`; `num_engines`: engine replicas, two as every
+    front here has."""
     os.environ.update({k: v for k, v in cpu_sglang_env().items() if k in ("PYTHONPATH", "OMP_NUM_THREADS")})
 
     def edit(cfg: dict[str, Any]) -> None:
@@ -369,7 +369,7 @@ def app_front(
             os.environ[RAY_NICENESS_VAR] = "0"  # read when Ray starts: every worker at 0, the schedulers reniced below
         try:
             with LocalApp(
-                CONFIG, {"engine_replicas": engine_replicas, "policy": policy}, edit=edit, deploy_timeout_s=900
+                CONFIG, {"engine_replicas": num_engines, "policy": policy}, edit=edit, deploy_timeout_s=900
             ) as local:
                 if renice:
                     renice_devices(engine_replicas(), DEVICE_NICENESS)
