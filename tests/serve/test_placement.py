@@ -13,7 +13,7 @@ from scheduler.config import PolicyConfig
 from scheduler.slo import SloTargets
 from scheduler.traffic import TrafficClass
 from serve_app.config import EngineKnobs, RoutingKnobs
-from serve_app.engines.sglang.load_snapshot import PendingPrefill, PrefillRate, replica_load
+from serve_app.engines.sglang.load_snapshot import EngineReading, PendingPrefill, PrefillRate, replica_load
 from serve_app.replica.backend import ReplicaLoad
 from serve_app.replica.engine_replica import lane_for
 from serve_app.routing.backpressure import Shed, assess
@@ -193,6 +193,56 @@ def test_sglang_load_snapshots_make_the_published_load() -> None:
     assert (ld.num_waiting, ld.num_prefilling, ld.num_decoding, ld.prefill_tokens) == (1, 1, 1, 12_040)
     pending.answered("doc")
     assert pending.ids(8) == {"chat": 40}
+
+
+def queue_snapshot(waiting: int, running: int, queued_tokens: int) -> SimpleNamespace:
+    """An sglang scheduler's load snapshot with `waiting` requests (`queued_tokens` uncached) in its queue."""
+    return SimpleNamespace(
+        num_waiting_reqs=waiting,
+        num_running_reqs=running,
+        num_waiting_uncached_tokens=queued_tokens,
+        max_running_requests=8,
+        num_used_tokens=0,
+        max_total_num_tokens=65_536,
+        total_prefill_uncached_tokens=0,
+        total_prefill_busy_us=0,
+    )
+
+
+def test_a_reading_taken_while_a_chat_waited_stops_counting_it_once_the_replica_has_answered_it() -> None:
+    reading = EngineReading()
+    reading.sent("chat", 40)
+    assert reading.read([queue_snapshot(1, 0, 40)], 0.0, PolicyConfig(), 2048, []).num_pending == 1
+    # Its first output came before the engine was read again: nothing is pending, nothing is queued.
+    after = reading.answered("chat")
+    assert after is not None
+    assert (after.num_waiting, after.num_prefilling, after.prefill_tokens) == (0, 0, 0)
+
+
+@settings(deadline=None, max_examples=examples(300))
+@given(
+    waiting=st.integers(0, 8),
+    running=st.integers(0, 8),
+    queued_tokens=st.integers(0, 50_000),
+    pending=st.lists(st.integers(1, 20_000), max_size=8),
+)
+def test_the_published_pending_requests_are_the_replicas_own_whatever_the_last_reading(
+    waiting: int, running: int, queued_tokens: int, pending: list[int]
+) -> None:
+    """The engine's queue holds only requests the replica sent and has not seen answered, so a reading never adds a
+    pending request to the replica's record, nor takes one away; the record's tokens are a floor."""
+    reading = EngineReading()
+    queued_tokens = queued_tokens if waiting else 0  # an empty queue holds no tokens
+    reading.read([queue_snapshot(waiting, running, queued_tokens)], 0.0, PolicyConfig(), 2048, [])
+    load = None
+    for i, tokens in enumerate(pending):
+        load = reading.sent(f"r{i}", tokens)
+    load = load or reading.recount()
+    assert load is not None
+    assert load.num_pending == len(pending)
+    assert load.prefill_tokens >= sum(pending)
+    if not pending:
+        assert load.prefill_tokens == 0
 
 
 def test_published_figures_survive_serve_transport() -> None:

@@ -117,15 +117,21 @@ def recounted_load(
 ) -> ReplicaLoad:
     """`replica_load` of the last snapshots, with no new reading of the counters: the engine's figures as last read,
     the replica's `pending` requests as they are now (a request that has just come counts at once, before the
-    engine is read again)."""
+    engine is read again; one answered since counts no longer, as waiting or as queued tokens)."""
     wait_s = reported_wait_pass_s(plugin_states)
-    waiting = sum(s.num_waiting_reqs for s in snaps)
+    read_waiting = sum(s.num_waiting_reqs for s in snaps)
+    queued_tokens = sum(s.num_waiting_uncached_tokens for s in snaps)
     in_flight = pending.tokens_by_rid if pending is not None else {}
+    waiting = read_waiting
+    if pending is not None and read_waiting > len(in_flight):
+        # Every request in the engine's queue is one this replica still has pending: a reading taken before some
+        # were answered counts them until the next. Stale, that count sent the next chat to the other replica.
+        waiting, queued_tokens = len(in_flight), 0
     return ReplicaLoad(
         num_waiting=waiting,
         num_prefilling=max(0, len(in_flight) - waiting),
         num_decoding=max(0, sum(s.num_running_reqs for s in snaps) - max(0, len(in_flight) - waiting)),
-        prefill_tokens=max(sum(s.num_waiting_uncached_tokens for s in snaps), sum(in_flight.values())),
+        prefill_tokens=max(queued_tokens, sum(in_flight.values())),
         max_running_requests=sum(s.max_running_requests for s in snaps),
         kv_used_tokens=sum(s.num_used_tokens for s in snaps),
         kv_total_tokens=sum(s.max_total_num_tokens for s in snaps),
