@@ -42,7 +42,8 @@ def role_of(cmdline: str, roles: list[tuple[str, re.Pattern[str]]] = ROLES) -> s
 
 def run_queue_wait_s(pid: int, proc_root: Path = Path("/proc")) -> float | None:
     """Seconds the threads of process `pid` have spent ready to run, waiting for a core (the second field of each
-    thread's ``schedstat``); None where the kernel does not say (not Linux, no schedstats, the process gone)."""
+    thread's ``schedstat``); None where the kernel does not say (not Linux, no schedstats, the process gone, or
+    every thread at zero: a kernel that keeps no figures)."""
     return _schedstat_s(pid, 1, proc_root)
 
 
@@ -53,14 +54,16 @@ def on_cpu_s(pid: int, proc_root: Path = Path("/proc")) -> float | None:
 
 
 def _schedstat_s(pid: int, index: int, proc_root: Path) -> float | None:
-    total, seen = 0, False
+    total, ran = 0, 0
     for stat in (proc_root / str(pid) / "task").glob("*/schedstat"):
         try:
-            total += int(stat.read_text().split()[index])
-            seen = True
+            fields = [int(f) for f in stat.read_text().split()[:3]]
+            total, ran = total + fields[index], ran + fields[0]
         except (OSError, IndexError, ValueError):
             continue
-    return total / 1e9 if seen else None
+    # A kernel built with the file but not keeping its figures (before 5.14, without schedstats or delay
+    # accounting) writes "0 0 0" for every thread: a process that has run no nanosecond says nothing.
+    return total / 1e9 if ran else None
 
 
 @dataclass
