@@ -8,8 +8,9 @@ A request's path through the folders (`app.build_app` wires the deployments):
    `serve_app.tokenizer`) and hands the request to the engine handle; `relay` streams the engine's bytes back,
    counting (`request_count`) and timing (`routed_call`) it.
 2. `routing/`: the engine handle's request router. `lane_router` is the Serve adapter (`LaneRouter`), `lane_policy`
-   the pure policy it calls, with `placement` (the rules), `ttft_prediction`, `backpressure`, `tenant_limits` and
-   `records` (what crosses the ingress, the router and the replicas).
+   the pure policy it calls, with `placement` (the rules), `load_correction` (a published load, less what has ended
+   since and with what was sent since), `ttft_prediction`, `backpressure`, `tenant_limits` and `records` (what crosses
+   the ingress, the router and the replicas).
 3. `replica/`: the `Engine` deployment (`engine_replica`): backpressure on arrival, the backend interface
    (`backend`) and the stream's spacing (`pacing`).
 4. `engines/sim/`, `engines/sglang/`: the two backends behind that interface. sim runs the simulator's engine in

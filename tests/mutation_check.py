@@ -73,6 +73,10 @@ def _r(id: str, old: str, new: str, what: str, path: str = "serve_app/routing/la
     return Mutant(id, path, old, new, what, ROUTING_TESTS)
 
 
+def _lc(id: str, old: str, new: str, what: str) -> Mutant:
+    return _r(id, old, new, what, "serve_app/routing/load_correction.py")
+
+
 def _c(id: str, path: str, old: str, new: str, what: str) -> Mutant:
     return Mutant(id, path, old, new, what, CORE_TESTS)
 
@@ -83,21 +87,28 @@ def _s(id: str, old: str, new: str, what: str, path: str = "scheduler/slo_sizing
 
 MUTANTS = [
     # -- the router's load correction (published load + what this router knows happened since) --------
-    _r("R1", "gone = [rid for rid in view.pending if rid in self._completed]", "gone = []", "finished pending kept"),
-    _r("R2", "e.decided_s > view.stats_time_s - ARRIVAL_MARGIN_S", "e.decided_s > view.stats_time_s", "no margin"),
-    _r("R3", "and e.request_id not in view.pending\n", "\n", "published sends counted twice"),
-    _r("R4", "num_gone_prefilling = min(len(gone), num_prefilling)", "num_gone_prefilling = 0", "gone from waiting"),
-    _r(
+    _lc("R1", "gone = [rid for rid in view.pending if rid in completed]", "gone = []", "finished pending kept"),
+    _lc("R2", "e.decided_s > view.stats_time_s - ARRIVAL_MARGIN_S", "e.decided_s > view.stats_time_s", "no margin"),
+    _lc("R3", "and e.request_id not in view.pending\n    ]", "\n    ]", "published sends counted twice"),
+    _lc("R4", "num_gone_prefilling = min(len(gone), num_prefilling)", "num_gone_prefilling = 0", "gone from waiting"),
+    _lc(
         "R5", "view.load.prefill_tokens - sum(view.pending[r] for r in gone)", "view.load.prefill_tokens", "gone tokens"
     ),
-    _r("R6", "+ sum(e.uncached_tokens for e in sent)", "", "sent tokens not added"),
-    _r(
+    _lc("R6", "+ sum(e.uncached_tokens for e in sent)", "", "sent tokens not added"),
+    _lc(
         "R7",
         "num_waiting = view.load.num_waiting + len(sent)",
         "num_waiting = view.load.num_waiting",
         "sent not waiting",
     ),
-    _r("R8", "self._completed[entry.request_id] = now_s", "pass", "completions not remembered"),
+    _r("R8", "self._completed[entry.request_id] = (entry, now_s)", "pass", "completions not remembered"),
+    _lc(
+        "R8b",
+        "num_decoding=max(0, view.load.num_decoding - ended)",
+        "num_decoding=view.load.num_decoding",
+        "ended kept",
+    ),
+    _lc("R8c", "e.decided_s <= cutoff and ", "", "ended decoding: no arrival margin"),
     # -- the decision ----------------------------------------------------------------------------------
     _r("R9", "threshold = int(threshold * (1 - hysteresis))", "pass", "no hysteresis", "scheduler/traffic.py"),
     _r(

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import AsyncGenerator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 from scheduler.config import PolicyConfig
@@ -181,6 +181,10 @@ class ReplicaLoad:
     def num_pending(self) -> int:
         """Requests that have not produced their first token."""
         return self.num_waiting + self.num_prefilling
+
+    def without_requests(self) -> ReplicaLoad:
+        """This load with no request in it: the engine's capacity and rates, its cache, nothing queued or running."""
+        return replace(self, num_waiting=0, num_prefilling=0, num_decoding=0, prefill_tokens=0)
 
     def to_dict(self) -> dict[str, int | float | bool]:
         return {f: getattr(self, f) for f in self.__dataclass_fields__}

@@ -136,7 +136,7 @@ class Engine:
             self._size_limits()
         stats = RoutingStats(
             lane=self.lane,
-            load=self.backend.load(),
+            load=self.engine_load(),
             short_request_tokens=policy.short_request_tokens,
             time_s=time.time(),
             prefixes=self.backend.held_prefixes(self.knobs.published_prefix_pages),
@@ -151,7 +151,7 @@ class Engine:
     def record_autoscaling_stats(self) -> dict[str, float]:
         """What the SLO autoscaling policy decides on (`serve_app.autoscaling`); nothing while the engine loads, so the
         policy counts this replica as capacity still coming."""
-        signals = replica_signals(self.backend.load(), self.backend.policy, self._chat_slo.share(time.monotonic()))
+        signals = replica_signals(self.engine_load(), self.backend.policy, self._chat_slo.share(time.monotonic()))
         return signals.to_metrics() if signals is not None else {}
 
     def record_replica_metadata(self) -> dict[str, Any]:
@@ -204,9 +204,16 @@ class Engine:
             self._tenants.pop(request.rid, None)
             self._admitted.pop(request.rid, None)  # closed before its stream started
 
+    def engine_load(self) -> ReplicaLoad:
+        """The backend's load, none of it requests while this replica has none open: its engine serves no one else,
+        and a reading taken while the last request decoded counts it until the next reading. Stale, that count sent
+        a client's next chat, sent as soon as it had read the last one's end, to the other replica."""
+        load = self.backend.load()
+        return load if self._tenants or self._admitted else load.without_requests()
+
     def admission_load(self) -> ReplicaLoad:
         """The backend's load and the requests admitted here that it does not count yet, as waiting."""
-        load = self.backend.load()
+        load = self.engine_load()
         if not self._admitted:
             return load
         return replace(
@@ -230,7 +237,7 @@ class Engine:
             "lane": self.lane.value,
             "started_at_s": self.started_at_s,
             "knobs": self.knobs.model_dump(),
-            "load": self.backend.load().to_dict(),
+            "load": self.engine_load().to_dict(),
             **self.backend.describe(),
         }
 

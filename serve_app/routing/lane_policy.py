@@ -47,8 +47,8 @@ lane). The rules, in order (each is a method of `placement.Candidates`):
 7. **Tenant limits.** A request that would take its tenant's queued prompt tokens (counted from what this router
    sent) over the tenant's limit is a `Shed` naming the tenant, whatever other tenants queue (`tenant_limits`).
 
-Loads are what replicas last published plus what this router sent them since (published loads are
-up to one stats period old).
+Loads are what replicas last published (up to one stats period old), corrected by what this router knows happened
+since: the requests it sent since, and its requests that have ended (`load_correction`).
 """
 
 from __future__ import annotations
@@ -56,33 +56,20 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
 
 from scheduler.slo_sizing import ChatPrompts
 from scheduler.traffic import TrafficClass, classify
 from serve_app.config import RoutingKnobs
 from serve_app.replica.backend import ReplicaLoad
 from serve_app.routing.backpressure import Shed
+from serve_app.routing.load_correction import Completed, InFlight, corrected_load
 from serve_app.routing.placement import Candidates, SessionRecord
 from serve_app.routing.prefix_pages import PAGE_TOKENS, SentPrefixes, held_pages
 from serve_app.routing.records import ARRIVAL_MARGIN_S, ReplicaView, RouteDecision, RouteHint, RouteReason, serving_lane
 from serve_app.routing.tenant_limits import over_limit, queued_tokens
-from serve_app.routing.ttft_prediction import pass_s, with_engine_rate
+from serve_app.routing.ttft_prediction import with_engine_rate
 
 RECENTLY_COMPLETED_S = 30.0
-
-
-@dataclass(frozen=True, slots=True)
-class _InFlight:
-    replica_id: str
-    request_id: str | None
-    session_id: str | None
-    prompt_tokens: int
-    uncached_tokens: int
-    decided_s: float
-    short: bool
-    prefix_pages: tuple[int, ...]
-    tenant: str
 
 
 class LanePolicy:
@@ -90,9 +77,9 @@ class LanePolicy:
 
     def __init__(self) -> None:
         self._sessions: OrderedDict[str, SessionRecord] = OrderedDict()
-        self._in_flight: dict[str, _InFlight] = {}
-        self._completed: OrderedDict[str, float] = OrderedDict()
-        """Engine request ids this router saw finish recently (published loads may still count them)."""
+        self._in_flight: dict[str, InFlight] = {}
+        self._completed: Completed = OrderedDict()
+        """Requests this router saw end lately: published loads may still count them."""
         self._chat_prompts = ChatPrompts()
         """The uncached prompts of the chats this router placed lately: the chat documents must leave room for."""
         self._sent = SentPrefixes()
@@ -106,8 +93,8 @@ class LanePolicy:
             if entry is None:
                 return
             if entry.request_id is not None:
-                self._completed[entry.request_id] = now_s
-            while self._completed and now_s - next(iter(self._completed.values())) > RECENTLY_COMPLETED_S:
+                self._completed[entry.request_id] = (entry, now_s)
+            while self._completed and now_s - next(iter(self._completed.values()))[1] > RECENTLY_COMPLETED_S:
                 self._completed.popitem(last=False)
             self._sent.finished(entry.replica_id, entry.prefix_pages, now_s)
 
@@ -136,50 +123,8 @@ class LanePolicy:
         return held_pages(pages, held) * PAGE_TOKENS
 
     def effective_load(self, view: ReplicaView, now_s: float | None = None) -> ReplicaLoad:
-        """The published load, corrected by what this router knows happened since it was published.
-
-        Pending requests that finished since are taken out; requests sent after it (or just before,
-        possibly not yet arrived) and not in it are added as waiting. With `now_s`, the pass a new arrival
-        waits for is the interactive one where this router has a short request running (`_pass_in_flight`).
-        """
-        return self._pass_in_flight(view.replica_id, self._counted(view), now_s)
-
-    def _pass_in_flight(self, replica_id: str, load: ReplicaLoad, now_s: float | None) -> ReplicaLoad:
-        """An engine with adaptive passes runs interactive passes while a short request is pending or decoding
-        there. Once one of this router's short requests has been there longer than a quiet pass, the pass in
-        flight is an interactive one (before that it may still be the quiet pass it arrived during)."""
-        if now_s is None or load.prefill_tok_per_s <= 0 or not 0 < load.interactive_pass_tokens < load.pass_tokens:
-            return load
-        settled_s = now_s - pass_s(load, load.pass_tokens)
-        if any(e.short and e.replica_id == replica_id and e.decided_s <= settled_s for e in self._in_flight.values()):
-            return replace(load, pass_tokens=load.interactive_pass_tokens)
-        return load
-
-    def _counted(self, view: ReplicaView) -> ReplicaLoad:
-        gone = [rid for rid in view.pending if rid in self._completed]
-        sent = [
-            e
-            for e in self._in_flight.values()
-            if e.replica_id == view.replica_id
-            and e.decided_s > view.stats_time_s - ARRIVAL_MARGIN_S
-            and e.request_id not in view.pending
-        ]
-        if not gone and not sent:
-            return view.load
-        num_waiting = view.load.num_waiting + len(sent)
-        num_prefilling = view.load.num_prefilling
-        # A finished pending request was waiting or prefilling: take it from prefilling first.
-        num_gone_prefilling = min(len(gone), num_prefilling)
-        num_prefilling -= num_gone_prefilling
-        num_waiting = max(0, num_waiting - (len(gone) - num_gone_prefilling))
-        return replace(
-            view.load,
-            num_waiting=num_waiting,
-            num_prefilling=num_prefilling,
-            prefill_tokens=max(
-                0, view.load.prefill_tokens - sum(view.pending[r] for r in gone) + sum(e.uncached_tokens for e in sent)
-            ),
-        )
+        """The published load, corrected by what this router knows happened since (`load_correction`)."""
+        return corrected_load(view, self._in_flight.values(), self._completed, now_s)
 
     def tenant_queued_tokens(self, tenant: str, views: Sequence[ReplicaView]) -> int:
         """`tenant`'s queued prompt tokens, as this router counts them (`tenant_limits.queued_tokens`)."""
@@ -256,7 +201,7 @@ class LanePolicy:
         return None
 
     def _record(self, request_id: str, hint: RouteHint, d: RouteDecision, now_s: float, knobs: RoutingKnobs) -> None:
-        self._in_flight[request_id] = _InFlight(
+        self._in_flight[request_id] = InFlight(
             d.replica_id,
             hint.request_id,
             d.session_id,

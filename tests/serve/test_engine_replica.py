@@ -8,6 +8,7 @@ import asyncio
 import json
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -213,18 +214,56 @@ def test_the_replica_publishes_the_share_of_its_latest_chats_that_met_the_slo() 
     assert judged["chat_slo_attainment"] == (total - 3) / total
 
 
+def held_open(rep, rid: str = "doc") -> tuple[asyncio.Event, asyncio.Task]:
+    """A request this replica has open until the event is set (its backend answers the head, then waits)."""
+    release = asyncio.Event()
+
+    async def respond(request: OpenAIRequest):
+        yield [ResponseStart(200, SSE)]
+        await release.wait()
+        yield [ResponseBody(b"data: [DONE]\n\n")]
+
+    rep.backend.respond = respond
+    stream = rep.respond(req(rid))
+    return release, asyncio.ensure_future(anext(stream))
+
+
 def test_over_a_limit_the_replica_refuses_before_its_engine_sees_the_request() -> None:
     async def go():
         rep = replica()
         await rep.reconfigure({"max_queued_prefill_tokens": 100})
+        _, opened = held_open(rep)  # a document already queued
+        await opened
+        rep.backend._load = ReplicaLoad(prefill_tokens=90)
         seen = answering(rep, [[ResponseStart(200, JSON), ResponseBody(b"{}")]])
-        rep.backend._load = ReplicaLoad(prefill_tokens=90)  # a document already queued
         return seen, await items(rep, req(prompt_tokens=50))
 
     seen, got = asyncio.run(go())
     assert seen == []
     ((refusal,),) = got
     assert isinstance(refusal, EngineError) and refusal.status == 429 and refusal.retry_after_s
+
+
+def test_an_engine_reading_of_requests_the_replica_has_answered_is_not_published() -> None:
+    """The engine serves only this replica: with no request open here, a reading taken while the last one decoded
+    is stale. Published as it was, the router sent a client's next chat, sent as soon as it had read the last
+    one's end, to the other replica. While a request is open, the reading stands."""
+    stale = ReplicaLoad(num_decoding=1, kv_used_tokens=70, kv_total_tokens=1000, prefill_tok_per_s=5000.0)
+
+    async def go():
+        rep = replica()
+        await rep.reconfigure({})
+        rep.backend._load = stale
+        idle = rep.record_routing_stats()["load"], rep.admission_load()
+        release, opened = held_open(rep)
+        await opened
+        busy = rep.record_routing_stats()["load"]
+        release.set()
+        return idle, busy
+
+    (published, admitted), busy = asyncio.run(go())
+    assert ReplicaLoad.from_dict(published) == admitted == replace(stale, num_decoding=0)  # capacity and cache kept
+    assert ReplicaLoad.from_dict(busy) == stale
 
 
 def test_requests_arriving_together_are_admitted_up_to_the_limit_not_past_it() -> None:

@@ -255,6 +255,59 @@ def test_a_finished_pending_request_leaves_prefilling_before_waiting() -> None:
     assert (load.num_waiting, load.num_prefilling, load.prefill_tokens) == (1, 0, 1500)
 
 
+def both_idle() -> list[ReplicaView]:
+    return [view("R1", Lane.BOTH, stats_time=T0), view("R2", Lane.BOTH, stats_time=T0)]
+
+
+def test_a_chat_that_ended_after_the_publication_that_counted_it_decoding_counts_no_longer() -> None:
+    """A client's chats back to back: the next is sent as soon as the last one's end was read, before its replica
+    publishes again. Counted as still decoding there, it sent the next chat to the other, colder replica."""
+    p = LanePolicy()
+    first = p.decide("r1", hint("a", 30, request_id="a1"), both_idle(), T0 - 1)
+    published = view(first.replica_id, Lane.BOTH, stats_time=T0, num_decoding=1)  # while it decoded
+    other = next(v for v in both_idle() if v.replica_id != first.replica_id)
+    assert p.effective_load(published).num_decoding == 1
+    p.on_completed("r1", T0 + 0.2)
+    assert p.effective_load(published).num_decoding == 0
+    second = p.decide("r2", hint("b", 30, request_id="b1"), [published, other], T0 + 0.21)
+    assert second.replica_id == first.replica_id
+    # One that ended before the publication was not in it: the publication's own count stands.
+    p.decide("r3", hint("c", 30, request_id="c1"), [published, other], T0 - 1)
+    p.on_completed("r3", T0 - 0.5)
+    later = view(first.replica_id, Lane.BOTH, stats_time=T0 - 0.4, num_decoding=1)
+    assert p.effective_load(later).num_decoding == 1
+
+
+def test_a_chat_sent_just_before_a_publication_and_ended_after_it_may_not_have_been_counted() -> None:
+    p = LanePolicy()
+    d = p.decide("r1", hint("a", 30, request_id="a1"), both_idle(), T0 - ARRIVAL_MARGIN_S / 2)
+    p.on_completed("r1", T0 + 0.1)
+    published = view(d.replica_id, Lane.BOTH, stats_time=T0, num_decoding=1)  # someone else's, maybe
+    assert p.effective_load(published).num_decoding == 1
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(
+    st.lists(st.tuples(st.floats(0, 2), st.floats(0, 2), st.booleans()), max_size=12),
+    st.integers(0, 6),
+    st.floats(0, 2),
+)
+def test_ended_requests_take_at_most_what_the_publication_counted_and_only_their_replicas(
+    requests: list[tuple[float, float, bool]], decoding: int, stats_at: float
+) -> None:
+    """Whatever ended when: the corrected decoding count is never negative, never above the published one, and a
+    replica none of whose requests ended keeps its count."""
+    p = LanePolicy()
+    for i, (sent_at, _, _) in enumerate(requests):
+        p.decide(f"r{i}", hint(None, 30, request_id=f"q{i}", target_replica="R1"), both_idle(), T0 + sent_at)
+    for i, (sent_at, took, ends) in sorted(enumerate(requests), key=lambda r: r[1][0] + r[1][1]):
+        if ends:
+            p.on_completed(f"r{i}", T0 + sent_at + took)
+    r1, r2 = (view(r, Lane.BOTH, stats_time=T0 + stats_at, num_decoding=decoding) for r in ("R1", "R2"))
+    assert 0 <= p.effective_load(r1).num_decoding <= decoding
+    assert p.effective_load(r2).num_decoding == decoding
+
+
 def test_a_busy_bound_is_reached_at_the_bound_itself() -> None:
     p = LanePolicy()
     longs = [view("L1", Lane.LONG), view("L2", Lane.LONG), view("C1", Lane.CHAT)]
