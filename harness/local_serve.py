@@ -149,6 +149,21 @@ def deploy(cfg: dict[str, Any], timeout_s: float = 180, poll_s: float = 0.25) ->
     raise TimeoutError(f"the apps did not become RUNNING in {timeout_s} s: {serve.status().applications}")
 
 
+def front_routes(url: str, timeout_s: float = 30, poll_s: float = 0.25) -> bool:
+    """Whether Serve's front at `url` routes to the app (its `/health`, open without a key, answers 200) within
+    `timeout_s`. An app RUNNING is not enough: the front takes its routes after, and Serve's HAProxy manager has
+    hung mid-reload (its HAProxy never started, seen once in a full test run), leaving a front that answers 404."""
+    import requests
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(requests.RequestException):
+            if requests.get(f"{url}/health", timeout=5).status_code == 200:
+                return True
+        time.sleep(poll_s)
+    return False
+
+
 def _serving(app: Any) -> bool:
     return app.status == "RUNNING" and all(d.status == "HEALTHY" for d in app.deployments.values())
 

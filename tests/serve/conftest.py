@@ -22,13 +22,22 @@ import openai
 import pytest
 import yaml
 
-from harness.local_serve import CARD12GB_MODEL, CONFIG_FILE, deploy, deployment, start_on_a_free_port
+from harness.local_serve import (
+    CARD12GB_MODEL,
+    CONFIG_FILE,
+    deploy,
+    deployment,
+    front_routes,
+    start_on_a_free_port,
+    stop,
+)
 from harness.net import free_port, listener
 from serve_app.config.serve_path import CONTROLLER_OPTIONS
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY_TIMEOUT_S = 300
 """Generous: on 2 shared cores under load, starting Ray and four replicas has taken 150 s."""
+FRONT_ATTEMPTS = 2
 
 
 def serve_test_config(port: int) -> dict[str, Any]:
@@ -83,20 +92,28 @@ def serving(
     """Ray and Serve on this machine running `serve_test_config`, changed by `edit` (if given) before it is deployed:
     for a module whose app needs another environment or other knobs from the start; `controller_env`: variables
     added to the controller's environment (as a KubeRay overlay adds them). Shut down after."""
-    import ray
-    from ray import serve
-
-    metrics_port = free_port()
     # The controller as the config file sets it; the proxy on a port found free just before it binds.
     options = copy.deepcopy(CONTROLLER_OPTIONS)
     options["runtime_env"]["env_vars"].update(controller_env or {})
-    port = start_on_a_free_port(controller_options=options, metrics_port=metrics_port)
-    cfg = serve_test_config(port)
+    for attempt in range(1, FRONT_ATTEMPTS + 1):
+        metrics_port = free_port()
+        port = start_on_a_free_port(controller_options=options, metrics_port=metrics_port)
+        cfg = serve_test_config(port)
+        try:
+            if edit is not None:
+                edit(cfg)
+            assert cfg["proxy_location"] == "HeadOnly" and cfg["controller_options"] == CONTROLLER_OPTIONS
+            deploy(cfg, timeout_s=DEPLOY_TIMEOUT_S)
+            routed = front_routes(f"http://127.0.0.1:{port}")
+        except BaseException:
+            stop()
+            raise
+        if routed:
+            break
+        stop()  # a front that never took the app's routes (`front_routes`): Ray and Serve afresh
+        if attempt == FRONT_ATTEMPTS:
+            raise RuntimeError(f"Serve's front on port {port} never routed to the app")
     try:
-        if edit is not None:
-            edit(cfg)
-        assert cfg["proxy_location"] == "HeadOnly" and cfg["controller_options"] == CONTROLLER_OPTIONS
-        deploy(cfg, timeout_s=DEPLOY_TIMEOUT_S)
         front = listener(port)
         assert front is not None and front.name() == "haproxy"  # the shipped front: Serve's high-throughput mode
         yield ServeHandle(
@@ -107,8 +124,7 @@ def serving(
             baseline=copy.deepcopy(cfg),
         )
     finally:
-        serve.shutdown()
-        ray.shutdown()
+        stop()
 
 
 @pytest.fixture(scope="module")
