@@ -206,8 +206,8 @@ class Engine:
 
     def engine_load(self) -> ReplicaLoad:
         """The backend's load, none of it requests while this replica has none open: its engine serves no one else,
-        and a reading taken while the last request decoded counts it until the next reading. Stale, that count sent
-        a client's next chat, sent as soon as it had read the last one's end, to the other replica."""
+        and a reading taken while the last request decoded counts it until the next reading (routers would predict a
+        decode pass there that is not coming)."""
         load = self.backend.load()
         return load if self._tenants or self._admitted else load.without_requests()
 

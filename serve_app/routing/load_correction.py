@@ -2,8 +2,12 @@
 
 Replicas publish their loads once a stats period (0.5 s in our configs); a router routes many requests in between.
 Requests it sent since (or just before: they may not have arrived) count as waiting; requests of its own that the
-load counted and that have ended since count no longer, pending or decoding. Without the last, a client that sends
-its next chat as soon as it has read the last one's end meets that replica counted busy with it.
+load counted and that have ended since count no longer, pending or decoding: a replica predicted to run a decode pass
+that is not coming looks slower than it is for up to a stats period.
+
+A published load counts decoding requests as of the replica's last engine reading (every 0.25 s while busy), a
+little before its publication: a request that was sent, got its first token and stayed open between the two is not in
+it, and when it ends the count is taken down by one it never had (never below zero).
 """
 
 from __future__ import annotations

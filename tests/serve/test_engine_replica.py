@@ -234,7 +234,7 @@ def test_over_a_limit_the_replica_refuses_before_its_engine_sees_the_request() -
         await rep.reconfigure({"max_queued_prefill_tokens": 100})
         _, opened = held_open(rep)  # a document already queued
         await opened
-        rep.backend._load = ReplicaLoad(prefill_tokens=90)
+        rep.backend.load = lambda: ReplicaLoad(prefill_tokens=90)  # not the stand-in's load, which its poll refreshes
         seen = answering(rep, [[ResponseStart(200, JSON), ResponseBody(b"{}")]])
         return seen, await items(rep, req(prompt_tokens=50))
 
@@ -246,14 +246,14 @@ def test_over_a_limit_the_replica_refuses_before_its_engine_sees_the_request() -
 
 def test_an_engine_reading_of_requests_the_replica_has_answered_is_not_published() -> None:
     """The engine serves only this replica: with no request open here, a reading taken while the last one decoded
-    is stale. Published as it was, the router sent a client's next chat, sent as soon as it had read the last
-    one's end, to the other replica. While a request is open, the reading stands."""
+    is stale, and routers would predict a decode pass that is not coming. While a request is open, the reading
+    stands."""
     stale = ReplicaLoad(num_decoding=1, kv_used_tokens=70, kv_total_tokens=1000, prefill_tok_per_s=5000.0)
 
     async def go():
         rep = replica()
         await rep.reconfigure({})
-        rep.backend._load = stale
+        rep.backend.load = lambda: stale  # not the stand-in's load, which its poll refreshes
         idle = rep.record_routing_stats()["load"], rep.admission_load()
         release, opened = held_open(rep)
         await opened

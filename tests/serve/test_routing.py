@@ -261,7 +261,7 @@ def both_idle() -> list[ReplicaView]:
 
 def test_a_chat_that_ended_after_the_publication_that_counted_it_decoding_counts_no_longer() -> None:
     """A client's chats back to back: the next is sent as soon as the last one's end was read, before its replica
-    publishes again. Counted as still decoding there, it sent the next chat to the other, colder replica."""
+    publishes again. Counted as still decoding there, the replica looked busier than the idle other one."""
     p = LanePolicy()
     first = p.decide("r1", hint("a", 30, request_id="a1"), both_idle(), T0 - 1)
     published = view(first.replica_id, Lane.BOTH, stats_time=T0, num_decoding=1)  # while it decoded
