@@ -71,7 +71,7 @@ def test_threads_that_wait_for_a_core_are_counted_for_their_role():
     sampler.stop()
     waited = sampler.waiting_cores()
     if on_cpu_s(os.getpid()) is None:
-        # A kernel that keeps no run-queue figures (CI met one): the sampler says nothing rather than "no wait".
+        # A kernel that keeps no run-queue figures (CI's 0.0 s reads as one): the sampler says nothing, not "no wait".
         assert waited == {}
         return
     # 1.2 CPU seconds on one core: the two that start behind wait at least 0.4 + 0.8 s in all (0.6 asserted: the

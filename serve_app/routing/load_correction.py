@@ -13,7 +13,7 @@ it, and when it ends the count is taken down by one it never had (never below ze
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Collection
 from dataclasses import dataclass, replace
 from itertools import takewhile
 
@@ -42,16 +42,17 @@ Completed = OrderedDict[str, tuple[InFlight, float]]
 
 
 def corrected_load(
-    view: ReplicaView, in_flight: Iterable[InFlight], completed: Completed, now_s: float | None = None
+    view: ReplicaView, in_flight: Collection[InFlight], completed: Completed, now_s: float | None = None
 ) -> ReplicaLoad:
     """`view`'s published load, less this router's requests that have ended since and with those it sent since. With
     `now_s`, the pass a new arrival waits for is the interactive one where this router has a short request running
     (`_pass_in_flight`)."""
-    in_flight = list(in_flight)
     return _pass_in_flight(view.replica_id, _counted(view, in_flight, completed), in_flight, now_s)
 
 
-def _pass_in_flight(replica_id: str, load: ReplicaLoad, in_flight: list[InFlight], now_s: float | None) -> ReplicaLoad:
+def _pass_in_flight(
+    replica_id: str, load: ReplicaLoad, in_flight: Collection[InFlight], now_s: float | None
+) -> ReplicaLoad:
     """An engine with adaptive passes runs interactive passes while a short request is pending or decoding
     there. Once one of this router's short requests has been there longer than a quiet pass, the pass in
     flight is an interactive one (before that it may still be the quiet pass it arrived during)."""
@@ -63,7 +64,7 @@ def _pass_in_flight(replica_id: str, load: ReplicaLoad, in_flight: list[InFlight
     return load
 
 
-def _counted(view: ReplicaView, in_flight: list[InFlight], completed: Completed) -> ReplicaLoad:
+def _counted(view: ReplicaView, in_flight: Collection[InFlight], completed: Completed) -> ReplicaLoad:
     gone = [rid for rid in view.pending if rid in completed]
     sent = [
         e

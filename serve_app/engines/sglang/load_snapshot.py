@@ -125,7 +125,7 @@ def recounted_load(
     waiting = read_waiting
     if pending is not None and read_waiting > len(in_flight):
         # Every request in the engine's queue is one this replica still has pending: a reading taken before some
-        # were answered counts them until the next. Stale, that count sent the next chat to the other replica.
+        # were answered counts them until the next, and routers would count a wait there that is not coming.
         waiting, queued_tokens = len(in_flight), 0
     return ReplicaLoad(
         num_waiting=waiting,
