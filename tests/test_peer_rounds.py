@@ -73,7 +73,7 @@ class Recorder:
         self.pools: dict[str, list[int]] = {}
         self.broken = broken
 
-    def starters(self, model, engine, out, renice=False, pools=None):
+    def starters(self, model, engine, out, renice=False, pools=None, fronts=()):
         self.pools = pools
 
         def starter(name: str):
@@ -87,7 +87,7 @@ class Recorder:
 
             return start
 
-        return {n: starter(n) for n in peers.FRONTS}
+        return {n: starter(n) for n in (*peers.FRONTS, *fronts)}
 
     def locust(self, url, name, flags, out, duration_s, locustfile, idle, stem=""):
         self.ran.append(stem)
@@ -130,3 +130,51 @@ def test_rounds_below_one_are_refused(capsys):
     with pytest.raises(SystemExit):
         parse_args(["--rounds", "0"])
     assert "--rounds 0: must be at least 1" in capsys.readouterr().err
+
+
+VARIANT = "fairshare+pass_throughput_slack=0.005+admit_pass_long_tokens=null"
+
+
+def test_a_policy_variant_is_this_app_with_those_policy_fields_over_the_shipped_ones(monkeypatch, tmp_path):
+    deployed: dict[str, dict] = {}
+
+    class App:  # stands in for LocalApp: what each front would deploy
+        def __init__(self, config_path, overrides, **kw):
+            self.overrides = overrides
+
+        def __enter__(self):
+            deployed[self.overrides["policy"].get("pass_throughput_slack", "shipped")] = self.overrides["policy"]
+            raise RuntimeError("not started")  # nothing past the deploy is under test
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(peers, "LocalApp", App)
+    starts = peers.front_starters(tmp_path, EngineSettings(), tmp_path, fronts=["fairshare", VARIANT])
+    for name in ("fairshare", VARIANT):
+        with pytest.raises(RuntimeError, match="not started"), starts[name]():
+            pass
+    shipped = peers.app_policy(EngineSettings(), upstream=False)
+    variant = deployed[0.005]
+    assert variant == {**shipped, "pass_throughput_slack": 0.005, "admit_pass_long_tokens": None}
+    assert deployed[shipped["pass_throughput_slack"]] == shipped  # the plain front is left as shipped
+    assert peers.variant_notes(["fairshare", VARIANT, "cache_aware"]) == [
+        f"- `{VARIANT}`: **not as shipped**, this app with its engines' policy `pass_throughput_slack` 0.005, "
+        "`admit_pass_long_tokens` None.\n"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("front", "named"),
+    [
+        ("fairshare+no_such_field=1", "'no_such_field=1' is not FIELD=VALUE"),
+        ("fairshare+pass_throughput_slack", "'pass_throughput_slack' is not FIELD=VALUE"),
+        ("fairshare+pass_throughput_slack=-1", "greater than or equal to 0"),
+        ("fairshare+pass_throughput_slack=abc", "valid number"),
+        ("cache_aware+pass_throughput_slack=0.1", "unknown ['cache_aware+pass_throughput_slack=0.1']"),
+    ],
+)
+def test_a_bad_policy_variant_is_refused_naming_it(capsys, front, named):
+    with pytest.raises(SystemExit):
+        parse_args(["--fronts", f"fairshare,{front}"])
+    assert named in capsys.readouterr().err
