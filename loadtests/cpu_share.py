@@ -94,7 +94,9 @@ class CpuSampler:
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 continue
             pid, used = proc.info["pid"], times.user + times.system
-            self.roles[pid] = role
+            # A process shows no command line before its exec (its parent's, then) and as a zombie (none): a role
+            # once read from its own stays, or a load generator's CPU goes to the rest at its exit.
+            self.roles[pid] = self.roles.get(pid, REST) if role == REST else role
             self.first.setdefault(pid, used if initial else 0.0)
             self.last[pid] = used
             if role == REST:

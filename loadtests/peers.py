@@ -364,9 +364,9 @@ def front_starters(
     """Each of `FRONTS` by name, and each policy variant among `fronts` (`policy_variant`); `out`: the router fronts'
     logs; `pools`: a router front's servers' KV pools are appended to its list there (`router_front`)."""
     pools = pools or {}
-    variants = {f: app_front(model, engine, False, renice=renice, policy=policy_variant(f)) for f in fronts}
+    variants = {f: policy_variant(f) for f in fronts}
     return {
-        **variants,
+        **{f: app_front(model, engine, upstream=False, renice=renice, policy=p) for f, p in variants.items() if p},
         "fairshare": app_front(model, engine, upstream=False, renice=renice),
         "fairshare-off": app_front(model, engine, upstream=True, renice=renice),
         **{

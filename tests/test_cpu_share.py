@@ -35,6 +35,28 @@ def test_a_process_that_exits_during_the_load_is_counted():
     assert 0.3 <= used_s <= 0.5 + 0.5  # up to one sampling period lost at its exit; its start-up on top
 
 
+def test_a_process_keeps_its_role_where_it_shows_no_command_line_of_its_own(monkeypatch):
+    # Between fork and exec a child shows its parent's command line; a zombie shows none (psutil: None).
+    lives = [["python", "-m", "pytest"], ["python", "-c", "burn", "locust"], None]
+    seen = iter(zip(lives, (0.0, 0.2, 0.5), strict=True))
+
+    class Proc:
+        def __init__(self, cmdline: list[str] | None, used_s: float) -> None:
+            self.info = {"pid": 41, "name": "python", "cmdline": cmdline}
+            self.used_s = used_s
+
+        def cpu_times(self) -> object:
+            return type("Times", (), {"user": self.used_s, "system": 0.0})()
+
+    monkeypatch.setattr("loadtests.cpu_share.psutil.process_iter", lambda attrs: [Proc(*next(seen))])
+    monkeypatch.setattr("loadtests.cpu_share.run_queue_wait_s", lambda pid: None)
+    sampler = CpuSampler()
+    for _ in lives:
+        sampler.sample()
+    sampler.elapsed_s = 1.0
+    assert sampler.cores()["load generator"] == 0.5 and sampler.cores()[REST] == 0.0
+
+
 def test_run_queue_wait_and_time_on_a_cpu_are_summed_over_a_process_threads(tmp_path):
     # /proc/PID/task/TID/schedstat: ns on a CPU, ns waiting on a run queue, time slices.
     for tid, line in (("7", "900 2000000000 5\n"), ("8", "100 500000000 3\n"), ("9", "garbage\n")):

@@ -151,6 +151,7 @@ def test_a_policy_variant_is_this_app_with_those_policy_fields_over_the_shipped_
 
     monkeypatch.setattr(peers, "LocalApp", App)
     starts = peers.front_starters(tmp_path, EngineSettings(), tmp_path, fronts=["fairshare", VARIANT])
+    assert set(starts) == {*peers.FRONTS, VARIANT}
     for name in ("fairshare", VARIANT):
         with pytest.raises(RuntimeError, match="not started"), starts[name]():
             pass
