@@ -3,6 +3,7 @@
     python -m loadtests.peers                                          # the four fronts, 2 rounds of 120 s each
     python -m loadtests.peers --duration-s 30 --rounds 1 --fronts fairshare,round_robin   # a quick look
     python -m loadtests.peers --workload followups                     # plain clients: no session id
+    python -m loadtests.peers --workload documents --fronts fairshare,cache_aware   # documents alone
     python -m loadtests.peers --workload all --fronts fairshare,cache_aware     # every workload in turn
     python -m loadtests.peers --fronts fairshare,fairshare+pass_throughput_slack=0.005,cache_aware   # a policy variant
 
@@ -27,7 +28,9 @@ passes (the device), at niceness 15 and every other process at 0 under every fro
 The default workload, `sessions` (closed loop, streaming): 2 document users (a 10-14k-token document, then one
 follow-up question on it in the same session, then the next document) and 4 chat users (20-60-token questions, 4
 a session, 16 output tokens), each thinking 0.5-1.5 s between requests, for `--duration-s`; every conversation is
-named by an `X-Session-ID` header (`loadtests.locustfile`). The plain workloads (`followups`, `multiturn`,
+named by an `X-Session-ID` header (`loadtests.locustfile`). `documents` is its document users alone, no chat
+users: what each front costs documents with nothing beside them, so its documents ratio is the front's and the
+engines' own, not what the chats' service takes from them. The plain workloads (`followups`, `multiturn`,
 `system_prompt`, `overflow`: `loadtests.workloads`, played by `loadtests.plain_users`) send no session id at all,
 as a plain OpenAI client does; `--workload all` runs every workload in turn, each front started afresh for each
 (cold caches). Prompts are sized in the model's own tokens (characters per token measured on its tokenizer).
@@ -79,6 +82,7 @@ from loadtests.app import LocalApp, sglang_upstream_overrides
 from loadtests.cpu_share import CpuSampler
 from loadtests.peer_report import (
     APP,
+    DOCUMENTS_WORKLOAD,
     REFERENCE,
     SESSIONS_WORKLOAD,
     Front,
@@ -95,8 +99,10 @@ REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "config.sglang-cpu.yaml"
 FRONTS = ("fairshare", "fairshare-off", "cache_aware", "round_robin")
 SESSIONS = "sessions"
-WORKLOADS = (SESSIONS, *PLAIN)
-"""`--workload`: the default names each conversation (`X-Session-ID`); the plain ones name none."""
+DOCUMENTS = "documents"
+WORKLOADS = (SESSIONS, DOCUMENTS, *PLAIN)
+"""`--workload`: the default names each conversation (`X-Session-ID`), and so does `documents` (its document
+users alone); the plain ones name none."""
 LOCUSTFILES = {SESSIONS: REPO / "loadtests" / "locustfile.py", "plain": REPO / "loadtests" / "plain_users.py"}
 TITLE = "This app beside sglang-router: chats and documents on two CPU engines"
 DEVICE_NICENESS = 15
@@ -219,12 +225,14 @@ def chars_per_token(model: Path) -> float:
     return len(text) / len(tok(text).input_ids)
 
 
-def workload_flags(seed: int, cpt: float, duration_s: float) -> list[str]:
-    """The `sessions` workload's Locust flags (`loadtests.locustfile`)."""
+def workload_flags(seed: int, cpt: float, duration_s: float, chat_users: int = 4) -> list[str]:
+    """The `sessions` workload's Locust flags (`loadtests.locustfile`): 2 document users and `chat_users` chat
+    users (0: the `documents` workload)."""
     return [
-        *("--chat-weight", "4", "--doc-weight", "2", "--doc-tokens", "10000:14000", "--doc-followups", "1"),
-        *("--question-tokens", "20:60", "--chat-turns", "4", "--chat-max-tokens", "16", "--doc-max-tokens", "16"),
-        *loop_flags(seed, cpt, duration_s, users=6),
+        *("--chat-weight", str(chat_users), "--doc-weight", "2", "--doc-tokens", "10000:14000"),
+        *("--doc-followups", "1", "--question-tokens", "20:60", "--chat-turns", "4"),
+        *("--chat-max-tokens", "16", "--doc-max-tokens", "16"),
+        *loop_flags(seed, cpt, duration_s, users=2 + chat_users),
     ]
 
 
@@ -256,6 +264,9 @@ def load_of(name: str, seed: int, cpt: float, duration_s: float, engine: EngineS
     """The workload `name`; a plain one is written to `out`/workload.json, which its users read."""
     if name == SESSIONS:
         return Load(name, LOCUSTFILES[SESSIONS], workload_flags(seed, cpt, duration_s), SESSIONS_WORKLOAD)
+    if name == DOCUMENTS:
+        flags = workload_flags(seed, cpt, duration_s, chat_users=0)
+        return Load(name, LOCUSTFILES[SESSIONS], flags, DOCUMENTS_WORKLOAD)
     # The overflow workload's documents outgrow both engines' pools together.
     workload = plain_workload(name, seed, kv_pool_tokens=2 * engine.max_total_tokens)
     path = out / "workload.json"

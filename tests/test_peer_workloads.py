@@ -10,6 +10,7 @@ import pytest
 
 from loadtests.peer_report import Front, cache_counts, headline, hit_rate, table
 from loadtests.peers import (
+    DOCUMENTS,
     LOCUSTFILES,
     SESSIONS,
     WORKLOADS,
@@ -157,6 +158,23 @@ def test_the_default_workload_is_todays():
 def test_the_default_workload_runs_the_session_users(tmp_path):
     load = load_of(SESSIONS, SEED, CPT, 150, EngineSettings(), tmp_path)
     assert load.locustfile == LOCUSTFILES[SESSIONS] and not (tmp_path / "workload.json").exists()
+
+
+def as_options(flags: list[str]) -> dict[str, str]:
+    """Locust flags as option -> value (every flag of these workloads takes one)."""
+    return dict(zip(flags[::2], flags[1::2], strict=True))
+
+
+def test_the_documents_workload_is_the_session_document_users_alone(tmp_path):
+    load = load_of(DOCUMENTS, SEED, CPT, 150, EngineSettings(), tmp_path)
+    flags, sessions = as_options(load.flags), as_options(workload_flags(SEED, CPT, 150))
+    assert load.locustfile == LOCUSTFILES[SESSIONS] and "no chat users" in load.description
+    assert (flags["--chat-weight"], flags["-u"]) == ("0", "2")
+    # everything else as the sessions workload: its documents, follow-ups and pacing
+    assert {k: v for k, v in flags.items() if k not in ("--chat-weight", "-u")} == {
+        k: v for k, v in sessions.items() if k not in ("--chat-weight", "-u")
+    }
+    assert DOCUMENTS in parse_args(["--workload", "all"]).workloads
 
 
 def test_workload_all_runs_each_in_turn_and_an_unknown_one_is_refused(capsys):
