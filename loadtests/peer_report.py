@@ -382,7 +382,10 @@ def plot(fronts: Sequence[Front], path: Path) -> None:
             ax_cdf.step(xs, np.linspace(0, 1, len(xs)), where="post", color=f"C{i}", label=f.name)
     ax_cdf.axvline(TTFT_TARGET_S, color="grey", ls=":", lw=1)
     ax_cdf.set(xscale="log", xlabel="chat TTFT (s, log)", ylabel="fraction of chats", title="Chat TTFT CDF")
-    ax_cdf.legend(fontsize=8)
+    if ax_cdf.get_legend_handles_labels()[1]:
+        ax_cdf.legend(fontsize=8)
+    else:  # a workload of documents alone
+        ax_cdf.text(0.5, 0.5, "no chats in this workload", ha="center", va="center", transform=ax_cdf.transAxes)
     rates = [f.figures["document prompt tokens/s"] or 0.0 for f in fronts]
     ax_doc.bar([f.name for f in fronts], rates, color=[f"C{i}" for i in range(len(fronts))])
     ax_doc.set(ylabel="document prompt tokens/s", title="Document prefill throughput")

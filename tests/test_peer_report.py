@@ -4,13 +4,14 @@ acceptance of the comparison with sglang's router."""
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import asdict, replace
 from types import SimpleNamespace
 
 import pytest
 
 from loadtests.cpu_share import CpuSampler
-from loadtests.peer_report import Front, front_cpu_ms, markdown, meets_slo, table, verdict
+from loadtests.peer_report import Front, front_cpu_ms, markdown, meets_slo, plot, table, verdict
 from loadtests.peers import EngineSettings, front_of
 from loadtests.recording import Sample, response_meta
 
@@ -152,3 +153,14 @@ def test_a_sample_reads_its_class_replica_route_and_first_token_inside_the_app_f
     rows = table([said, front("cache_aware", [1.0] * 10, 2.0)]).splitlines()
     inside = next(r for r in rows if r.startswith("| chat TTFT p50 inside the app"))
     assert inside.split(" | ")[1:3] == ["0.05", "—"]
+
+
+def test_a_workload_of_documents_alone_plots_and_judges_without_a_warning(tmp_path):
+    fronts = [front("fairshare", [], 1.2), front("cache_aware", [], 1.0)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # matplotlib's "no artists with labels" for the empty chat CDF
+        plot(fronts, tmp_path / "documents.png")
+    assert (tmp_path / "documents.png").stat().st_size > 0
+    lines = verdict(fronts)
+    assert not any("chat" in line for line in lines)
+    assert any("document prompt tokens/s 0.833x" in line and "missed" in line for line in lines)
