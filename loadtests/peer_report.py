@@ -285,11 +285,10 @@ RENICED = (
 )
 
 
-SESSIONS_WORKLOAD = (
-    "2 document users (10-14k-token document, one follow-up), 4 chat users (20-60-token questions, 16 output tokens)"
-)
+DOCUMENT_USERS = "2 document users (10-14k-token document, one follow-up)"
+SESSIONS_WORKLOAD = f"{DOCUMENT_USERS}, 4 chat users (20-60-token questions, 16 output tokens)"
 """The default workload (`loadtests.locustfile`'s users, each conversation named by `X-Session-ID`)."""
-DOCUMENTS_WORKLOAD = "2 document users (10-14k-token document, one follow-up), no chat users"
+DOCUMENTS_WORKLOAD = f"{DOCUMENT_USERS}, no chat users"
 """`SESSIONS_WORKLOAD`'s document users alone: what a front costs documents with nothing beside them."""
 
 
