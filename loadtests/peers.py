@@ -6,6 +6,7 @@
     python -m loadtests.peers --workload documents --fronts fairshare,cache_aware   # documents alone
     python -m loadtests.peers --workload all --fronts fairshare,cache_aware     # every workload in turn
     python -m loadtests.peers --fronts fairshare,fairshare+pass_throughput_slack=0.005,cache_aware   # a policy variant
+    python -m loadtests.peers --fronts fairshare,fairshare+long_lane_replicas=1,cache_aware   # static lanes
 
 Every front serves the same tiny random-weight Llama (`harness.tiny_model`, a 32,768-token context: a
 12,000-token document takes seconds to prefill on one core) on two CPU sglang 0.5.23 engines with the same
@@ -20,10 +21,11 @@ passes (the device), at niceness 15 and every other process at 0 under every fro
   `baseline` rule set) and Ray Serve's default router (no lanes).
 - `cache_aware`, `round_robin`: `sglang-router` (the `bench` extra: `pip install -e '.[bench]'`) in front of
   two stock sglang servers (the plugin switched off).
-- `fairshare+FIELD=VALUE[+FIELD=VALUE...]`: this app with those fields of its engines' policy
-  (`scheduler.config.PolicyConfig`; a VALUE is read as YAML: `null`, numbers, booleans) over the config file's:
-  a variant, not as shipped (the result file says so), to set a policy's trade beside the shipped one and a peer
-  in one run.
+- `fairshare+FIELD=VALUE[+FIELD=VALUE...]`: this app with those fields over the config file's, each where it lives:
+  its engines' policy (`PolicyConfig`), the Engine deployment's knobs (`long_lane_replicas`: static lanes) or the
+  Ingress deployment's (`chat_spill`...); a VALUE is read as YAML (`null`, numbers, booleans), checked as a deployed
+  config is (`loadtests.variants`). A variant, not as shipped (the result file says so), to set a trade beside the
+  shipped app and a peer in one run.
 
 The default workload, `sessions` (closed loop, streaming): 2 document users (a 10-14k-token document, then one
 follow-up question on it in the same session, then the next document) and 4 chat users (20-60-token questions, 4
@@ -62,7 +64,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,6 +94,8 @@ from loadtests.peer_report import (
     pool_rounds,
 )
 from loadtests.recording import read_samples
+from loadtests.variants import SEP as VARIANT_SEP
+from loadtests.variants import Variant, parse_variant
 from loadtests.workloads import PLAIN, PlainWorkload, plain_workload
 from scheduler.sglang_plugin.env import PASS_TRACE_VAR
 
@@ -199,9 +203,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     bad = [f for f in fronts if f not in FRONTS and not f.startswith(f"{APP}{VARIANT_SEP}")]
     if bad or not fronts:
         ap.error(f"--fronts: unknown {bad}; choose from {list(FRONTS)} or {APP}{VARIANT_SEP}FIELD=VALUE")
+    args.variants = {}
     for f in fronts:
         try:
-            policy_variant(f)
+            if variant := variant_of(f):
+                args.variants[f] = variant
         except ValueError as e:
             ap.error(f"--fronts {f}: {e}")
     if args.duration_s <= 0:
@@ -334,34 +340,12 @@ def front_of(
 
 FrontStarter = Callable[[], contextlib.AbstractContextManager[tuple[str, str]]]
 """A front not yet started: entering it starts the front and yields its URL and the model name to ask for."""
-VARIANT_SEP = "+"
-"""Between `APP` and each ``FIELD=VALUE`` of a policy variant's front name."""
 
 
-def policy_variant(front: str) -> dict[str, Any]:
-    """The engine policy fields a front's name sets over the config file's (``fairshare+FIELD=VALUE...``; none for
-    any other front), each checked by `PolicyConfig` with the shipped policy; ValueError naming what is wrong."""
-    import yaml
-    from pydantic import ValidationError
-
-    from scheduler.config import PolicyConfig
-
-    base, *pairs = front.split(VARIANT_SEP)
-    if not pairs:
-        return {}
-    if base != APP:
-        raise ValueError(f"only {APP} has a policy to vary, not {base!r}")
-    fields: dict[str, Any] = {}
-    for pair in pairs:
-        key, eq, value = pair.partition("=")
-        if not eq or key not in PolicyConfig.model_fields:
-            raise ValueError(f"{pair!r} is not FIELD=VALUE with a field of PolicyConfig")
-        fields[key] = yaml.safe_load(value)
-    try:
-        PolicyConfig.model_validate({**app_policy(EngineSettings(), upstream=False), **fields})
-    except ValidationError as e:
-        raise ValueError(f"not a valid policy: {e.errors()[0]['msg']} ({fields})") from None
-    return fields
+def variant_of(front: str) -> Variant:
+    """The variant of this app a front's name asks for (`loadtests.variants`: empty for any name without
+    ``+``), around the config file and the policy its engines run here; ValueError naming what is wrong."""
+    return parse_variant(front, APP, _config(), app_policy(EngineSettings(), upstream=False))
 
 
 def front_starters(
@@ -370,14 +354,14 @@ def front_starters(
     out: Path,
     renice: bool = False,
     pools: dict[str, list[int]] | None = None,
-    fronts: Sequence[str] = (),
+    variants: Mapping[str, Variant] | None = None,
 ) -> dict[str, FrontStarter]:
-    """Each of `FRONTS` by name, and each policy variant among `fronts` (`policy_variant`); `out`: the router fronts'
-    logs; `pools`: a router front's servers' KV pools are appended to its list there (`router_front`)."""
+    """Each of `FRONTS` by name, and each of `variants` (a front's name: the variant it asks for, `variant_of`);
+    `out`: the router fronts' logs; `pools`: a router front's servers' KV pools are appended to its list there
+    (`router_front`)."""
     pools = pools or {}
-    variants = {f: policy_variant(f) for f in fronts}
     return {
-        **{f: app_front(model, engine, upstream=False, renice=renice, policy=p) for f, p in variants.items() if p},
+        **{f: app_front(model, engine, upstream=False, renice=renice, variant=v) for f, v in (variants or {}).items()},
         "fairshare": app_front(model, engine, upstream=False, renice=renice),
         "fairshare-off": app_front(model, engine, upstream=True, renice=renice),
         **{
@@ -394,12 +378,12 @@ def app_front(
     started: list[LocalApp] | None = None,
     renice: bool = False,
     num_engines: int = 2,
-    policy: dict[str, Any] | None = None,
+    variant: Variant | None = None,
 ) -> FrontStarter:
     """This app on a local Ray + Serve; `upstream`: the plugin's upstream rules and Serve's default router;
     `started`: the running app is appended to it (a benchmark that changes its `user_config` live); `renice`: not as
     shipped, Ray's workers at 0 and the schedulers at `DEVICE_NICENESS`; `num_engines`: engine replicas, two as every
-    front here has; `policy`: engine policy fields over the config file's (a variant, not as shipped)."""
+    front here has; `variant`: fields over the config file's (`loadtests.variants`, not as shipped)."""
     os.environ.update({k: v for k, v in cpu_sglang_env().items() if k in ("PYTHONPATH", "OMP_NUM_THREADS")})
 
     def edit(cfg: dict[str, Any]) -> None:
@@ -417,8 +401,10 @@ def app_front(
         app["args"]["max_context_tokens"] = engine.context_tokens
         if upstream:
             sc.deployment(cfg, "Engine").pop("request_router_config", None)  # Ray Serve's default router
+        if variant:
+            variant.apply(cfg)
 
-    engine_policy = {**app_policy(engine, upstream), **(policy or {})}
+    engine_policy = {**app_policy(engine, upstream), **(variant.policy if variant else {})}
 
     @contextlib.contextmanager
     def start() -> Iterator[tuple[str, str]]:
@@ -602,7 +588,7 @@ def run_workload(
 ) -> WorkloadResult:
     """Every front in turn, each started afresh (cold caches), in `args.rounds` rounds under the workload `load`."""
     pools: dict[str, list[int]] = {"cache_aware": [], "round_robin": []}
-    starts = front_starters(model, engine, out, renice=args.renice, pools=pools, fronts=args.fronts)
+    starts = front_starters(model, engine, out, renice=args.renice, pools=pools, variants=args.variants)
     result = WorkloadResult(load)
     for r in range(args.rounds):
         result.rounds.append([])
@@ -638,14 +624,9 @@ def run_front(
     return front
 
 
-def variant_notes(fronts: Sequence[str]) -> list[str]:
-    """A line for each policy variant among `fronts`: what it changes, and that it is not as shipped."""
-    notes = []
-    for f in fronts:
-        if fields := policy_variant(f):
-            changed = ", ".join(f"`{k}` {v!r}" for k, v in fields.items())
-            notes.append(f"- `{f}`: **not as shipped**, this app with its engines' policy {changed}.\n")
-    return notes
+def variant_notes(variants: Mapping[str, Variant]) -> list[str]:
+    """A line for each variant front: what it changes, and that it is not as shipped."""
+    return [f"- `{f}`: **not as shipped**, this app with {v.describe()}.\n" for f, v in variants.items()]
 
 
 def report(results: list[WorkloadResult], engine: EngineSettings, cpt: float, args: argparse.Namespace) -> str:
@@ -663,7 +644,7 @@ def report(results: list[WorkloadResult], engine: EngineSettings, cpt: float, ar
             workload=r.load.description,
             rounds=args.rounds,
         )
-        parts += [f"## Workload `{r.load.name}`", "", body, *variant_notes(args.fronts)]
+        parts += [f"## Workload `{r.load.name}`", "", body, *variant_notes(args.variants)]
         if r.broken:
             parts.append("Fronts that did not run:\n" + "".join(f"- {n}: `{why}`\n" for n, why in r.broken.items()))
     return "\n".join(parts)

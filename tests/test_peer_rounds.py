@@ -6,15 +6,20 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import ClassVar
 
 import pytest
+import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
+from harness import local_serve as sc
 from loadtests import peers
 from loadtests.peer_report import Front, front_cpu_ms, headline, pooled
 from loadtests.peers import EngineSettings, Load, WorkloadResult, parse_args, round_order, run_workload
 from loadtests.recording import Sample
+from scheduler.config import PolicyConfig
+from serve_app.config.knobs import EngineKnobs, RoutingKnobs
 
 
 def chat(sent_s: float, ttft_s: float) -> Sample:
@@ -73,7 +78,7 @@ class Recorder:
         self.pools: dict[str, list[int]] = {}
         self.broken = broken
 
-    def starters(self, model, engine, out, renice=False, pools=None, fronts=()):
+    def starters(self, model, engine, out, renice=False, pools=None, variants=None):
         self.pools = pools
 
         def starter(name: str):
@@ -87,7 +92,7 @@ class Recorder:
 
             return start
 
-        return {n: starter(n) for n in (*peers.FRONTS, *fronts)}
+        return {n: starter(n) for n in (*peers.FRONTS, *(variants or {}))}
 
     def locust(self, url, name, flags, out, duration_s, locustfile, idle, stem=""):
         self.ran.append(stem)
@@ -133,36 +138,76 @@ def test_rounds_below_one_are_refused(capsys):
 
 
 VARIANT = "fairshare+pass_throughput_slack=0.005+admit_pass_long_tokens=null"
+LANES = "fairshare+long_lane_replicas=1+chat_spill=false"
+
+
+class Deployed:
+    """Stands in for LocalApp: records what each front would deploy (the policy override, the edited config)."""
+
+    seen: ClassVar[list[tuple[dict, dict]]] = []
+
+    def __init__(self, config_path, overrides, edit=None, **kw):
+        cfg = yaml.safe_load(config_path.read_text())
+        if edit is not None:
+            edit(cfg)
+        self.seen.append((overrides["policy"], cfg))
+
+    def __enter__(self):
+        raise RuntimeError("not started")  # nothing past the deploy is under test
+
+    def __exit__(self, *exc):
+        return False
+
+
+def deploy(monkeypatch, tmp_path, fronts: list[str]) -> dict[str, tuple[dict, dict]]:
+    """What each of `fronts` deploys: its engines' policy, and its config."""
+    monkeypatch.setattr(peers, "LocalApp", Deployed)
+    monkeypatch.setattr(Deployed, "seen", [])
+    args = parse_args(["--fronts", ",".join(fronts)])
+    starts = peers.front_starters(tmp_path, EngineSettings(), tmp_path, variants=args.variants)
+    assert set(starts) == {*peers.FRONTS, *fronts}
+    for name in fronts:
+        with pytest.raises(RuntimeError, match="not started"), starts[name]():
+            pass
+    return dict(zip(fronts, Deployed.seen, strict=True))
+
+
+def knobs(cfg: dict, deployment: str) -> dict:
+    return {k: v for k, v in sc.deployment(cfg, deployment)["user_config"].items() if k != "policy"}
 
 
 def test_a_policy_variant_is_this_app_with_those_policy_fields_over_the_shipped_ones(monkeypatch, tmp_path):
-    deployed: dict[str, dict] = {}
-
-    class App:  # stands in for LocalApp: what each front would deploy
-        def __init__(self, config_path, overrides, **kw):
-            self.overrides = overrides
-
-        def __enter__(self):
-            deployed[self.overrides["policy"].get("pass_throughput_slack", "shipped")] = self.overrides["policy"]
-            raise RuntimeError("not started")  # nothing past the deploy is under test
-
-        def __exit__(self, *exc):
-            return False
-
-    monkeypatch.setattr(peers, "LocalApp", App)
-    starts = peers.front_starters(tmp_path, EngineSettings(), tmp_path, fronts=["fairshare", VARIANT])
-    assert set(starts) == {*peers.FRONTS, VARIANT}
-    for name in ("fairshare", VARIANT):
-        with pytest.raises(RuntimeError, match="not started"), starts[name]():
-            pass
+    deployed = deploy(monkeypatch, tmp_path, ["fairshare", VARIANT])
     shipped = peers.app_policy(EngineSettings(), upstream=False)
-    variant = deployed[0.005]
-    assert variant == {**shipped, "pass_throughput_slack": 0.005, "admit_pass_long_tokens": None}
-    assert deployed[shipped["pass_throughput_slack"]] == shipped  # the plain front is left as shipped
-    assert peers.variant_notes(["fairshare", VARIANT, "cache_aware"]) == [
+    (policy, cfg), (plain_policy, plain_cfg) = deployed[VARIANT], deployed["fairshare"]
+    assert policy == {**shipped, "pass_throughput_slack": 0.005, "admit_pass_long_tokens": None}
+    assert plain_policy == shipped  # the plain front is left as shipped
+    assert cfg == plain_cfg  # nothing else moves
+    assert peers.variant_notes(parse_args(["--fronts", f"fairshare,{VARIANT},cache_aware"]).variants) == [
         f"- `{VARIANT}`: **not as shipped**, this app with its engines' policy `pass_throughput_slack` 0.005, "
         "`admit_pass_long_tokens` None.\n"
     ]
+
+
+def test_a_knob_variant_sets_the_engine_and_ingress_user_config_and_nothing_else(monkeypatch, tmp_path):
+    deployed = deploy(monkeypatch, tmp_path, ["fairshare", LANES])
+    (policy, cfg), (plain_policy, plain_cfg) = deployed[LANES], deployed["fairshare"]
+    assert knobs(plain_cfg, "Engine")["long_lane_replicas"] is None  # as shipped: lanes follow the load
+    assert knobs(cfg, "Engine") == {**knobs(plain_cfg, "Engine"), "long_lane_replicas": 1}
+    assert knobs(cfg, "Ingress") == {**knobs(plain_cfg, "Ingress"), "chat_spill": False}
+    assert policy == plain_policy
+    for name in ("Engine", "Ingress"):  # each knob in its own deployment only
+        sc.deployment(cfg, name)["user_config"] = sc.deployment(plain_cfg, name)["user_config"]
+    assert cfg == plain_cfg
+    assert peers.variant_notes(parse_args(["--fronts", LANES]).variants) == [
+        f"- `{LANES}`: **not as shipped**, this app with its Engine deployment's `long_lane_replicas` 1; its "
+        "Ingress deployment's `chat_spill` False.\n"
+    ]
+
+
+def test_no_field_lives_in_two_places():
+    homes = [set(PolicyConfig.model_fields), set(EngineKnobs.model_fields) - {"policy"}, set(RoutingKnobs.model_fields)]
+    assert all(not (a & b) for i, a in enumerate(homes) for b in homes[i + 1 :])
 
 
 @pytest.mark.parametrize(
@@ -170,12 +215,15 @@ def test_a_policy_variant_is_this_app_with_those_policy_fields_over_the_shipped_
     [
         ("fairshare+no_such_field=1", "'no_such_field=1' is not FIELD=VALUE"),
         ("fairshare+pass_throughput_slack", "'pass_throughput_slack' is not FIELD=VALUE"),
-        ("fairshare+pass_throughput_slack=-1", "greater than or equal to 0"),
+        ("fairshare+pass_throughput_slack=-1", "not a valid PolicyConfig: Input should be greater than or equal to 0"),
         ("fairshare+pass_throughput_slack=abc", "valid number"),
+        ("fairshare+long_lane_replicas=-1", "not a valid EngineKnobs: Input should be greater than or equal to 0"),
+        ("fairshare+chat_spill=maybe", "not a valid RoutingKnobs: Input should be a valid boolean"),
+        ("fairshare+policy=1", "'policy=1' is not FIELD=VALUE"),
         ("cache_aware+pass_throughput_slack=0.1", "unknown ['cache_aware+pass_throughput_slack=0.1']"),
     ],
 )
-def test_a_bad_policy_variant_is_refused_naming_it(capsys, front, named):
+def test_a_bad_variant_is_refused_naming_it(capsys, front, named):
     with pytest.raises(SystemExit):
         parse_args(["--fronts", f"fairshare,{front}"])
     assert named in capsys.readouterr().err
