@@ -231,14 +231,18 @@ def chars_per_token(model: Path) -> float:
     return len(text) / len(tok(text).input_ids)
 
 
+DOCUMENT_USERS = 2
+"""The `sessions` and `documents` workloads' document users (Locust's weights are its users here: one user each)."""
+
+
 def workload_flags(seed: int, cpt: float, duration_s: float, chat_users: int = 4) -> list[str]:
-    """The `sessions` workload's Locust flags (`loadtests.locustfile`): 2 document users and `chat_users` chat
-    users (0: the `documents` workload)."""
+    """The `sessions` workload's Locust flags (`loadtests.locustfile`): `DOCUMENT_USERS` document users and
+    `chat_users` chat users (0: the `documents` workload)."""
     return [
-        *("--chat-weight", str(chat_users), "--doc-weight", "2", "--doc-tokens", "10000:14000"),
+        *("--chat-weight", str(chat_users), "--doc-weight", str(DOCUMENT_USERS), "--doc-tokens", "10000:14000"),
         *("--doc-followups", "1", "--question-tokens", "20:60", "--chat-turns", "4"),
         *("--chat-max-tokens", "16", "--doc-max-tokens", "16"),
-        *loop_flags(seed, cpt, duration_s, users=2 + chat_users),
+        *loop_flags(seed, cpt, duration_s, users=DOCUMENT_USERS + chat_users),
     ]
 
 
