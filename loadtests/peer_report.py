@@ -285,8 +285,12 @@ RENICED = (
 )
 
 
-DOCUMENT_USERS = "2 document users (10-14k-token document, one follow-up)"
-SESSIONS_WORKLOAD = f"{DOCUMENT_USERS}, 4 chat users (20-60-token questions, 16 output tokens)"
+DOCUMENT_USER_COUNT = 2
+"""The `sessions` and `documents` workloads' document users (`loadtests.peers.workload_flags` runs this many)."""
+CHAT_USER_COUNT = 4
+"""The `sessions` workload's chat users."""
+DOCUMENT_USERS = f"{DOCUMENT_USER_COUNT} document users (10-14k-token document, one follow-up)"
+SESSIONS_WORKLOAD = f"{DOCUMENT_USERS}, {CHAT_USER_COUNT} chat users (20-60-token questions, 16 output tokens)"
 """The default workload (`loadtests.locustfile`'s users, each conversation named by `X-Session-ID`)."""
 DOCUMENTS_WORKLOAD = f"{DOCUMENT_USERS}, no chat users"
 """`SESSIONS_WORKLOAD`'s document users alone: what a front costs documents with nothing beside them."""

@@ -84,6 +84,8 @@ from loadtests.app import LocalApp, sglang_upstream_overrides
 from loadtests.cpu_share import CpuSampler
 from loadtests.peer_report import (
     APP,
+    CHAT_USER_COUNT,
+    DOCUMENT_USER_COUNT,
     DOCUMENTS_WORKLOAD,
     REFERENCE,
     SESSIONS_WORKLOAD,
@@ -231,18 +233,14 @@ def chars_per_token(model: Path) -> float:
     return len(text) / len(tok(text).input_ids)
 
 
-DOCUMENT_USERS = 2
-"""The `sessions` and `documents` workloads' document users (Locust's weights are its users here: one user each)."""
-
-
-def workload_flags(seed: int, cpt: float, duration_s: float, chat_users: int = 4) -> list[str]:
-    """The `sessions` workload's Locust flags (`loadtests.locustfile`): `DOCUMENT_USERS` document users and
-    `chat_users` chat users (0: the `documents` workload)."""
+def workload_flags(seed: int, cpt: float, duration_s: float, chat_users: int = CHAT_USER_COUNT) -> list[str]:
+    """The `sessions` workload's Locust flags (`loadtests.locustfile`): `DOCUMENT_USER_COUNT` document users and
+    `chat_users` chat users (0: the `documents` workload). Locust's weights are its users here, one user each."""
     return [
-        *("--chat-weight", str(chat_users), "--doc-weight", str(DOCUMENT_USERS), "--doc-tokens", "10000:14000"),
+        *("--chat-weight", str(chat_users), "--doc-weight", str(DOCUMENT_USER_COUNT), "--doc-tokens", "10000:14000"),
         *("--doc-followups", "1", "--question-tokens", "20:60", "--chat-turns", "4"),
         *("--chat-max-tokens", "16", "--doc-max-tokens", "16"),
-        *loop_flags(seed, cpt, duration_s, users=DOCUMENT_USERS + chat_users),
+        *loop_flags(seed, cpt, duration_s, users=DOCUMENT_USER_COUNT + chat_users),
     ]
 
 

@@ -27,6 +27,8 @@ from serve_app.config.knobs import EngineKnobs, RoutingKnobs
 
 SEP = "+"
 """Between the app's name and each ``FIELD=VALUE`` of a variant's front name."""
+HOMES: dict[str, type[BaseModel]] = {"policy": PolicyConfig, "engine": EngineKnobs, "routing": RoutingKnobs}
+"""Where a variant's field may live, by the `Variant` attribute that holds it (EngineKnobs' own `policy` aside)."""
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,7 @@ class Variant:
         return "; ".join(parts)
 
 
-def parse_variant(front: str, app: str, cfg: Mapping[str, Any], shipped_policy: Mapping[str, Any]) -> Variant:
+def parse_variant(front: str, app: str, cfg: dict[str, Any], shipped_policy: Mapping[str, Any]) -> Variant:
     """The variant a front's name asks for (empty for a name with no ``+``); ValueError naming what is wrong.
     `cfg`: the config file the app runs (its Engine and Ingress `user_config` around the variant's knobs);
     `shipped_policy`: the policy its engines run as shipped (around the variant's policy fields)."""
@@ -71,20 +73,19 @@ def parse_variant(front: str, app: str, cfg: Mapping[str, Any], shipped_policy: 
         return Variant()
     if base != app:
         raise ValueError(f"only {app} has fields to vary, not {base!r}")
-    homes: dict[str, type[BaseModel]] = {"policy": PolicyConfig, "engine": EngineKnobs, "routing": RoutingKnobs}
-    fields: dict[str, dict[str, Any]] = {home: {} for home in homes}
+    fields: dict[str, dict[str, Any]] = {home: {} for home in HOMES}
     for pair in pairs:
         key, eq, value = pair.partition("=")
-        home = next((h for h, model in homes.items() if key in model.model_fields and key != "policy"), None)
+        home = next((h for h, model in HOMES.items() if key in model.model_fields and key != "policy"), None)
         if not eq or home is None:
             raise ValueError(f"{pair!r} is not FIELD=VALUE with a field of PolicyConfig, EngineKnobs or RoutingKnobs")
         fields[home][key] = yaml.safe_load(value)
-    knobs = {"engine": deployment(dict(cfg), "Engine"), "routing": deployment(dict(cfg), "Ingress")}
+    knobs = {"engine": deployment(cfg, "Engine"), "routing": deployment(cfg, "Ingress")}
     around = {
         "policy": dict(shipped_policy),
         **{h: {k: v for k, v in (d.get("user_config") or {}).items() if k != "policy"} for h, d in knobs.items()},
     }
-    for home, model in homes.items():
+    for home, model in HOMES.items():
         if fields[home]:
             _check(model, {**around[home], **fields[home]}, fields[home])
     return Variant(**fields)
