@@ -101,10 +101,11 @@ class PolicyConfig(BaseSettings):
         None,
         ge=0,
         lt=1,
-        description="Within the targets' bounds, a pass carries the fewest document tokens whose prefill throughput "
-        "the pass-cost model predicts within this fraction of the best the bounds allow (scheduler.slo_sizing."
-        "throughput_knee): shorter passes shorten the chats' waits past the targets where the model says they cost "
-        "documents little (a CPU engine). None: the largest pass the targets allow.",
+        description="Within the targets' bounds, a pass carries the fewest document tokens whose passes' fixed "
+        "costs, as the pass-cost model predicts them, add at most this fraction to the documents' prefill time in the "
+        "largest passes the bounds allow (scheduler.slo_sizing.throughput_knee): shorter passes shorten the chats' "
+        "waits where the model says they cost documents little (a CPU engine). None: the largest pass the targets "
+        "allow.",
     )
     admit_pass_long_tokens: int | None = Field(
         None,

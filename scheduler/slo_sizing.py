@@ -27,9 +27,9 @@ the targets less `PolicyConfig.delivery_margin_s` (`planned_ttft_s`, `planned_tb
 
 Within those bounds a pass carries as much long prefill as the model predicts fits: bisection on the model, which
 must be non-decreasing in each argument, so the pass size is non-decreasing in each target wherever the targets can
-be kept. With ``pass_throughput_slack`` set it carries fewer: the fewest long tokens whose predicted rate is within
-that slack of the best any size within the bounds reaches (`throughput_knee`, `SizedBy.THROUGHPUT`), which on an
-engine whose passes cost little beyond their tokens (CPU) is a fraction of the largest. The long tokens are
+be kept. With ``pass_throughput_slack`` set it carries fewer: the fewest long tokens whose passes' fixed costs add at
+most that slack to what the documents' tokens cost in the largest pass (`throughput_knee`, `SizedBy.THROUGHPUT`),
+which on an engine whose passes cost little beyond their tokens (CPU) is well short of the largest. The long tokens are
 charged at the largest context among the long requests sharing the pass (exact when one does, an upper bound when
 several do). A target that even the minimal pass (the short requests admitted, the
 decode rows, and in a pass that admits none ``long_pass_floor_tokens`` of documents) breaks is a miss, which the
@@ -87,7 +87,7 @@ class SizedBy(StrEnum):
     ADMIT = "admit"  # what the wait of the short requests this pass admits left of their TTFT
     ADMIT_CAP = "admit_cap"  # the pass admits short requests, and the bounds allowed more: `admit_pass_long_tokens`
     OUTPUT = "output"  # the last pass admitted short requests, whose first tokens leave after this one: minimal
-    THROUGHPUT = "throughput"  # within `pass_throughput_slack` of the best prefill throughput the bounds allow
+    THROUGHPUT = "throughput"  # the documents lose at most `pass_throughput_slack` against the largest pass
     SLOTS = "slots"  # short requests lack running slots: no long prefill beyond the floor
     IDLE = "idle"  # nobody to prefill: not sized
 
@@ -214,45 +214,31 @@ def largest_within(bound_s: float, floor: int, limit: int, seconds: Callable[[in
 def throughput_knee(
     slack: float, floor: int, tokens: int, seconds: Callable[[int], float], overhead_s: float = 0.0
 ) -> int:
-    """The fewest long tokens in [floor, tokens] whose pass the model predicts within ``1 - slack`` of the best long
-    prefill throughput (tokens / (`seconds` + `overhead_s`)) any size in that range reaches. A pass's cost is a fixed
-    part (its launch, the short requests and decoding rows it carries, and the scheduler's own work between passes,
-    `overhead_s`, which the pass's timing does not include: `scheduler.pass_cost.loop_overhead_of`) plus a part that
-    grows with its tokens, at least linearly (a chunk attends to itself): the throughput rises to a peak and falls
-    after it, and near the peak it is flat, so a pass much shorter than the largest the targets allow may cost
-    documents almost nothing. On the CPU engines' fit the peak is under a thousand tokens at any depth, and within 2%
-    of it a few hundred deep in a document; the loop's 5 ms between passes there (measured beside chats) moves both
-    up. Non-decreasing in `tokens` and in `overhead_s`, so the pass size stays non-decreasing in each target."""
+    """The fewest long tokens in [floor, tokens] whose passes cost the documents at most ``slack`` more time than
+    passes of `tokens` would. A pass's cost is a fixed part (its launch, the short requests and decoding rows it
+    carries, and the scheduler's own work between passes, `overhead_s`, which the pass's timing does not include:
+    `scheduler.pass_cost.loop_overhead_of`) plus what its document tokens cost, each token at least as much as the
+    one before it (it attends to one more). Split into passes of ``n``, `tokens` document tokens pay the fixed part
+    ``tokens / n`` times instead of once, and the same token cost: each token attends to the same prefix in whichever
+    pass it runs. So ``(tokens / n - 1) x fixed <= slack x (fixed + tokens x token)``, with both parts read off the
+    model at the current depth (``token``: the second token's cost; ``fixed``: the one-token pass less it, plus
+    `overhead_s`). Over a whole document the fixed parts it then pays add at most ``slack`` to its prefill time
+    with the largest passes (`tests/test_slo_sizing.py`).
+
+    A pass's own rate (its tokens over its seconds) is the wrong measure here: a larger pass's tokens sit deeper on
+    average, and the attention they pay for a smaller pass only defers to the next one. On the CPU engines that
+    measure put the peak under a thousand tokens, and passes sized within 2% of it cost two engines prefilling side
+    by side 6-9% of their documents' rate (docs/slo.md). Non-decreasing in `tokens` and in `overhead_s`, so the
+    pass size stays non-decreasing in each target."""
     lo = max(floor, 1)
     if tokens <= lo:
         return tokens
-    memo: dict[int, float] = {}
-
-    def rate(n: int) -> float:
-        if n not in memo:
-            s = seconds(n) + overhead_s
-            memo[n] = n / s if s > 0 else math.inf
-        return memo[n]
-
-    a, b = lo, tokens  # the peak of a unimodal rate: ternary search on the integers
-    while b - a > 2:
-        m1, m2 = a + (b - a) // 3, b - (b - a) // 3
-        if rate(m1) < rate(m2):
-            a = m1 + 1
-        else:
-            b = m2
-    peak = max(range(a, b + 1), key=rate)
-    if math.isinf(rate(peak)):
-        return tokens  # a model that predicts no cost: nothing to save
-    wanted = (1.0 - slack) * rate(peak)
-    a, b = lo, peak  # the fewest tokens at or past `wanted`: the rate rises up to the peak
-    while a < b:
-        mid = (a + b) // 2
-        if rate(mid) >= wanted:
-            b = mid
-        else:
-            a = mid + 1
-    return a
+    token_s = max(seconds(2) - seconds(1), 0.0)
+    fixed_s = seconds(1) - token_s + overhead_s
+    if fixed_s <= 0:
+        return lo  # passes cost nothing beyond their tokens: the fewest carry documents as fast
+    fewest = tokens * fixed_s / (fixed_s + slack * (fixed_s + tokens * token_s))
+    return min(tokens, max(lo, math.ceil(fewest * (1 - 1e-12))))
 
 
 def in_flight_bound_s(
