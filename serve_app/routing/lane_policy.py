@@ -33,13 +33,13 @@ lane). The rules, in order (each is a method of `placement.Candidates`):
    lane is so reserved only when the SLO needs it: an engine whose chats wait behind its documents
    (upstream's first come, first served) keeps its documents off a replica chats need.
 5. **Affinity.** A request goes to the replica that holds most of its prompt (where no replica holds any, the
-   replica of its session's last request, when the client named a session) unless another allowed replica not
-   busy for it is predicted to give its first token sooner, what each replica holds of it counted; past its bound
-   there (busy), it takes one not busy that is predicted faster or not predicted at all. A chat behind a document where its cache
-   is waits for a pass or more, and its history prefilled again elsewhere costs milliseconds: it moves. A
-   document's follow-up elsewhere is a whole document again, so it stays unless that is sooner. A request that is
-   a document even there is placed as any document is (rule 4): the prefix it holds counts in each replica's
-   drain, and a session's name alone pins no document.
+   replica of its session's last request, when the client named a session) unless that replica is busy for this
+   request *and* another allowed replica is not, and is predicted faster (the class is recomputed there:
+   a document's follow-up elsewhere is a whole document again, so it stays unless that is sooner). A request that
+   is a document even there is placed as any document is (rule 4): the prefix it holds counts in each replica's
+   drain, and a session's name alone pins no document. A chat behind a document stays with its cache while its
+   first token there is predicted within the TTFT target (the history it keeps cached is prefill no engine
+   repeats); past the target it is busy there, and moves to a replica predicted faster.
 6. **Backpressure limits.** A replica over one of the limits it publishes (`backpressure.assess` on the load
    it published, with this request's uncached tokens; the in-flight limit is Serve's own, `full`) is never
    chosen: it counts as busy, and when no replica the rules above allow admits the request, the decision is a
@@ -175,13 +175,11 @@ class LanePolicy:
                 if pinned_cls is TrafficClass.LONG:
                     return c.pinned_document(pinned, takers)
                 others = [v for v in takers if v is not pinned and c.admits(v)]
-                # Past its bound there, a chat takes any replica not busy that may be faster; within it, one
-                # predicted sooner with its cache counted on both (what it holds there is in each prediction).
-                moves_for = c.faster if c.busy(pinned, pinned_cls) else c.sooner
-                better = [v for v in others if not c.busy(v, c.traffic_class(v)) and moves_for(v, pinned)]
-                if c.admits(pinned) and not better:
+                better = [v for v in others if not c.busy(v, c.traffic_class(v)) and c.faster(v, pinned)]
+                stays = not c.busy(pinned, pinned_cls) or not better
+                if c.admits(pinned) and stays:
                     return c.decision(pinned, RouteReason.AFFINITY)
-                # Sooner elsewhere, or over a limit: the session moves (its cache there stays until evicted).
+                # Busy and another allowed replica is not, or over a limit: the session moves (its cache is lost).
                 if better or others:
                     return c.best(better or others, RouteReason.GAVE_WAY)
                 return c.shed([pinned, *takers])

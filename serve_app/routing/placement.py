@@ -106,11 +106,6 @@ class Candidates:
         pa, pb = self.predicted_ttft_s(a), self.predicted_ttft_s(b)
         return pa is None or pb is None or pa < pb
 
-    def sooner(self, a: ReplicaView, b: ReplicaView) -> bool:
-        """Whether `a` is predicted to give the first token before `b` (both predicted: without a prediction, no)."""
-        pa, pb = self.predicted_ttft_s(a), self.predicted_ttft_s(b)
-        return pa is not None and pb is not None and pa < pb
-
     def busy(self, v: ReplicaView, cls: TrafficClass) -> bool:
         """What the class waits for on that replica is past its bound (over a limit is busy too). A chat: behind a
         document its predicted TTFT is over the target, or `busy_pending_requests` wait for a first token; a

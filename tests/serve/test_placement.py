@@ -324,37 +324,36 @@ def test_a_document_followup_keeps_its_cache_unless_elsewhere_is_sooner() -> Non
     assert (d.replica_id, d.reason, d.traffic_class) == ("R2", RouteReason.GAVE_WAY, TrafficClass.LONG)
 
 
-def test_a_chat_session_keeps_its_cache_where_it_is_soonest_and_leaves_it_for_a_sooner_replica() -> None:
-    def place(views: list[ReplicaView], tokens: int) -> RouteDecision:
-        """A turn of the session "chat", whose last turn R1 served, on a router that sent it nothing since."""
-        p = LanePolicy()
-        first = p.decide("c0", hint("chat", 40, session="chat"), [view("R1", load()), view("R2", load(pending=1))], T0)
-        assert first.replica_id == "R1"
-        p.on_completed("c0", T0 + 1)
-        d = p.decide("c", hint("chat", tokens, session="chat"), views, T0 + 2)
-        assert isinstance(d, RouteDecision)
-        return d
-
-    # Both idle: its cache makes R1 sooner. It stays.
-    d = place([view("R1", load(), cached={"chat": 60}), view("R2", load())], 100)
-    assert (d.replica_id, d.reason) == ("R1", RouteReason.AFFINITY)
-    # A document arrived on R1: a chat there waits one pass, within the target; on R2 none, and its history prefilled
-    # again there is sooner. It moves.
+def test_a_chat_session_keeps_its_cache_within_the_target_and_leaves_it_past_the_target() -> None:
+    p = LanePolicy()
+    assert (
+        p.decide(
+            "c1", hint("chat", 40, session="chat"), [view("R1", load()), view("R2", load(pending=1))], T0
+        ).replica_id
+        == "R1"
+    )
+    p.on_completed("c1", T0 + 1)
+    # A document arrived on R1: a chat there waits one pass, within the target, on R2 none. It stays with its cache.
     views = [view("R1", load(12_000), cached={"chat": 60}), view("R2", load())]
     assert predict_ttft_s(views[0].load, 40) <= views[0].ttft_target_s
-    assert predict_ttft_s(views[1].load, 100) < predict_ttft_s(views[0].load, 40)
-    assert (place(views, 100).replica_id, place(views, 100).reason) == ("R2", RouteReason.GAVE_WAY)
+    d = p.decide("c2", hint("chat", 100, session="chat"), views, T0 + 2)
+    assert (d.replica_id, d.reason) == ("R1", RouteReason.AFFINITY)
+    p.on_completed("c2", T0 + 2.5)
     # R1's engine serves its document first: the chat's first token there is past the target. It leaves.
     views = [view("R1", load(12_000, short_first=False), cached={"chat": 100}), view("R2", load())]
     assert predict_ttft_s(views[0].load, 40) > views[0].ttft_target_s
-    d = place(views, 120)
+    d = p.decide("c2a", hint("chat", 120, session="chat"), views, T0 + 3)
     assert (d.replica_id, d.reason) == ("R2", RouteReason.GAVE_WAY)
-    # Where its cache makes it sooner, it stays, wherever its last turn went.
-    d = place([view("R1", load(), cached={"chat": 60}), view("R2", load(), cached={"chat": 5000})], 5040)
+    # With nothing queued where it is, it stays, even where a stale load still shows its last turn decoding.
+    p.on_completed("c2", T0 + 3)
+    views = [view("R1", load()), view("R2", load(pending=0, num_decoding=1), cached={"chat": 100})]
+    d = p.decide("c2b", hint("chat", 140, session="chat"), views, T0 + 3.5)
     assert (d.replica_id, d.reason) == ("R2", RouteReason.AFFINITY)
-    # Where no replica publishes a rate, nothing says it is sooner elsewhere: it stays with its cache.
-    d = place([view("R1", ReplicaLoad(prefill_tokens=12_000), cached={"chat": 100}), view("R2", ReplicaLoad())], 120)
-    assert (d.replica_id, d.reason) == ("R1", RouteReason.AFFINITY)
+    # Where its cache makes it sooner, it stays.
+    p.on_completed("c2", T0 + 3)
+    views = [view("R1", load(), cached={"chat": 60}), view("R2", load(), cached={"chat": 5000})]
+    d = p.decide("c3", hint("chat", 5040, session="chat"), views, T0 + 4)
+    assert (d.replica_id, d.reason) == ("R2", RouteReason.AFFINITY)
 
 
 def test_a_loading_replica_gets_nothing_and_placement_recovers_when_it_is_up() -> None:
