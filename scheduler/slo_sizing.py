@@ -223,12 +223,12 @@ def throughput_knee(
     pass it runs. So ``(tokens / n - 1) x fixed <= slack x (fixed + tokens x token)``, with both parts read off the
     model at the current depth (``token``: the second token's cost; ``fixed``: the one-token pass less it, plus
     `overhead_s`). Over a whole document the fixed parts it then pays add at most ``slack`` to its prefill time
-    with the largest passes (`tests/test_slo_sizing.py`).
+    with the largest passes, plus one for its last pass's fragment (`tests/test_slo_sizing.py`).
 
     A pass's own rate (its tokens over its seconds) is the wrong measure here: a larger pass's tokens sit deeper on
     average, and the attention they pay for a smaller pass only defers to the next one. On the CPU engines that
     measure put the peak under a thousand tokens, and passes sized within 2% of it cost two engines prefilling side
-    by side 6-9% of their documents' rate (docs/slo.md). Non-decreasing in `tokens` and in `overhead_s`, so the
+    by side 6-7% of their documents' rate (docs/slo.md). Non-decreasing in `tokens` and in `overhead_s`, so the
     pass size stays non-decreasing in each target."""
     lo = max(floor, 1)
     if tokens <= lo:
@@ -238,7 +238,7 @@ def throughput_knee(
     if fixed_s <= 0:
         return lo  # passes cost nothing beyond their tokens: the fewest carry documents as fast
     fewest = tokens * fixed_s / (fixed_s + slack * (fixed_s + tokens * token_s))
-    return min(tokens, max(lo, math.ceil(fewest * (1 - 1e-12))))
+    return min(tokens, max(lo, math.ceil(fewest * (1 - 1e-12))))  # a rounding error adds no token
 
 
 def in_flight_bound_s(

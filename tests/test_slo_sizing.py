@@ -437,7 +437,9 @@ def linear_seconds(fixed_s: float, token_s: float, pair_s: float, ctx: int):
     return lambda n: fixed_s + token_s * n + pair_s * chunk_ctx_pairs(ctx, n)
 
 
-def prefill_s(fixed_s: float, token_s: float, pair_s: float, overhead_s: float, sizes: list[int], ctx: int = 0) -> float:
+def prefill_s(
+    fixed_s: float, token_s: float, pair_s: float, overhead_s: float, sizes: list[int], ctx: int = 0
+) -> float:
     """Seconds to prefill a document in passes of `sizes` tokens from `ctx`, each attending to its prefix."""
     total = 0.0
     for n in sizes:
