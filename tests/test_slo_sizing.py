@@ -448,16 +448,18 @@ def prefill_s(
     return total
 
 
-@settings(max_examples=examples(200), deadline=None, derandomize=True)
-@given(
+LINEAR_MODELS = dict(
     fixed_s=st.floats(1e-4, 0.1),
     token_s=st.floats(0.0, 1e-3),
     pair_s=st.floats(0.0, 1e-7),
     overhead_s=st.floats(0.0, 0.05),
-    document=st.integers(1, 40_000),
-    bound=st.integers(1, 4096),
     slack=st.floats(0.0, 0.5),
 )
+"""A linear pass-cost model (`linear_seconds`), the loop's time between passes and a slack."""
+
+
+@settings(max_examples=examples(200), deadline=None, derandomize=True)
+@given(**LINEAR_MODELS, document=st.integers(1, 40_000), bound=st.integers(1, 4096))
 def test_a_document_in_knee_sized_passes_loses_at_most_the_slack(
     fixed_s, token_s, pair_s, overhead_s, document, bound, slack
 ):
@@ -478,15 +480,11 @@ def test_a_document_in_knee_sized_passes_loses_at_most_the_slack(
 
 @settings(max_examples=examples(200), deadline=None, derandomize=True)
 @given(
-    fixed_s=st.floats(1e-4, 0.1),
-    token_s=st.floats(0.0, 1e-3),
-    pair_s=st.floats(0.0, 1e-7),
+    **LINEAR_MODELS,
     ctx=st.integers(0, 100_000),
     floor=st.integers(0, 256),
     tokens=st.integers(0, 1500),
     more=st.integers(0, 1500),
-    slack=st.floats(0.0, 0.5),
-    overhead_s=st.floats(0.0, 0.05),
     more_s=st.floats(0.0, 0.05),
 )
 def test_the_throughput_knee_is_the_fewest_tokens_within_the_slack_and_monotone(
