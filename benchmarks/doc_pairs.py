@@ -28,9 +28,16 @@ from pathlib import Path
 
 from harness.cpu_env import cpu_sglang_env
 from harness.results import records
-from harness.sglang_server import LocalServer
 from loadtests import prompts
-from loadtests.peers import EngineSettings, app_policy, build_model, chars_per_token, first_content_s
+from loadtests.peers import (
+    EngineSettings,
+    app_policy,
+    build_model,
+    chars_per_token,
+    first_content_s,
+    local_servers,
+    warm_up,
+)
 from scheduler.pass_trace import read_pass_timings
 from scheduler.sglang_plugin.env import PASS_TRACE_VAR, policy_env
 
@@ -58,20 +65,12 @@ def server_env(policy: dict[str, object] | None, trace: Path) -> dict[str, str]:
 
 @contextlib.contextmanager
 def two_servers(model: Path, policy: dict[str, object] | None, out: Path) -> Iterator[list[str]]:
-    settings = EngineSettings().server_args()
-    servers = [
-        LocalServer(model, settings, server_env(policy, out / f"trace-{i}.jsonl"), out / f"{i}.log") for i in range(2)
-    ]
-    try:
-        with ThreadPoolExecutor(2) as pool:
-            list(pool.map(LocalServer.start, servers))
+    envs = [server_env(policy, out / f"trace-{i}.jsonl") for i in range(2)]
+    with local_servers(model, EngineSettings(), envs, [out / f"{i}.log" for i in range(2)]) as servers:
         urls = [f"http://127.0.0.1:{s.port}" for s in servers]
         for url in urls:
-            first_content_s(url, str(model), "hello", 2)
+            warm_up(url, str(model))
         yield urls
-    finally:
-        for server in servers:
-            server.stop()
 
 
 def pairs(urls: list[str], model: Path, cpt: float, count: int, rng: random.Random) -> list[float]:

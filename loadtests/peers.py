@@ -472,10 +472,8 @@ def router_front(
         env = cpu_sglang_env(plugin_enabled=False)
         if trace := os.environ.get(PASS_TRACE_VAR):  # upstream's own decisions, as the app's engines trace theirs
             env[PASS_TRACE_VAR] = trace
-        servers = [LocalServer(model, engine.server_args(), env, out / f"{policy}.server{i}.log") for i in range(2)]
-        try:
-            with ThreadPoolExecutor(2) as pool:
-                list(pool.map(LocalServer.start, servers))
+        logs = [out / f"{policy}.server{i}.log" for i in range(2)]
+        with local_servers(model, engine, [env, env], logs) as servers:
             if renice:
                 renice_devices([psutil.Process(s.proc.pid) for s in servers if s.proc], DEVICE_NICENESS)
             workers = [f"http://127.0.0.1:{s.port}" for s in servers]
@@ -483,11 +481,24 @@ def router_front(
                 pools.extend(kv_pool_tokens(w) for w in workers)
             with launch_router(policy, workers, out) as url:
                 yield url, model_id(workers[0])  # the router lists no models: a worker does
-        finally:
-            for server in servers:
-                server.stop()
 
     return start
+
+
+@contextlib.contextmanager
+def local_servers(
+    model: Path, engine: EngineSettings, envs: list[dict[str, str]], logs: list[Path]
+) -> Iterator[list[LocalServer]]:
+    """sglang servers of `model` with `engine`'s settings, one per environment (and log), started side by side and
+    stopped on the way out."""
+    servers = [LocalServer(model, engine.server_args(), env, log) for env, log in zip(envs, logs, strict=True)]
+    try:
+        with ThreadPoolExecutor(len(servers)) as pool:
+            list(pool.map(LocalServer.start, servers))
+        yield servers
+    finally:
+        for server in servers:
+            server.stop()
 
 
 @contextlib.contextmanager
