@@ -32,6 +32,12 @@ class TinyModelSpec:
     byte_level: bool = False
     """A byte-level BPE tokenizer instead of the word-level one: every string has tokens, so grammar-constrained
     output (JSON, tool calls) can be generated; token counts of text are then not one per word."""
+    ascii_only: bool = False
+    """With `byte_level`: the 128 ASCII bytes instead of all 256, any other character `<unk>`. Every token the model
+    can emit is then whole characters, as a trained model's tokens nearly always are in English text. With all 256,
+    random weights emit a partial character (a byte of 0x80 or more) about a third of the time, which sglang holds
+    back until the character completes: a stream's first text came 2-5 tokens in for 4 in 10 chats, and behind a
+    prefilling document each of those tokens waits for a pass (`loadtests.peers`)."""
     seed: int = 0
 
 
@@ -57,19 +63,23 @@ BYTE_CORPUS = (
 )
 
 
-def build_byte_tokenizer(directory: Path, vocab_size: int) -> int:
-    """A byte-level BPE tokenizer trained in-process on a few lines (no download): all 256 bytes plus merges, at
-    most `vocab_size` tokens. Returns its size (the model's vocabulary must match it: no id without a token)."""
+def build_byte_tokenizer(directory: Path, vocab_size: int, ascii_only: bool = False) -> int:
+    """A byte-level BPE tokenizer trained in-process on a few lines (no download): all 256 bytes (the 128 ASCII ones
+    with `ascii_only`) plus merges, at most `vocab_size` tokens. Returns its size (the model's vocabulary must match
+    it: no id without a token)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     core = Tokenizer(models.BPE(unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     core.decoder = decoders.ByteLevel()
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    if ascii_only:  # each ASCII byte as the pre-tokenizer spells it
+        alphabet = [core.pre_tokenizer.pre_tokenize_str(chr(b))[0][0] for b in range(128)]
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
         special_tokens=[t for t in SPECIAL_TOKENS if t != ":"],  # a special ":" would vanish from decoded JSON
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        initial_alphabet=alphabet,
         show_progress=False,
     )
     core.train_from_iterator([BYTE_CORPUS] * 50, trainer=trainer)
@@ -90,7 +100,7 @@ def build_tiny_model(directory: Path, spec: TinyModelSpec = TinyModelSpec()) -> 
     directory.mkdir(parents=True, exist_ok=True)
     vocab_size = spec.vocab_size
     if spec.tokenizer and spec.byte_level:
-        vocab_size = build_byte_tokenizer(directory, spec.vocab_size)
+        vocab_size = build_byte_tokenizer(directory, spec.vocab_size, spec.ascii_only)
     elif spec.tokenizer:
         build_tokenizer(directory, spec.vocab_size)
     config = LlamaConfig(

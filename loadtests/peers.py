@@ -9,11 +9,13 @@
     python -m loadtests.peers --fronts fairshare,fairshare+long_lane_replicas=1,cache_aware   # static lanes
 
 Every front serves the same tiny random-weight Llama (`harness.tiny_model`, a 32,768-token context: a
-12,000-token document takes seconds to prefill on one core) on two CPU sglang 0.5.23 engines with the same
-settings (`EngineSettings`) and `OMP_NUM_THREADS=1`. Every front runs as shipped: each process at the priority it
-starts with (0: this app's config keeps its replicas at the raylet's priority, `serve_path.WORKER_PRIORITY_ENV`).
-`--renice` is the other setting, labelled so in the result file: sglang's scheduler processes, which run the forward
-passes (the device), at niceness 15 and every other process at 0 under every front, as beside a GPU
+12,000-token document takes seconds to prefill on one core; a byte-level tokenizer over ASCII, so that each token it
+emits is whole text, as a trained model's first token is: `TinyModelSpec.ascii_only`) on two CPU sglang 0.5.23
+engines with the same settings (`EngineSettings`) and `OMP_NUM_THREADS=1`. Every front runs as shipped: each
+process at the priority it starts with (0: this app's config keeps its replicas at the raylet's priority,
+`serve_path.WORKER_PRIORITY_ENV`). `--renice` is the other setting, labelled so in the result file: sglang's
+scheduler processes, which run the forward passes (the device), at niceness 15 and every other process at 0 under
+every front, as beside a GPU
 (`DEVICE_PROCESS`). Fronts, in turn:
 
 - `fairshare`: this app (`config.sglang-cpu.yaml`): lanes that follow the load, the plugin's rules.
@@ -692,10 +694,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def build_model(directory: Path, context_tokens: int) -> Path:
-    """The engines' tiny model: byte-level tokenizer (`chars_per_token`), positions up to `context_tokens`."""
+    """The engines' tiny model: byte-level tokenizer over ASCII (`chars_per_token`), positions up to
+    `context_tokens`."""
     from harness.tiny_model import TinyModelSpec, build_tiny_model
 
-    return build_tiny_model(directory, TinyModelSpec(byte_level=True, max_position_embeddings=context_tokens))
+    spec = TinyModelSpec(byte_level=True, ascii_only=True, max_position_embeddings=context_tokens)
+    return build_tiny_model(directory, spec)
 
 
 if __name__ == "__main__":
