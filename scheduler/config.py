@@ -195,6 +195,14 @@ class PolicyConfig(BaseSettings):
     decode_steps_per_prefill: int = Field(
         0, ge=0, description="Decode-only passes run after each prefill pass (sglang's prefill-decode interval)."
     )
+    cpu_overlap_schedule: bool = Field(
+        True,
+        description="sglang's overlap scheduler on a CPU device (--device cpu). A CPU runs each pass as it is "
+        "launched, so the overlap loop overlaps no work there; it only sends a pass's tokens after the next pass "
+        "has run, so a chat's first token waits one pass more (the SLO sizer keeps that pass minimal: "
+        "output_lag_passes). False: the plugin runs sglang's normal loop on CPU (--disable-overlap-schedule). No "
+        "effect on any other device.",
+    )
     short_decode_interleave: bool = Field(
         True,
         description="With mixed decode off, run one decode-only pass after each prefill pass while short "

@@ -56,8 +56,14 @@ def apply_policy_env(server_args: ServerArgs) -> None:
     """BEFORE hook on `ServerArgs.resolve_once`: the record is still the operator's input here."""
     if getattr(server_args, "_resolution_finished", False) or getattr(server_args, "_resolution_failed", False):
         return  # already resolved (e.g. a copy pickled into a child process): the record is sealed
-    for arg, (value, source) in policy_server_args(explicit_policy_env()).items():
+    explicit = explicit_policy_env()
+    for arg, (value, source) in policy_server_args(explicit).items():
         old = getattr(server_args, arg)
         if old != value:
             setattr(server_args, arg, value)
         logger.info("fairshare: %s=%s -> sglang %s=%s (was %s)", source, value, arg, value, old)
+    if explicit.get("cpu_overlap_schedule") is False and server_args.device == "cpu":
+        old = server_args.disable_overlap_schedule
+        server_args.disable_overlap_schedule = True
+        source = env_var_name("cpu_overlap_schedule")
+        logger.info("fairshare: %s=false on cpu -> sglang disable_overlap_schedule=True (was %s)", source, old)

@@ -163,6 +163,21 @@ def test_switches_map_onto_sglangs_server_args(monkeypatch):
     assert args.prefill_decode_interval == 3
 
 
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_overlap_off_on_cpu_only_when_the_policy_says_so(monkeypatch, device):
+    def disabled(policy: str | None) -> bool:
+        if policy is None:
+            monkeypatch.delenv("FAIRSHARE_CPU_OVERLAP_SCHEDULE", raising=False)
+        else:
+            monkeypatch.setenv("FAIRSHARE_CPU_OVERLAP_SCHEDULE", policy)
+        args = ServerArgs(model_path="dummy", device=device, chunked_prefill_size=512)
+        apply_policy_env(args)
+        return args.disable_overlap_schedule
+
+    # Unset or true: sglang's own choice; false: its normal loop, on a CPU only.
+    assert (disabled(None), disabled("true"), disabled("false")) == (False, False, device == "cpu")
+
+
 def test_chunking_off_keeps_skip_ahead_and_drops_caps():
     engine = EngineSpec(pool_tokens=4096, chunk_tokens=None, max_prefill_tokens=16384)
     reqs = [
