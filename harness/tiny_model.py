@@ -36,8 +36,8 @@ class TinyModelSpec:
     """With `byte_level`: the 128 ASCII bytes instead of all 256, any other character `<unk>`. Every token the model
     can emit is then whole characters, as a trained model's tokens nearly always are in English text. With all 256,
     random weights emit a partial character (a byte of 0x80 or more) about a third of the time, which sglang holds
-    back until the character completes: a stream's first text came 2-5 tokens in for 4 in 10 chats, and behind a
-    prefilling document each of those tokens waits for a pass (`loadtests.peers`)."""
+    back until the character completes: about a third of new chats' first text came a token or more late
+    (`benchmarks.first_text`), and beside a prefilling document each of those tokens waits for a pass."""
     seed: int = 0
 
 

@@ -15,8 +15,7 @@ engines with the same settings (`EngineSettings`) and `OMP_NUM_THREADS=1`. Every
 process at the priority it starts with (0: this app's config keeps its replicas at the raylet's priority,
 `serve_path.WORKER_PRIORITY_ENV`). `--renice` is the other setting, labelled so in the result file: sglang's
 scheduler processes, which run the forward passes (the device), at niceness 15 and every other process at 0 under
-every front, as beside a GPU
-(`DEVICE_PROCESS`). Fronts, in turn:
+every front, as beside a GPU (`DEVICE_PROCESS`). Fronts, in turn:
 
 - `fairshare`: this app (`config.sglang-cpu.yaml`): lanes that follow the load, the plugin's rules.
 - `fairshare-off`: this app with the plugin taking upstream's decisions (`sglang_upstream_overrides`: the

@@ -372,8 +372,9 @@ class SchedulerPolicy:
     def describe(self) -> dict[str, Any]:
         """The policy's live state (sglang's internal state: ``/server_info``): the policy it runs (its values as this
         scheduler filled them, which a launcher reads back), the targets, the wait bound routers predict a chat's
-        wait with, the pass-cost fit, the last pass planned (its size, what set it, the seconds allowed and
-        predicted) and the passes the targets could not size as asked."""
+        wait with, the passes sglang's event loop puts before a chat's admission and after its own pass (`translate`:
+        its overlap loop's), the pass-cost fit, the last pass planned (its size, what set it, the seconds allowed
+        and predicted) and the passes the targets could not size as asked."""
         fit = self.fit_current()
         last = self.last_run.plan if self.last_run is not None else None
         counters = self.planner.slo_counters
@@ -382,6 +383,8 @@ class SchedulerPolicy:
             "policy": self.cfg.model_dump(),
             "targets": {"ttft_target_s": self.cfg.ttft_target_s, "tbt_target_s": self.cfg.tbt_target_s},
             "wait_pass_s": self.wait_pass_s(),
+            "admission_lag_passes": self.admission_lag_passes,
+            "output_lag_passes": self.output_lag_passes,
             "pass_cost": fit.describe(),
             "timed_passes": self.timer.num_timed if self.timer is not None else 0,
             "planned_passes": self.num_planned_passes,

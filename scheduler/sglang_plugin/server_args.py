@@ -1,4 +1,4 @@
-"""Decode interleave is sglang's own: map the policy's two interleave switches onto its server arguments.
+"""Decode interleave and the event loop are sglang's own: map the policy's switches onto its server arguments.
 
 The policy core's ``mixed_decode`` is sglang's ``--enable-mixed-chunk`` (decoding rows ride along in a
 prefill pass, each taking one token of the chunk budget) and ``decode_steps_per_prefill`` is
@@ -10,6 +10,10 @@ chunk off) and every process sees the same value. Unset, sglang's arguments stan
 policy's default (on, measured in the simulator against decode-only interleave) is written unless
 ``FAIRSHARE_MIXED_DECODE=false``; where sglang resolves it off anyway, the policy's short-decode interleave
 keeps short streams moving.
+
+``FAIRSHARE_CPU_OVERLAP_SCHEDULE=false`` writes ``--disable-overlap-schedule`` the same way, on a CPU device only:
+there a launch runs the pass, so sglang's overlap loop overlaps no work, and it sends each pass's tokens only after
+the next pass has run. Unset or true, sglang's choice stands.
 """
 
 from __future__ import annotations

@@ -164,6 +164,9 @@ def test_every_pass_is_timed_where_its_result_lands_and_fitted(server, trace_pat
     # The planned passes carry the model they were planned with; sglang's internal state has the live one.
     assert all("pass_cost" in r for r in read_pass_trace(trace_path)[planned:])
     assert state["status"] == "active" and state["timed_passes"] == len(read_pass_timings(trace_path))
+    # sglang's overlap loop (its default, kept unless `cpu_overlap_schedule` is false): on CPU the launch runs the
+    # pass, so a chat's first token leaves after the next pass.
+    assert (state["admission_lag_passes"], state["output_lag_passes"]) == (0, 1)
     fit = state["pass_cost"]
     assert fit["model"] == "fitted" and fit["observed_passes"] == state["timed_passes"] and fit["frozen"] is None
 

@@ -323,6 +323,17 @@ def test_client_disconnect_aborts_the_sglang_request(app: App) -> None:
     assert info["counters"]["aborted"] >= 1
 
 
+def test_the_cpu_config_runs_sglangs_normal_loop(app: App) -> None:
+    """`cpu_overlap_schedule: false`: a pass's tokens leave as soon as it has run, no pass after a chat's own."""
+    headers, _ = app.chat(USER, session="loop")
+    deadline = time.monotonic() + 60
+    while not (replica := app.replica(headers["x-replica"]))["scheduler_policy"] and time.monotonic() < deadline:
+        time.sleep(1)  # the replica reads its schedulers' state every few polls
+    assert replica["policy"]["cpu_overlap_schedule"] is False
+    lags = [(s["admission_lag_passes"], s["output_lag_passes"]) for s in replica["scheduler_policy"]]
+    assert lags == [(0, 0)]  # one scheduler
+
+
 def test_live_policy_change_restarts_the_engines_with_it(app: App) -> None:
     """Runs last: sglang reads the policy at start, so a changed policy restarts each engine in place."""
     headers, _ = app.chat(USER, session="policy-1")
