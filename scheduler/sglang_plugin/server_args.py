@@ -31,6 +31,8 @@ POLICY_FIELD_TO_SERVER_ARG = {
     "mixed_decode": "enable_mixed_chunk",
     "decode_steps_per_prefill": "prefill_decode_interval",
 }
+CPU_OVERLAP_SERVER_ARG = "disable_overlap_schedule"
+"""Written true on a CPU device when the policy's `cpu_overlap_schedule` is false."""
 POLICY_DEFAULT_FIELDS = frozenset({"mixed_decode"})
 """Fields whose policy default is written onto sglang's arguments when the operator leaves them unset."""
 SCHEDULER_FIELDS = frozenset({"chunk_budget_tokens", "max_running_requests"})
@@ -66,8 +68,8 @@ def apply_policy_env(server_args: ServerArgs) -> None:
         if old != value:
             setattr(server_args, arg, value)
         logger.info("fairshare: %s=%s -> sglang %s=%s (was %s)", source, value, arg, value, old)
-    if explicit.get("cpu_overlap_schedule") is False and server_args.device == "cpu":
-        old = server_args.disable_overlap_schedule
-        server_args.disable_overlap_schedule = True
-        source = env_var_name("cpu_overlap_schedule")
-        logger.info("fairshare: %s=false on cpu -> sglang disable_overlap_schedule=True (was %s)", source, old)
+    if explicit.get("cpu_overlap_schedule") is False and getattr(server_args, "device", None) == "cpu":
+        arg, source = CPU_OVERLAP_SERVER_ARG, env_var_name("cpu_overlap_schedule")
+        old = getattr(server_args, arg)
+        setattr(server_args, arg, True)  # grouped fields: set by name, as the switches above
+        logger.info("fairshare: %s=false on cpu -> sglang %s=True (was %s)", source, arg, old)

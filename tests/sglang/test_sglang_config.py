@@ -55,6 +55,7 @@ SWITCH_VALUES = {
     "pass_overrun_quantile": ("0.75", 0.75),
     "pass_throughput_slack": ("0.05", 0.05),
     "admit_pass_long_tokens": ("0", 0),
+    "cpu_overlap_schedule": ("false", False),
 }
 SGLANG_OWNED = {"mixed_decode": "enable_mixed_chunk", "decode_steps_per_prefill": "prefill_decode_interval"}
 
