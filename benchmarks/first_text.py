@@ -19,6 +19,7 @@ import json
 import random
 import tempfile
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import requests
@@ -27,12 +28,22 @@ from harness.cpu_env import cpu_sglang_env
 from harness.results import records
 from harness.tiny_model import TinyModelSpec, build_tiny_model
 from loadtests import prompts
-from loadtests.peers import EngineSettings, chars_per_token, local_servers, warm_up
+from loadtests.peers import EngineSettings, build_model, chars_per_token, local_servers, warm_up
 
 QUESTION_TOKENS = 40
 OUTPUT_TOKENS = 16
-TOKENIZERS = {"all 256 bytes": False, "ASCII only (the peer benchmark's)": True}
-"""Tokenizer -> `TinyModelSpec.ascii_only`."""
+
+
+def all_bytes_model(directory: Path, context_tokens: int) -> Path:
+    """The tiny model with its byte-level tokenizer over all 256 bytes (what the tests and the laptop serve)."""
+    return build_tiny_model(directory, TinyModelSpec(byte_level=True, max_position_embeddings=context_tokens))
+
+
+MODELS: dict[str, Callable[[Path, int], Path]] = {
+    "all 256 bytes": all_bytes_model,
+    "ASCII only (the peer benchmark's)": build_model,
+}
+"""Tokenizer -> how its model is built (the peer benchmark's own builder for its row)."""
 
 
 def tokens_to_first_text(url: str, question: str) -> int | None:
@@ -63,8 +74,8 @@ def print_table(chats: int, counts: dict[str, Counter[int | None]]) -> None:
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for name, count in counts.items():
         later = sum(n for k, n in count.items() if k is not None and k >= 4)
-        seen = [k for k, n in count.items() for _ in range(n) if k is not None]
-        mean = f"{sum(seen) / len(seen):.2f}" if seen else "—"
+        seen = {k: n for k, n in count.items() if k is not None}
+        mean = f"{sum(k * n for k, n in seen.items()) / sum(seen.values()):.2f}" if seen else "—"
         shares = [count[1], count[2], count[3], later, count[None]]
         print(f"| {name} | " + " | ".join(f"{100 * n / chats:.0f}%" for n in shares) + f" | {mean} |")
 
@@ -83,11 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     counts: dict[str, Counter[int | None]] = {}
     with tempfile.TemporaryDirectory(prefix="first-text-") as tmp:
-        for name, ascii_only in TOKENIZERS.items():
-            folder = Path(tmp) / ("ascii" if ascii_only else "bytes")
-            context = EngineSettings().context_tokens
-            spec = TinyModelSpec(byte_level=True, ascii_only=ascii_only, max_position_embeddings=context)
-            model = build_tiny_model(folder / "model", spec)
+        for i, (name, build) in enumerate(MODELS.items()):
+            folder = Path(tmp) / str(i)
+            model = build(folder / "model", EngineSettings().context_tokens)
             counts[name] = measure(model, args.chats, folder)
             print(f"{name}: {sorted(counts[name].items(), key=str)}", flush=True)
     print_table(args.chats, counts)

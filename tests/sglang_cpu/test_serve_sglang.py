@@ -27,6 +27,7 @@ import yaml
 from harness.cpu_env import REPO_ROOT, STANDIN_DIR
 from harness.local_serve import deploy, deployment, start_on_a_free_port
 from harness.net import free_port
+from harness.sglang_traffic import wait_for
 from serve_app.config.serve_path import CONTROLLER_OPTIONS
 from tests.sglang_cpu.fixtures import TINY_MODEL
 
@@ -326,9 +327,12 @@ def test_client_disconnect_aborts_the_sglang_request(app: App) -> None:
 def test_the_cpu_config_runs_sglangs_normal_loop(app: App) -> None:
     """`cpu_overlap_schedule: false`: a pass's tokens leave as soon as it has run, no pass after a chat's own."""
     headers, _ = app.chat(USER, session="loop")
-    deadline = time.monotonic() + 60
-    while not (replica := app.replica(headers["x-replica"]))["scheduler_policy"] and time.monotonic() < deadline:
-        time.sleep(1)  # the replica reads its schedulers' state every few polls
+
+    def read() -> dict[str, Any] | None:  # the replica reads its schedulers' state every few polls
+        replica = app.replica(headers["x-replica"])
+        return replica if replica["scheduler_policy"] else None
+
+    replica = wait_for("the replica's reading of its scheduler's state", read, timeout_s=60, poll_s=1)
     assert replica["policy"]["cpu_overlap_schedule"] is False
     lags = [(s["admission_lag_passes"], s["output_lag_passes"]) for s in replica["scheduler_policy"]]
     assert lags == [(0, 0)]  # one scheduler
