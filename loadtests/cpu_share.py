@@ -11,6 +11,10 @@ It also reads how long each role's threads were ready to run but waited for a co
 ``/proc/PID/task/TID/schedstat``; absent elsewhere): the engines' wait is the share of the cores the other
 processes took from them while they had work. The rest of the machine is read for its CPU only: its threads are
 many, and what it waited for says nothing of the roles measured.
+
+Each process is also told apart by kind (`KINDS`: sglang's schedulers, this app's engine replicas, Serve's
+controller, HAProxy, Ray's agents, ...), finer than its role, so that a result can say which processes a role's
+cores went to.
 """
 
 from __future__ import annotations
@@ -24,20 +28,49 @@ from pathlib import Path
 
 import psutil
 
-ROLES: list[tuple[str, re.Pattern[str]]] = [
-    # sglang's scheduler and detokenizer processes, a stock server's main process (its tokenizer), this app's
-    # engine replicas (which hold the tokenizer and start sglang's processes).
-    ("engines", re.compile(r"sglang::scheduler|sglang::detokenizer|sglang\.launch_server|ServeReplica:[^:]+:Engine")),
-    ("front", re.compile(r"sglang_router|sglang::router|ServeReplica|ProxyActor|ServeController|raylet|gcs_server")),
-    ("load generator", re.compile(r"locust")),
-]
 REST = "rest of the machine"
 """Every process no role of the table claims."""
+
+KINDS: list[tuple[str, str, str]] = [
+    # (kind of process, its role, its command line's pattern); a process is the first kind it matches, and a kind's
+    # role is what `ROLES` counts it as. The engines: sglang's scheduler and detokenizer processes, a stock server's
+    # main process (its HTTP server and tokenizer), this app's engine replicas (which hold the tokenizer and start
+    # sglang's processes).
+    ("sglang schedulers", "engines", r"sglang::scheduler"),
+    ("sglang detokenizers", "engines", r"sglang::detokenizer"),
+    ("sglang servers (HTTP, tokenizer)", "engines", r"sglang\.launch_server"),
+    ("engine replicas", "engines", r"ServeReplica:[^:]+:Engine"),
+    ("sglang-router", "front", r"sglang_router|sglang::router"),
+    ("other replicas (the ingress)", "front", r"ServeReplica"),
+    ("Serve's proxy actor", "front", r"ProxyActor"),
+    ("Serve's controller", "front", r"ServeController"),
+    ("raylet", "front", r"raylet"),
+    ("GCS", "front", r"gcs_server"),
+    ("Locust", "load generator", r"locust"),
+    ("HAProxy and its manager", REST, r"haproxy|HAProxyManager"),
+    ("Ray's agents, dashboard and log monitor", REST, r"DashboardAgent|dashboard|log_monitor|runtime_env|monitor\.py"),
+    ("Ray's idle workers", REST, r"ray::IDLE"),
+]
+OTHER = "other processes"
+"""The kind of every process `KINDS` does not name."""
+
+ROLES: list[tuple[str, re.Pattern[str]]] = [
+    (role, re.compile("|".join(pattern for _, r, pattern in KINDS if r == role)))
+    for role in dict.fromkeys(r for _, r, _ in KINDS)
+    if role != REST
+]
+"""The roles, each the kinds of process it counts (`KINDS`)."""
+_KIND_PATTERNS = [(kind, re.compile(pattern)) for kind, _, pattern in KINDS]
 
 
 def role_of(cmdline: str, roles: list[tuple[str, re.Pattern[str]]] = ROLES) -> str:
     """The role of a process by its command line (or title), the first of `roles` that matches; `REST`: none."""
     return next((role for role, pattern in roles if pattern.search(cmdline)), REST)
+
+
+def kind_of(cmdline: str) -> str:
+    """The kind of a process by its command line (or title): the first of `KINDS` it matches; `OTHER`: none."""
+    return next((kind for kind, pattern in _KIND_PATTERNS if pattern.search(cmdline)), OTHER)
 
 
 def run_queue_wait_s(pid: int, proc_root: Path = Path("/proc")) -> float | None:
@@ -79,6 +112,7 @@ class CpuSampler:
     first_wait: dict[int, float] = field(default_factory=dict)
     last_wait: dict[int, float] = field(default_factory=dict)
     roles: dict[int, str] = field(default_factory=dict)
+    kinds: dict[int, str] = field(default_factory=dict)
     started_s: float = 0.0
     elapsed_s: float = 0.0
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -87,7 +121,8 @@ class CpuSampler:
     def sample(self, initial: bool = False) -> None:
         for proc in psutil.process_iter(["pid", "name", "cmdline"]):
             try:
-                role = role_of(" ".join(proc.info["cmdline"] or [proc.info["name"] or ""]), self.table)
+                cmdline = " ".join(proc.info["cmdline"] or [proc.info["name"] or ""])
+                role, kind = role_of(cmdline, self.table), kind_of(cmdline)
                 if role == REST and not self.rest:
                     continue
                 times = proc.cpu_times()
@@ -97,6 +132,7 @@ class CpuSampler:
             # A process shows no command line before its exec (its parent's, then) and as a zombie (none): a role
             # once read from its own stays, or a load generator's CPU goes to the rest at its exit.
             self.roles[pid] = self.roles.get(pid, REST) if role == REST else role
+            self.kinds[pid] = self.kinds.get(pid, OTHER) if kind == OTHER else kind
             self.first.setdefault(pid, used if initial else 0.0)
             self.last[pid] = used
             if role == REST:
@@ -127,20 +163,28 @@ class CpuSampler:
     def cores(self) -> dict[str, float]:
         """Cores each role used on average over the sampled time (every role of `table`, and `REST` if counted; 0
         where none ran)."""
-        return self._per_role(self.first, self.last, [*self._roles, REST] if self.rest else self._roles)
+        return self._per(self.roles, self.first, self.last, [*self._roles, REST] if self.rest else self._roles)
+
+    def cores_by_kind(self) -> dict[str, float]:
+        """Cores each kind of process used on average over the sampled time (every kind of `KINDS` and `OTHER`, 0
+        where none ran; the processes the role table leaves out, if `rest` is false, are not counted)."""
+        return self._per(self.kinds, self.first, self.last, [*(k for k, _, _ in KINDS), OTHER])
 
     def waiting_cores(self) -> dict[str, float]:
         """Cores-worth of each role's threads waiting for a core, on average over the sampled time: 0.3 is three
         tenths of a second a second; the roles of `table` only. Empty where the kernel reports no run-queue wait."""
-        return self._per_role(self.first_wait, self.last_wait, self._roles) if self.last_wait else {}
+        return self._per(self.roles, self.first_wait, self.last_wait, self._roles) if self.last_wait else {}
 
     @property
     def _roles(self) -> list[str]:
         return [role for role, _ in self.table]
 
-    def _per_role(self, first: dict[int, float], last: dict[int, float], roles: list[str]) -> dict[str, float]:
+    def _per(
+        self, group: dict[int, str], first: dict[int, float], last: dict[int, float], names: list[str]
+    ) -> dict[str, float]:
         total: dict[str, float] = defaultdict(float)
         for pid, end in last.items():
-            total[self.roles[pid]] += max(0.0, end - first[pid])
+            # A sampled process has a role and a kind; a sampler given its roles alone counts the kinds as OTHER.
+            total[group.get(pid, OTHER)] += max(0.0, end - first[pid])
         span = self.elapsed_s or (time.monotonic() - self.started_s)
-        return {role: total[role] / span if span > 0 else 0.0 for role in roles}
+        return {name: total[name] / span if span > 0 else 0.0 for name in names}

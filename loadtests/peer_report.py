@@ -57,6 +57,8 @@ class Front:
     """Cores each role used while the load ran (`loadtests.cpu_share`): engines, front, load generator."""
     cpu_waiting: dict[str, float] = field(default_factory=dict)
     """Cores-worth of each role's threads ready to run but waiting for a core (`CpuSampler.waiting_cores`)."""
+    cpu_by_process: dict[str, float] = field(default_factory=dict)
+    """Cores each kind of process used while the load ran (`CpuSampler.cores_by_kind`)."""
     kv_pool_tokens: list[int] = field(default_factory=list)
     """Each engine's KV pool as sglang reports it (`max_total_num_tokens`); empty where the front does not say."""
     idle_ttft_s: list[float] = field(default_factory=list)
@@ -216,6 +218,7 @@ def pooled(rounds: Sequence[Front]) -> Front:
         next((f.locust_rc for f in rounds if f.locust_rc), first.locust_rc),
         cpu_cores=mean_cores(lambda f: f.cpu_cores),
         cpu_waiting=mean_cores(lambda f: f.cpu_waiting),
+        cpu_by_process=mean_cores(lambda f: f.cpu_by_process),
         kv_pool_tokens=first.kv_pool_tokens,
         idle_ttft_s=[t for f in rounds for t in f.idle_ttft_s],
         span_s=sum(spans),
@@ -317,7 +320,38 @@ def markdown(
         f"closed loop: {workload}, think 0.5-1.5 s; {chars_per_token:.2f} characters a token (the model's "
         f"tokenizer). Chat SLO: TTFT ≤ {TTFT_TARGET_S} s and no gap between tokens above {TBT_TARGET_S} s."
     )
-    return "\n".join([settings, "", table(fronts), "", "Acceptance:", *verdict(fronts), ""])
+    parts = [settings, "", table(fronts), "", "Acceptance:", *verdict(fronts), ""]
+    by_process = process_table(fronts)
+    if by_process:
+        parts += [
+            "CPU cores used while the load ran, by kind of process (`loadtests.cpu_share.KINDS`):",
+            "",
+            by_process,
+            "",
+        ]
+    return "\n".join(parts)
+
+
+SHOWN_CORES = 0.005
+"""A kind of process is left out of `process_table` where no front's used as much."""
+
+
+def process_table(fronts: Sequence[Front]) -> str:
+    """Cores used by each kind of process, a column a front: the kinds some front used `SHOWN_CORES` of, then the
+    total; empty where no front was sampled by kind."""
+    kinds = [
+        k
+        for k in dict.fromkeys(k for f in fronts for k in f.cpu_by_process)
+        if any(f.cpu_by_process.get(k, 0.0) >= SHOWN_CORES for f in fronts)
+    ]
+    if not kinds:
+        return ""
+    rows = ["| process | " + " | ".join(f.name for f in fronts) + " |", "|" + " --- |" * (len(fronts) + 1)]
+    for kind in kinds:
+        rows.append(f"| {kind} | " + " | ".join(f"{f.cpu_by_process.get(kind, 0.0):.3f}" for f in fronts) + " |")
+    totals = [sum(f.cpu_by_process.values()) for f in fronts]
+    rows.append("| all processes | " + " | ".join(f"{t:.3f}" for t in totals) + " |")
+    return "\n".join(rows)
 
 
 def _windows(rounds: int, duration_s: float) -> str:

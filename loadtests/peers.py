@@ -335,6 +335,7 @@ def front_of(
         locust_rc,
         cpu_cores=cpu.cores(),
         cpu_waiting=cpu.waiting_cores(),
+        cpu_by_process=cpu.cores_by_kind(),
         idle_ttft_s=idle_ttft_s or [],
     )
 

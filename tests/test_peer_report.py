@@ -111,6 +111,18 @@ def test_a_fronts_result_carries_the_cpu_its_roles_used_and_waited_for(tmp_path)
     assert "| CPU cores waited for: engines | 0.30 | |" in rows and "| CPU cores waited for: front | 0.30 | |" in rows
 
 
+def test_the_result_gives_each_kind_of_process_some_front_used_and_every_fronts_total():
+    app, peer = front("fairshare", [0.1] * 3, 1.0), front("cache_aware", [0.2] * 3, 1.0)
+    app.cpu_by_process = {"sglang schedulers": 0.96, "Serve's controller": 0.03, "sglang-router": 0.0, "GCS": 0.001}
+    peer.cpu_by_process = {"sglang schedulers": 0.98, "Serve's controller": 0.0, "sglang-router": 0.011, "GCS": 0.0}
+    rows = markdown([app, peer], EngineSettings(), 4.0, 60.0, 1).splitlines()
+    assert "| sglang schedulers | 0.960 | 0.980 |" in rows and "| Serve's controller | 0.030 | 0.000 |" in rows
+    assert "| sglang-router | 0.000 | 0.011 |" in rows and "| all processes | 0.991 | 0.991 |" in rows
+    assert not any(r.startswith("| GCS |") for r in rows)  # under SHOWN_CORES in every front
+    # A front sampled by role only (an older result's shape) gives no process table at all.
+    assert "by kind of process" not in markdown([front("fairshare", [0.1] * 3, 1.0)], EngineSettings(), 4.0, 60.0, 1)
+
+
 def test_the_table_gives_the_fronts_cpu_per_request_over_the_span_of_its_requests():
     chats = [Sample("chat", "short", "short", 200, float(i), ttft_s=0.1, e2e_s=1.0) for i in range(10)]
     app = Front("fairshare", chats, 0.0, 1.0, 1.0)
