@@ -22,20 +22,24 @@ from typing import Any
 
 from harness.results import records
 from loadtests.app import LocalApp
-from loadtests.cpu_share import CpuSampler
+from loadtests.cpu_share import KINDS, CpuSampler
 
 CONFIG = Path(__file__).resolve().parents[1] / "config.yaml"
 SETTLE_S = 10.0
 """After the app reports ready: replicas finish starting and Serve's first rounds of health checks pass."""
 SETTINGS = ("shipped", "Serve's default")
+NOT_RAY_OR_SERVE = {
+    "sglang schedulers",
+    "sglang detokenizers",
+    "sglang servers (HTTP, tokenizer)",
+    "sglang-router",
+    "Locust",
+}
 PROCESSES: list[tuple[str, re.Pattern[str]]] = [
-    ("controller", re.compile(r"ServeController")),
-    ("GCS", re.compile(r"gcs_server")),
-    ("raylet", re.compile(r"raylet")),
-    ("proxy", re.compile(r"ProxyActor")),
-    ("replicas", re.compile(r"ServeReplica")),
-    ("Ray's agents and log monitor", re.compile(r"DashboardAgent|dashboard|log_monitor|runtime_env")),
+    (kind, re.compile(pattern)) for kind, _, pattern in KINDS if kind not in NOT_RAY_OR_SERVE
 ]
+"""Ray's and Serve's processes, by the kinds the peer benchmark tells apart (`loadtests.cpu_share.KINDS`, in its
+order: a process counts as the first it matches)."""
 
 
 def without_controller_options(cfg: dict[str, Any]) -> None:
