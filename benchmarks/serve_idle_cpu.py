@@ -3,12 +3,13 @@
     python -m benchmarks.serve_idle_cpu [--rounds 3] [--seconds 30]
 
 The laptop app (`config.yaml`: two simulated engine replicas, the ingress, the embedder) on a local Ray, started
-afresh each phase with its top-level `controller_options` as shipped (`serve_app.config.serve_path.CONTROLLER_ENV`: the
-control loop every 0.5 s) or removed (Serve's 0.1 s). The two take turns in rounds, the order swapped every round,
-so a pair of phases shares the machine's state. Per phase, after the app has settled: the cores each kind of
-process used (`loadtests.cpu_share.CpuSampler`); then the median over rounds and, per round, the shipped total over
-the default's. No traffic: what a node pays before it serves anything, which on two cores is CPU its engines lose.
-Writes docs/results/serve-idle-cpu/.
+afresh each phase with its top-level `controller_options` as shipped
+(`serve_app.config.serve_path.CONTROL_LOOP_ENV`: the control loop every 0.5 s) or without that period (Serve's
+0.1 s), the rest of them as shipped (HAProxy's front, the ingress's drain, the priorities). The two take turns in
+rounds, the order swapped every round, so a pair of phases shares the machine's state. Per phase, after the app has
+settled: the cores each kind of process used (`loadtests.cpu_share.CpuSampler`); then the median over rounds and,
+per round, the shipped total over the default's. No traffic: what a node pays before it serves anything, which on
+two cores is CPU its engines lose. Writes docs/results/serve-idle-cpu/.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 from harness.results import records
 from loadtests.app import LocalApp
 from loadtests.cpu_share import KINDS, CpuSampler
+from serve_app.config.serve_path import CONTROL_LOOP_ENV
 
 CONFIG = Path(__file__).resolve().parents[1] / "config.yaml"
 SETTLE_S = 10.0
@@ -42,12 +44,15 @@ PROCESSES: list[tuple[str, re.Pattern[str]]] = [
 order: a process counts as the first it matches)."""
 
 
-def without_controller_options(cfg: dict[str, Any]) -> None:
-    cfg.pop("controller_options", None)
+def with_serves_control_loop(cfg: dict[str, Any]) -> None:
+    """The config with Serve's own control loop period: its controller options less the period, and nothing else
+    (the same front, drain and priorities)."""
+    for key in CONTROL_LOOP_ENV:
+        cfg["controller_options"]["runtime_env"]["env_vars"].pop(key)
 
 
 def phase(setting: str, seconds: float) -> dict[str, float]:
-    edit = without_controller_options if setting == "Serve's default" else None
+    edit = with_serves_control_loop if setting == "Serve's default" else None
     with LocalApp(CONFIG, {}, edit=edit):
         time.sleep(SETTLE_S)
         sampler = CpuSampler(table=PROCESSES, rest=False)  # Ray's and Serve's processes, not the machine's

@@ -63,14 +63,38 @@ def ok(samples: Sequence[Sample], cls: str) -> list[Sample]:
     return [s for s in samples if s.ok and s.traffic_class == cls]
 
 
-def long_prefill_tok_per_s(samples: Sequence[Sample]) -> float | None:
-    spans = sorted((s.sent_at_s, s.sent_at_s + s.ttft_s) for s in ok(samples, "long") if s.ttft_s is not None)
+def _long_prefills(samples: Sequence[Sample]) -> tuple[int, float, float]:
+    """The long requests' uncached prompt tokens, the sum of their send-to-first-token spans, and the time during
+    which at least one of them was in such a span (each moment counted once)."""
+    done = [s for s in ok(samples, "long") if s.ttft_s is not None]
+    spans = sorted((s.sent_at_s, s.sent_at_s + s.ttft_s) for s in done if s.ttft_s is not None)
     busy, end = 0.0, -np.inf
     for a, b in spans:
         busy += max(0.0, b - max(a, end))
         end = max(end, b)
-    tokens = sum((s.prompt_tokens or 0) - (s.cached_tokens or 0) for s in ok(samples, "long") if s.ttft_s is not None)
+    tokens = sum((s.prompt_tokens or 0) - (s.cached_tokens or 0) for s in done)
+    return tokens, sum(b - a for a, b in spans), busy
+
+
+def long_prefill_tok_per_s(samples: Sequence[Sample]) -> float | None:
+    """Long prompts' uncached tokens over the time at least one was waiting for its first token: the product of
+    `long_prefill_tok_per_request_s` and `long_prefills_at_once`."""
+    tokens, _, busy = _long_prefills(samples)
     return tokens / busy if busy > 0 else None
+
+
+def long_prefill_tok_per_request_s(samples: Sequence[Sample]) -> float | None:
+    """The same tokens over the sum of each request's own wait for its first token: how fast one long prompt went,
+    whatever else was in flight beside it."""
+    tokens, spans, _ = _long_prefills(samples)
+    return tokens / spans if spans > 0 else None
+
+
+def long_prefills_at_once(samples: Sequence[Sample]) -> float | None:
+    """How many long requests were waiting for their first token at once, on average over the time any was. In a
+    closed loop of a few users it follows when their requests happen to meet, which moves the throughput with it."""
+    _, spans, busy = _long_prefills(samples)
+    return spans / busy if busy > 0 else None
 
 
 # (row label, unit, getter over a run's samples)

@@ -66,6 +66,19 @@ def test_no_verdict_without_a_peer_and_the_table_says_which_front_is_best():
     assert not any(r.startswith("| CPU cores used") for r in rows)  # none sampled
 
 
+def test_the_table_splits_the_document_rate_into_each_ones_own_and_how_many_went_at_once():
+    # The app's two documents overlap (0-2 s and 1-3 s: 4 s of waits in 3 s); the peer's go one at a time.
+    app = Front("fairshare", [document(0.0, 2.0), document(1.0, 2.0)], 0.0, 1.0, 1.0)
+    rows = {r.split(" | ")[0][2:]: r.split(" | ")[1:] for r in table([app, front("cache_aware", [], 1.0)]).splitlines()}
+    rate, own, at_once = (rows[k] for k in (
+        "document prompt tokens/s (tok/s)", "document prompt tokens/s, over each one's own wait (tok/s)",
+        "at once, while any waited for a first token (documents)",
+    ))  # fmt: skip
+    assert [float(x.replace(",", "")) for x in rate[:2]] == pytest.approx([20_000 / 3, 10_000], rel=1e-2)
+    assert [float(x.replace(",", "")) for x in own[:2]] == pytest.approx([5_000, 10_000], rel=1e-2)
+    assert [float(x) for x in at_once[:2]] == pytest.approx([4 / 3, 1.0], rel=1e-2)
+
+
 def test_the_table_shows_the_cpu_each_role_used_where_it_was_sampled():
     app, peer = front("fairshare", [0.1] * 10, 1.0), front("cache_aware", [1.0] * 10, 2.0)
     app.cpu_cores = {"engines": 1.1, "front": 0.35, "load generator": 0.02}

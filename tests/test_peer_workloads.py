@@ -233,4 +233,4 @@ def test_the_table_and_the_headline_give_the_hit_rates_and_this_app_against_cach
     assert "| followups | engine prefix-cache hit rate (%) | 49.3 | 0.0 | — | — |" in lines
     assert "| followups | failures | 0 | 0 | — | — |" in lines
     assert "| overflow | chat TTFT p99 (s) | — | 0.05 | — | — |" in lines  # this app did not run
-    assert len(lines) == 2 + 2 * 7
+    assert len(lines) == 2 + 2 * 8  # eight figures a workload

@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loadtests.app import sglang_upstream_overrides, upstream_policy_overrides
 from loadtests.prediction import population, predict
 from loadtests.recording import Sample
-from loadtests.report import figures, long_prefill_tok_per_s, slo_of, to_engine_time
+from loadtests.report import (
+    figures,
+    long_prefill_tok_per_request_s,
+    long_prefill_tok_per_s,
+    long_prefills_at_once,
+    slo_of,
+    to_engine_time,
+)
 from loadtests.settings import LoadSettings
 from loadtests.stages import Stage
 from scheduler.config import PolicyConfig
@@ -22,6 +30,7 @@ from scheduler.sim.rules import RuleSet, policy_for
 from scheduler.sim.workload import Group, Workload
 from scheduler.slo import SloTargets
 from serve_app.config import policy_config
+from tests.hypothesis_budget import examples
 
 CARD12GB = PRESETS["card12gb-27b"]
 H100_8B = PRESETS["h100-8b"]
@@ -38,6 +47,36 @@ def test_long_throughput_counts_overlapping_documents_once() -> None:
     samples = [long_sample(0, 10, 10_000), long_sample(5, 10, 20_000, cached=5_000), long_sample(30, 5, 5_000)]
     # busy: [0, 15] and [30, 35] = 20 s; uncached tokens 10k + 15k + 5k
     assert long_prefill_tok_per_s(samples) == 30_000 / 20
+
+
+def test_long_throughput_is_each_documents_own_rate_times_how_many_went_at_once() -> None:
+    samples = [long_sample(0, 10, 10_000), long_sample(5, 10, 20_000, cached=5_000), long_sample(30, 5, 5_000)]
+    # each one's own wait: 10 + 10 + 5 = 25 s; in flight at once while any was: 25 s of waits over 20 s busy
+    assert long_prefill_tok_per_request_s(samples) == 30_000 / 25
+    assert long_prefills_at_once(samples) == 25 / 20
+    apart = [long_sample(0, 10, 10_000), long_sample(20, 10, 10_000)]
+    assert long_prefills_at_once(apart) == 1.0
+    assert long_prefill_tok_per_request_s(apart) == long_prefill_tok_per_s(apart) == 1_000
+    assert long_prefill_tok_per_s([]) is None and long_prefills_at_once([]) is None
+
+
+@settings(deadline=None, max_examples=examples(200))
+@given(
+    st.lists(
+        st.tuples(st.floats(0, 1_000), st.floats(0.01, 100), st.integers(1, 100_000), st.integers(0, 100)), max_size=30
+    )
+)
+def test_long_throughput_is_the_product_of_its_two_parts(docs: list[tuple[float, float, int, int]]) -> None:
+    samples = [long_sample(sent, ttft, prompt, cached=prompt * pct // 100) for sent, ttft, prompt, pct in docs]
+    rate, own, at_once = (
+        f(samples) for f in (long_prefill_tok_per_s, long_prefill_tok_per_request_s, long_prefills_at_once)
+    )
+    if not docs:
+        assert rate is own is at_once is None
+        return
+    assert rate is not None and own is not None and at_once is not None
+    assert rate == pytest.approx(own * at_once, rel=1e-9, abs=1e-9)
+    assert 1.0 - 1e-9 <= at_once <= len(docs) + 1e-9  # never fewer than one at once while any waits, nor more than all
 
 
 def test_failures_and_shed_are_counted_apart() -> None:
