@@ -23,8 +23,8 @@ instead of Ray actor calls by reference. The high-throughput mode implies these 
 that the Python-proxy front keeps them.
 
 The controller's loop. Serve's controller runs its control loop every 0.1 s, and each step asks the GCS for every
-node's resources: on an idle app on two cores the controller and the GCS took about 0.14 cores between them, as much
-as every replica together. At 0.5 s (`CONTROL_LOOP_ENV`) they take half that. What the loop drives is slower than that
+node's resources: on an idle app on two cores the controller and the GCS took as much CPU between them as every
+replica together. At 0.5 s (`CONTROL_LOOP_ENV`) they take about half that. What the loop drives is slower than that
 anyway: health checks every 10 s, autoscaling metrics every 10 s, and the replicas' routing stats every
 ``request_routing_stats_period_s`` (0.5 s in our configs); a replica starting or stopping is seen up to 0.4 s later.
 Measured: `python -m benchmarks.serve_idle_cpu` (docs/benchmarks.md).
