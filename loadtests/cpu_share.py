@@ -175,6 +175,12 @@ class CpuSampler:
         tenths of a second a second; the roles of `table` only. Empty where the kernel reports no run-queue wait."""
         return self._per(self.roles, self.first_wait, self.last_wait, self._roles) if self.last_wait else {}
 
+    def waiting_cores_by_kind(self) -> dict[str, float]:
+        """`waiting_cores` by kind of process: the kinds some process of a `table` role was, the rest of the machine's
+        left out (its wait is not read). Empty where the kernel reports no run-queue wait."""
+        kinds = dict.fromkeys(self.kinds.get(pid, OTHER) for pid in self.last_wait)
+        return self._per(self.kinds, self.first_wait, self.last_wait, list(kinds)) if self.last_wait else {}
+
     @property
     def _roles(self) -> list[str]:
         return [role for role, _ in self.table]

@@ -62,6 +62,8 @@ class Front:
     """Cores-worth of each role's threads ready to run but waiting for a core (`CpuSampler.waiting_cores`)."""
     cpu_by_process: dict[str, float] = field(default_factory=dict)
     """Cores each kind of process used while the load ran (`CpuSampler.cores_by_kind`)."""
+    cpu_waiting_by_process: dict[str, float] = field(default_factory=dict)
+    """Cores-worth each kind of process waited for a core (`CpuSampler.waiting_cores_by_kind`)."""
     kv_pool_tokens: list[int] = field(default_factory=list)
     """Each engine's KV pool as sglang reports it (`max_total_num_tokens`); empty where the front does not say."""
     idle_ttft_s: list[float] = field(default_factory=list)
@@ -230,6 +232,7 @@ def pooled(rounds: Sequence[Front]) -> Front:
         cpu_cores=mean_cores(lambda f: f.cpu_cores),
         cpu_waiting=mean_cores(lambda f: f.cpu_waiting),
         cpu_by_process=mean_cores(lambda f: f.cpu_by_process),
+        cpu_waiting_by_process=mean_cores(lambda f: f.cpu_waiting_by_process),
         kv_pool_tokens=first.kv_pool_tokens,
         idle_ttft_s=[t for f in rounds for t in f.idle_ttft_s],
         span_s=sum(spans),
@@ -335,7 +338,8 @@ def markdown(
     by_process = process_table(fronts)
     if by_process:
         parts += [
-            "CPU cores used while the load ran, by kind of process (`loadtests.cpu_share.KINDS`):",
+            "CPU cores used while the load ran, and waited for where the kernel says, by kind of process "
+            "(`loadtests.cpu_share.KINDS`; the rest of the machine's wait is not read):",
             "",
             by_process,
             "",
@@ -348,8 +352,9 @@ SHOWN_CORES = 0.005
 
 
 def process_table(fronts: Sequence[Front]) -> str:
-    """Cores used by each kind of process, a column a front: the kinds some front used `SHOWN_CORES` of, then the
-    total; empty where no front was sampled by kind."""
+    """Cores used by each kind of process, a column a front (and beside it what the kind waited for a core, where
+    the kernel said): the kinds some front used `SHOWN_CORES` of, then the total; empty where no front was sampled by
+    kind."""
     kinds = [
         k
         for k in dict.fromkeys(k for f in fronts for k in f.cpu_by_process)
@@ -357,12 +362,23 @@ def process_table(fronts: Sequence[Front]) -> str:
     ]
     if not kinds:
         return ""
-    rows = ["| process | " + " | ".join(f.name for f in fronts) + " |", "|" + " --- |" * (len(fronts) + 1)]
+    waits = any(f.cpu_waiting_by_process for f in fronts)
+    head = [c for f in fronts for c in ([f"{f.name}: used", "waited for"] if waits else [f.name])]
+    rows = ["| process | " + " | ".join(head) + " |", "|" + " --- |" * (len(head) + 1)]
     for kind in kinds:
-        rows.append(f"| {kind} | " + " | ".join(f"{f.cpu_by_process.get(kind, 0.0):.3f}" for f in fronts) + " |")
-    totals = [sum(f.cpu_by_process.values()) for f in fronts]
-    rows.append("| all processes | " + " | ".join(f"{t:.3f}" for t in totals) + " |")
+        rows.append(f"| {kind} | " + " | ".join(c for f in fronts for c in _used_waited(f, kind, waits)) + " |")
+    totals = [(sum(f.cpu_by_process.values()), sum(f.cpu_waiting_by_process.values())) for f in fronts]
+    cells = [c for used, waited in totals for c in ([f"{used:.3f}", f"{waited:.3f}"] if waits else [f"{used:.3f}"])]
+    rows.append("| all processes | " + " | ".join(cells) + " |")
     return "\n".join(rows)
+
+
+def _used_waited(front: Front, kind: str, waits: bool) -> list[str]:
+    used = f"{front.cpu_by_process.get(kind, 0.0):.3f}"
+    if not waits:
+        return [used]
+    waited = front.cpu_waiting_by_process.get(kind)
+    return [used, "—" if waited is None else f"{waited:.3f}"]
 
 
 def _windows(rounds: int, duration_s: float) -> str:

@@ -336,6 +336,7 @@ def front_of(
         cpu_cores=cpu.cores(),
         cpu_waiting=cpu.waiting_cores(),
         cpu_by_process=cpu.cores_by_kind(),
+        cpu_waiting_by_process=cpu.waiting_cores_by_kind(),
         idle_ttft_s=idle_ttft_s or [],
     )
 

@@ -67,6 +67,19 @@ def test_the_cores_of_each_kind_add_up_to_the_cores_of_each_role():
     assert by_role["engines"] == pytest.approx(1.0) and by_role[REST] == pytest.approx(0.02)
 
 
+def test_the_wait_of_each_kind_adds_up_to_the_wait_of_each_role_and_no_kind_is_invented():
+    kinds = {1: "sglang schedulers", 2: "engine replicas", 3: "Serve's controller", 4: "Ray's idle workers"}
+    roles = {1: "engines", 2: "engines", 3: "front", 4: REST}
+    cpu = CpuSampler(roles=roles, kinds=kinds, elapsed_s=10.0)
+    # The rest of the machine's wait is never read (pid 4 has none).
+    cpu.first_wait, cpu.last_wait = {1: 1.0, 2: 0.0, 3: 0.0}, {1: 4.0, 2: 2.0, 3: 0.5}
+    waited, by_role = cpu.waiting_cores_by_kind(), cpu.waiting_cores()
+    assert waited == pytest.approx({"sglang schedulers": 0.3, "engine replicas": 0.2, "Serve's controller": 0.05})
+    assert sum(waited.values()) == pytest.approx(sum(by_role.values()))
+    assert by_role["engines"] == pytest.approx(waited["sglang schedulers"] + waited["engine replicas"])
+    assert CpuSampler(roles=roles, kinds=kinds, elapsed_s=10.0).waiting_cores_by_kind() == {}  # the kernel said nothing
+
+
 def test_a_process_that_exits_during_the_load_is_counted():
     sampler = CpuSampler(period_s=0.05)
     sampler.start()

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from loadtests.cpu_share import CpuSampler
-from loadtests.peer_report import Front, front_cpu_ms, markdown, meets_slo, plot, table, verdict
+from loadtests.peer_report import Front, front_cpu_ms, markdown, meets_slo, plot, process_table, table, verdict
 from loadtests.peers import EngineSettings, front_of
 from loadtests.recording import Sample, response_meta
 
@@ -134,6 +134,21 @@ def test_the_result_gives_each_kind_of_process_some_front_used_and_every_fronts_
     assert not any(r.startswith("| GCS |") for r in rows)  # under SHOWN_CORES in every front
     # A front sampled by role only (an older result's shape) gives no process table at all.
     assert "by kind of process" not in markdown([front("fairshare", [0.1] * 3, 1.0)], EngineSettings(), 4.0, 60.0, 1)
+
+
+def test_the_process_table_gives_each_kinds_wait_for_a_core_beside_its_cores_where_the_kernel_said():
+    app, peer = front("fairshare", [0.1] * 3, 1.0), front("cache_aware", [0.2] * 3, 1.0)
+    app.cpu_by_process = {"sglang schedulers": 0.96, "Ray's agents, dashboard and log monitor": 0.02}
+    peer.cpu_by_process = {"sglang schedulers": 0.98, "sglang-router": 0.011}
+    # The agents are the rest of the machine: their wait is not read, which the table says as "—", not 0.
+    app.cpu_waiting_by_process = {"sglang schedulers": 0.21}
+    peer.cpu_waiting_by_process = {"sglang schedulers": 0.12, "sglang-router": 0.004}
+    rows = process_table([app, peer]).splitlines()
+    assert rows[0] == "| process | fairshare: used | waited for | cache_aware: used | waited for |"
+    assert "| sglang schedulers | 0.960 | 0.210 | 0.980 | 0.120 |" in rows
+    assert "| Ray's agents, dashboard and log monitor | 0.020 | — | 0.000 | — |" in rows
+    assert "| sglang-router | 0.000 | — | 0.011 | 0.004 |" in rows
+    assert rows[-1] == "| all processes | 0.980 | 0.210 | 0.991 | 0.124 |"
 
 
 def test_the_table_gives_the_fronts_cpu_per_request_over_the_span_of_its_requests():

@@ -36,6 +36,7 @@ def window(name: str, start_s: float, chat_ttft_s: float, doc_ttft_s: float, fro
     f = Front(name, samples, start_s, 1.0, 1.0)
     f.cpu_cores = {"front": front_cores}
     f.cpu_by_process = {"Serve's controller": front_cores}
+    f.cpu_waiting_by_process = {"Serve's controller": front_cores / 2}
     return f
 
 
@@ -56,6 +57,7 @@ def test_a_pooled_front_holds_every_rounds_samples_and_probes_and_no_time_betwee
     assert both.span_s == pytest.approx(first.span_s + second.span_s) == pytest.approx(20.0)
     # Two equal spans: the front's cores are their mean, and its CPU per request is the two rounds' together.
     assert both.cpu_cores["front"] == pytest.approx(0.2) == both.cpu_by_process["Serve's controller"]
+    assert both.cpu_waiting_by_process["Serve's controller"] == pytest.approx(0.1)
     assert front_cpu_ms(both) == pytest.approx(1e3 * (0.1 * 10 + 0.3 * 10) / 22)
     # One document a round, each alone: 20,000 tokens over 3 s of prefill, not over the 1,000 s between the rounds.
     assert both.figures["document prompt tokens/s"] == pytest.approx(20_000 / 3.0)
