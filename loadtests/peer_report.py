@@ -366,19 +366,24 @@ def process_table(fronts: Sequence[Front]) -> str:
     head = [c for f in fronts for c in ([f"{f.name}: used", "waited for"] if waits else [f.name])]
     rows = ["| process | " + " | ".join(head) + " |", "|" + " --- |" * (len(head) + 1)]
     for kind in kinds:
-        rows.append(f"| {kind} | " + " | ".join(c for f in fronts for c in _used_waited(f, kind, waits)) + " |")
-    totals = [(sum(f.cpu_by_process.values()), sum(f.cpu_waiting_by_process.values())) for f in fronts]
-    cells = [c for used, waited in totals for c in ([f"{used:.3f}", f"{waited:.3f}"] if waits else [f"{used:.3f}"])]
-    rows.append("| all processes | " + " | ".join(cells) + " |")
+        cells = [
+            c
+            for f in fronts
+            for c in _cells(f.cpu_by_process.get(kind, 0.0), f.cpu_waiting_by_process.get(kind), waits)
+        ]
+        rows.append(f"| {kind} | " + " | ".join(cells) + " |")
+    totals = [
+        c for f in fronts for c in _cells(sum(f.cpu_by_process.values()), sum(f.cpu_waiting_by_process.values()), waits)
+    ]
+    rows.append("| all processes | " + " | ".join(totals) + " |")
     return "\n".join(rows)
 
 
-def _used_waited(front: Front, kind: str, waits: bool) -> list[str]:
-    used = f"{front.cpu_by_process.get(kind, 0.0):.3f}"
+def _cells(used: float, waited: float | None, waits: bool) -> list[str]:
+    """A front's cells of one row: its cores, and beside them ("—" where not read) its wait, if the table has waits."""
     if not waits:
-        return [used]
-    waited = front.cpu_waiting_by_process.get(kind)
-    return [used, "—" if waited is None else f"{waited:.3f}"]
+        return [f"{used:.3f}"]
+    return [f"{used:.3f}", "—" if waited is None else f"{waited:.3f}"]
 
 
 def _windows(rounds: int, duration_s: float) -> str:
